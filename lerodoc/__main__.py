@@ -1,0 +1,3 @@
+from lerodoc.cli import main
+
+main()

@@ -1,0 +1,96 @@
+"""The in-memory model of a LeRobot dataset, the same for every on-disk version.
+
+Opening reads metadata only: no frame is decoded and no data parquet is read beyond its footer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lerodoc import formats
+from lerodoc.errors import LerodocError
+from lerodoc.formats.info import Info
+
+Stats = dict[str, dict[str, np.ndarray]]   # feature -> stat name -> array
+
+
+@dataclass(frozen=True)
+class VideoSpan:
+    """Where one episode of one camera lives: a file and its [from, to) window in seconds."""
+    file: str
+    from_timestamp: float
+    to_timestamp: float
+
+
+@dataclass
+class Episode:
+    """Where one episode's rows and video spans are, plus its tasks and per-episode stats."""
+    index: int
+    length: int
+    tasks: list[str]
+    data_file: str              # relative to the dataset root
+    data_row: int               # first row of the episode inside data_file
+    from_index: int             # dataset_from_index: global row of the first frame
+    videos: dict[str, VideoSpan] = field(default_factory=dict)
+    stats: Stats = field(default_factory=dict)
+
+    @property
+    def to_index(self) -> int:
+        return self.from_index + self.length
+
+
+@dataclass
+class Dataset:
+    root: Path
+    version: str
+    info: Info
+    episodes: list[Episode]
+    tasks: list[str]                     # position == task_index
+    stats: Stats | None = None
+
+    @classmethod
+    def open(cls, root: Path | str) -> Dataset:
+        root = Path(root)
+        if not root.is_dir():
+            raise LerodocError("no such dataset folder", file=root)
+        version = formats.detect_version(root)
+        info = Info.load(root / formats.INFO_PATH)
+        episodes, tasks, stats = formats.module(version).read(root, info)
+        return cls(root=root, version=version, info=info, episodes=episodes, tasks=tasks, stats=stats)
+
+    @property
+    def total_frames(self) -> int:
+        return sum(ep.length for ep in self.episodes)
+
+    def data_files(self) -> list[str]:
+        """Data parquet files in row order."""
+        return list(dict.fromkeys(ep.data_file for ep in self.episodes))
+
+    def video_files(self, key: str) -> list[str]:
+        return list(dict.fromkeys(ep.videos[key].file for ep in self.episodes if key in ep.videos))
+
+    def path(self, relative: str) -> Path:
+        return self.root / relative
+
+    def read_episode(self, episode: Episode, columns: list[str] | None = None) -> pa.Table:
+        """The episode's rows, reading only `columns` (all when None)."""
+        return read_rows(self.path(episode.data_file), episode.data_row, episode.length,
+                         columns=columns, episode=episode.index)
+
+
+def read_rows(path: Path, start: int, length: int, columns: list[str] | None = None,
+              episode: int | None = None) -> pa.Table:
+    """Rows [start, start+length) of a parquet file, with a clear error for a bad file."""
+    try:
+        table = pq.read_table(path, columns=columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=episode) from None
+    if start + length > table.num_rows:
+        raise LerodocError(f"holds {table.num_rows} rows but the metadata puts rows "
+                           f"{start}..{start + length - 1} there", file=path, episode=episode)
+    return table.slice(start, length)

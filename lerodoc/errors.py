@@ -1,0 +1,55 @@
+"""One error type for bad input, and the exit codes every command uses."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FINDINGS = 1          # validate found errors
+    USAGE = 2             # bad command line (Typer's own code)
+    BAD_INPUT = 3         # the dataset or an argument is unusable; nothing was written
+    VERIFY_FAILED = 4     # the output failed verification and was not promoted
+    INTERRUPTED = 130
+
+
+class LerodocError(Exception):
+    """A problem with the user's input, rendered once as a one-paragraph message.
+
+    `file`, `episode` and `field` locate the problem; `hint` names what fixes it.
+    """
+
+    exit_code = ExitCode.BAD_INPUT
+
+    def __init__(self, message: str, *, file: object = None, episode: int | None = None,
+                 field: str | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.file = None if file is None else str(file)
+        self.episode = episode
+        self.field = field
+        self.hint = hint
+
+    def location(self) -> str:
+        parts = [self.file] if self.file else []
+        if self.episode is not None:
+            parts.append(f"episode {self.episode}")
+        if self.field:
+            parts.append(self.field)
+        return ": ".join(parts)
+
+    def render(self) -> str:
+        where = self.location()
+        text = f"{where}: {self.message}" if where else self.message
+        return f"{text} ({self.hint})" if self.hint else text
+
+    def to_json(self) -> dict:
+        return {"error": self.message, "file": self.file, "episode": self.episode,
+                "field": self.field, "hint": self.hint, "exit_code": int(self.exit_code)}
+
+
+class VerificationError(LerodocError):
+    """The written output does not match what was read; it is left unpromoted."""
+
+    exit_code = ExitCode.VERIFY_FAILED

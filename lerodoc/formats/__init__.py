@@ -1,0 +1,45 @@
+"""Everything lerodoc knows about LeRobot's on-disk formats, one module per version.
+
+Commands never build a path or read a meta file themselves: they open a `Dataset`, which asks
+`module(version)` for the version's reader, and write through the same modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from types import ModuleType
+
+from lerodoc.errors import LerodocError
+
+VERSIONS = ("v2.0", "v2.1", "v3.0")
+INFO_PATH = "meta/info.json"
+
+
+def read_json(path: Path) -> dict:
+    """Parse a JSON file, turning a missing or malformed file into a clear error."""
+    if not path.is_file():
+        raise LerodocError("file is missing", file=path,
+                           hint="is this the root of a LeRobot dataset (the folder holding meta/)?")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise LerodocError(f"is not valid JSON ({exc})", file=path) from None
+
+
+def detect_version(root: Path) -> str:
+    """The dataset's `codebase_version`, checked against the versions lerodoc reads."""
+    info = read_json(Path(root) / INFO_PATH)
+    version = info.get("codebase_version")
+    if version not in VERSIONS:
+        raise LerodocError(f"unknown codebase_version {version!r}; lerodoc reads {', '.join(VERSIONS)}",
+                           file=Path(root) / INFO_PATH, field="codebase_version")
+    return version
+
+
+def module(version: str) -> ModuleType:
+    """The format module for a version: v20, v21 or v30."""
+    if version not in VERSIONS:
+        raise LerodocError(f"unknown format version {version!r}; choose one of {', '.join(VERSIONS)}")
+    return importlib.import_module(f"lerodoc.formats.v{version[1]}{version[3]}")

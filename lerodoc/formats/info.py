@@ -1,0 +1,106 @@
+"""`meta/info.json` for every version: one dataclass, unknown keys kept in `extra`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from lerodoc.errors import LerodocError
+
+# Columns every LeRobot data parquet holds besides the features the robot recorded.
+INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+DEFAULT_FEATURE_SPECS = {
+    "timestamp": {"dtype": "float32", "shape": [1], "names": None},
+    "frame_index": {"dtype": "int64", "shape": [1], "names": None},
+    "episode_index": {"dtype": "int64", "shape": [1], "names": None},
+    "index": {"dtype": "int64", "shape": [1], "names": None},
+    "task_index": {"dtype": "int64", "shape": [1], "names": None},
+}
+NON_NUMERIC_DTYPES = ("video", "image", "string")
+
+
+@dataclass
+class Info:
+    codebase_version: str
+    fps: int
+    features: dict
+    robot_type: str | None = None
+    total_episodes: int = 0
+    total_frames: int = 0
+    total_tasks: int = 0
+    chunks_size: int = 1000
+    splits: dict = field(default_factory=dict)
+    data_path: str | None = None
+    video_path: str | None = None
+    data_files_size_in_mb: int = 100
+    video_files_size_in_mb: int = 200
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: dict, source: Path | None = None) -> Info:
+        known = {f.name for f in fields(cls)} - {"extra"}
+        missing = [k for k in ("codebase_version", "fps", "features") if k not in raw]
+        if missing:
+            raise LerodocError(f"lacks required field(s) {', '.join(missing)}", file=source, field=missing[0])
+        values = {k: v for k, v in raw.items() if k in known}
+        fps = values["fps"]
+        if not isinstance(fps, (int, float)) or fps <= 0 or float(fps) != int(fps):
+            raise LerodocError(f"fps must be a positive whole number, got {fps!r}", file=source, field="fps")
+        values["fps"] = int(fps)
+        if not isinstance(values["features"], dict) or not values["features"]:
+            raise LerodocError("features must be a non-empty object", file=source, field="features")
+        for name, spec in values["features"].items():
+            if not isinstance(spec, dict) or "dtype" not in spec or "shape" not in spec:
+                raise LerodocError("each feature needs dtype and shape", file=source, field=f"features.{name}")
+        extra = {k: v for k, v in raw.items() if k not in known}
+        return cls(**values, extra=extra)
+
+    @classmethod
+    def load(cls, path: Path) -> Info:
+        from lerodoc.formats import read_json
+        return cls.from_dict(read_json(path), source=path)
+
+    # --- features -------------------------------------------------------------------------
+    @property
+    def video_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] == "video"]
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] == "image"]
+
+    @property
+    def data_keys(self) -> list[str]:
+        """Features stored as parquet columns (everything but videos)."""
+        return [k for k, f in self.features.items() if f["dtype"] != "video"]
+
+    @property
+    def numeric_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f["dtype"] not in NON_NUMERIC_DTYPES]
+
+    def to_dict(self, order: tuple[str, ...], derived: dict | None = None) -> dict:
+        """Serialise in `order` (a version's key order), then derived values, then unknown keys."""
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        values.update(derived or {})
+        out = {k: values[k] for k in order if k in values}
+        out.update({k: v for k, v in self.extra.items() if k not in out})
+        return out
+
+    def write(self, path: Path, order: tuple[str, ...], derived: dict | None = None) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(order, derived), indent=4) + "\n")
+
+
+def flat_names(names) -> list[str] | None:
+    """A feature's channel names as a flat list, whatever shape `names` has in the wild."""
+    if names is None:
+        return None
+    if isinstance(names, dict):
+        values = list(names.values())
+        return flat_names(values[0] if len(values) == 1 else values)
+    if isinstance(names, list) and len(names) == 1 and isinstance(names[0], list):
+        return flat_names(names[0])
+    if isinstance(names, list) and all(isinstance(n, list) for n in names):
+        return [str(x) for sub in names for x in sub]
+    return [str(n) for n in names]

@@ -1,0 +1,101 @@
+"""LeRobot v2.1: one parquet and one mp4 per episode, jsonl metadata, per-episode stats.
+
+meta/info.json  meta/episodes.jsonl  meta/tasks.jsonl  meta/episodes_stats.jsonl  [meta/stats.json]
+data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet
+videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4
+episode_chunk = episode_index // chunks_size
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lerodoc.dataset import Episode, VideoSpan
+from lerodoc.errors import LerodocError
+from lerodoc.formats.info import Info
+from lerodoc.formats.jsonl import read_jsonl, stats_from_json, stats_to_json, write_jsonl
+
+VERSION = "v2.1"
+DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+EPISODES_PATH = "meta/episodes.jsonl"
+TASKS_PATH = "meta/tasks.jsonl"
+EPISODES_STATS_PATH = "meta/episodes_stats.jsonl"
+STATS_PATH = "meta/stats.json"
+INFO_ORDER = ("codebase_version", "robot_type", "total_episodes", "total_frames", "total_tasks",
+              "total_videos", "total_chunks", "chunks_size", "fps", "splits", "data_path", "video_path",
+              "features")
+
+
+def data_file(info: Info, episode_index: int) -> str:
+    return (info.data_path or DATA_PATH).format(episode_chunk=episode_index // info.chunks_size,
+                                                episode_index=episode_index)
+
+
+def video_file(info: Info, key: str, episode_index: int) -> str:
+    return (info.video_path or VIDEO_PATH).format(episode_chunk=episode_index // info.chunks_size,
+                                                  video_key=key, episode_index=episode_index)
+
+
+def read_tasks(root: Path) -> list[str]:
+    rows = read_jsonl(root / TASKS_PATH)
+    by_index = {int(r["task_index"]): r["task"] for r in rows}
+    if sorted(by_index) != list(range(len(by_index))):
+        raise LerodocError(f"task_index values {sorted(by_index)} are not 0..{len(by_index) - 1}",
+                           file=root / TASKS_PATH, field="task_index")
+    return [by_index[i] for i in range(len(by_index))]
+
+
+def read_episode_stats(root: Path) -> dict[int, dict]:
+    path = root / EPISODES_STATS_PATH
+    if not path.is_file():
+        return {}
+    return {int(r["episode_index"]): stats_from_json(r["stats"]) for r in read_jsonl(path)}
+
+
+def read_dataset_stats(root: Path) -> dict | None:
+    path = root / STATS_PATH
+    if not path.is_file():
+        return None
+    from lerodoc.formats import read_json
+    return stats_from_json(read_json(path))
+
+
+def read(root: Path, info: Info, *, episode_stats: bool = True):
+    """Episodes (in episode_index order), tasks and dataset stats of a v2.x dataset."""
+    rows = sorted(read_jsonl(root / EPISODES_PATH), key=lambda r: r["episode_index"])
+    per_episode = read_episode_stats(root) if episode_stats else {}
+    episodes, cursor = [], 0
+    for row in rows:
+        index, length = int(row["episode_index"]), int(row["length"])
+        tasks = row.get("tasks") or []
+        episodes.append(Episode(
+            index=index, length=length, tasks=[tasks] if isinstance(tasks, str) else list(tasks),
+            data_file=data_file(info, index), data_row=0, from_index=cursor,
+            videos={key: VideoSpan(video_file(info, key, index), 0.0, length / info.fps)
+                    for key in info.video_keys},
+            stats=per_episode.get(index, {})))
+        cursor += length
+    return episodes, read_tasks(root), read_dataset_stats(root)
+
+
+def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str], stats: dict | None) -> None:
+    """Write info.json and the jsonl files for episodes that are already on disk."""
+    n = len(episodes)
+    info.codebase_version = VERSION
+    info.data_path, info.video_path = DATA_PATH, (VIDEO_PATH if info.video_keys else None)
+    info.total_episodes, info.total_frames, info.total_tasks = n, sum(e.length for e in episodes), len(tasks)
+    info.splits = {"train": f"0:{n}"}
+    for key in ("data_files_size_in_mb", "video_files_size_in_mb"):
+        info.extra.pop(key, None)
+    derived = {"total_videos": n * len(info.video_keys),
+               "total_chunks": (max(e.index for e in episodes) // info.chunks_size + 1) if n else 0}
+    info.write(root / "meta/info.json", INFO_ORDER, derived)
+    write_jsonl(root / EPISODES_PATH, [{"episode_index": e.index, "tasks": e.tasks, "length": e.length}
+                                       for e in episodes])
+    write_jsonl(root / TASKS_PATH, [{"task_index": i, "task": t} for i, t in enumerate(tasks)])
+    write_jsonl(root / EPISODES_STATS_PATH, [{"episode_index": e.index, "stats": stats_to_json(e.stats)}
+                                             for e in episodes])
+    if stats is not None:
+        (root / STATS_PATH).write_text(json.dumps(stats_to_json(stats), indent=4) + "\n")

@@ -1,0 +1,185 @@
+"""LeRobot v3.0: many episodes per file, parquet metadata.
+
+meta/info.json  meta/stats.json  meta/tasks.parquet  meta/episodes/chunk-{c:03d}/file-{f:03d}.parquet
+data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet
+videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4
+
+Readers rely on position: row i of the concatenated episodes files is episode i, the `index` column is
+the row position in the concatenated data files (sorted path order), and row k of tasks.parquet is
+task_index k. Files roll over by size (data_files_size_in_mb, video_files_size_in_mb): file_index
+counts up to chunks_size files per chunk, then chunk_index moves on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lerodoc.dataset import Episode, VideoSpan
+from lerodoc.errors import LerodocError
+from lerodoc.formats.info import Info
+from lerodoc.formats.jsonl import stats_from_json, stats_to_json
+
+VERSION = "v3.0"
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+EPISODES_GLOB = "meta/episodes/*/*.parquet"
+TASKS_PATH = "meta/tasks.parquet"
+STATS_PATH = "meta/stats.json"
+INFO_ORDER = ("codebase_version", "fps", "features", "total_episodes", "total_frames", "total_tasks",
+              "chunks_size", "data_files_size_in_mb", "video_files_size_in_mb", "data_path", "video_path",
+              "robot_type", "splits")
+_CHUNK_FILE = re.compile(r"chunk-(\d+)/file-(\d+)\.\w+$")
+
+
+def data_file(chunk_index: int, file_index: int) -> str:
+    return DATA_PATH.format(chunk_index=chunk_index, file_index=file_index)
+
+
+def video_file(key: str, chunk_index: int, file_index: int) -> str:
+    return VIDEO_PATH.format(video_key=key, chunk_index=chunk_index, file_index=file_index)
+
+
+def next_file(chunk_index: int, file_index: int, chunks_size: int) -> tuple[int, int]:
+    """The (chunk, file) after this one: the one rollover rule every v3.0 writer uses."""
+    return (chunk_index + 1, 0) if file_index + 1 >= chunks_size else (chunk_index, file_index + 1)
+
+
+def chunk_file_of(path: str) -> tuple[int, int]:
+    match = _CHUNK_FILE.search(path)
+    if not match:
+        raise LerodocError("path does not follow the chunk-XXX/file-YYY template", file=path)
+    return int(match.group(1)), int(match.group(2))
+
+
+def read_tasks(root: Path) -> list[str]:
+    path = root / TASKS_PATH
+    table = _read_table(path)
+    if "task_index" not in table.column_names or "task" not in table.column_names:
+        raise LerodocError("needs columns task_index and task", file=path)
+    pairs = sorted(zip(table["task_index"].to_pylist(), table["task"].to_pylist()))
+    if [i for i, _ in pairs] != list(range(len(pairs))):
+        raise LerodocError(f"task_index values are not 0..{len(pairs) - 1}", file=path, field="task_index")
+    return [t for _, t in pairs]
+
+
+def _read_table(path: Path) -> pa.Table:
+    if not path.is_file():
+        raise LerodocError("file is missing", file=path)
+    try:
+        return pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise LerodocError(f"cannot read parquet ({exc})", file=path) from None
+
+
+def _episode_stats(row: dict) -> dict:
+    stats: dict = {}
+    for column, value in row.items():
+        if column.startswith("stats/") and value is not None:
+            feature, name = column[len("stats/"):].rsplit("/", 1)
+            stats.setdefault(feature, {})[name] = np.atleast_1d(
+                np.asarray(value, dtype=np.int64 if name == "count" else np.float64))
+    return stats
+
+
+def read(root: Path, info: Info):
+    """Episodes, tasks and dataset stats of a v3.0 dataset."""
+    files = sorted(root.glob(EPISODES_GLOB))
+    if not files:
+        raise LerodocError("no episodes metadata files", file=root / "meta/episodes")
+    rows = [row for f in files for row in _read_table(f).to_pylist()]
+    episodes = []
+    for position, row in enumerate(rows):
+        try:
+            index = int(row["episode_index"])
+            d_chunk, d_file = int(row["data/chunk_index"]), int(row["data/file_index"])
+            videos = {key: VideoSpan(
+                (info.video_path or VIDEO_PATH).format(video_key=key,
+                                                       chunk_index=int(row[f"videos/{key}/chunk_index"]),
+                                                       file_index=int(row[f"videos/{key}/file_index"])),
+                float(row[f"videos/{key}/from_timestamp"]), float(row[f"videos/{key}/to_timestamp"]))
+                for key in info.video_keys}
+            episodes.append(Episode(
+                index=index, length=int(row["length"]), tasks=list(row.get("tasks") or []),
+                data_file=(info.data_path or DATA_PATH).format(chunk_index=d_chunk, file_index=d_file),
+                data_row=0, from_index=int(row["dataset_from_index"]), videos=videos,
+                stats=_episode_stats(row)))
+        except (KeyError, TypeError) as exc:
+            raise LerodocError(f"episodes metadata row {position} lacks or mistypes {exc}",
+                               file=files[0].parent.parent, episode=row.get("episode_index")) from None
+    first_row: dict[str, int] = {}
+    for ep in episodes:
+        first_row.setdefault(ep.data_file, ep.from_index)
+        ep.data_row = ep.from_index - first_row[ep.data_file]
+    stats_path = root / STATS_PATH
+    from lerodoc.formats import read_json
+    stats = stats_from_json(read_json(stats_path)) if stats_path.is_file() else None
+    return episodes, read_tasks(root), stats
+
+
+def _stats_columns(episodes: list[Episode]) -> dict[str, list]:
+    names = list(dict.fromkeys(f"stats/{feat}/{stat}" for ep in episodes
+                               for feat, by_stat in ep.stats.items() for stat in by_stat))
+    columns = {}
+    for name in names:
+        feature, stat = name[len("stats/"):].rsplit("/", 1)
+        columns[name] = [np.asarray(ep.stats[feature][stat]).tolist()
+                         if stat in ep.stats.get(feature, {}) else None for ep in episodes]
+    return columns
+
+
+def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str], stats: dict | None) -> None:
+    """Write info.json, tasks.parquet, the episodes parquet and stats.json for files already on disk."""
+    n = len(episodes)
+    info.codebase_version = VERSION
+    info.data_path, info.video_path = DATA_PATH, (VIDEO_PATH if info.video_keys else None)
+    info.total_episodes, info.total_frames, info.total_tasks = n, sum(e.length for e in episodes), len(tasks)
+    info.splits = {"train": f"0:{n}"}
+    for key in ("total_videos", "total_chunks"):
+        info.extra.pop(key, None)
+    info.write(root / "meta/info.json", INFO_ORDER)
+
+    tasks_table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()),
+                            "task": pa.array(tasks, pa.string())})
+    pandas_meta = {"index_columns": ["task"], "column_indexes": [], "columns": [
+        {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
+         "metadata": None},
+        {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object",
+         "metadata": None}], "creator": {"library": "lerodoc"}, "pandas_version": "2.2.0"}
+    tasks_table = tasks_table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
+    (root / "meta").mkdir(parents=True, exist_ok=True)
+    pq.write_table(tasks_table, root / TASKS_PATH)
+
+    columns: dict[str, list] = {
+        "episode_index": [e.index for e in episodes],
+        "tasks": [e.tasks for e in episodes],
+        "length": [e.length for e in episodes],
+        "data/chunk_index": [chunk_file_of(e.data_file)[0] for e in episodes],
+        "data/file_index": [chunk_file_of(e.data_file)[1] for e in episodes],
+        "dataset_from_index": [e.from_index for e in episodes],
+        "dataset_to_index": [e.to_index for e in episodes],
+    }
+    for key in info.video_keys:
+        spans = [e.videos[key] for e in episodes]
+        columns[f"videos/{key}/chunk_index"] = [chunk_file_of(s.file)[0] for s in spans]
+        columns[f"videos/{key}/file_index"] = [chunk_file_of(s.file)[1] for s in spans]
+        columns[f"videos/{key}/from_timestamp"] = [s.from_timestamp for s in spans]
+        columns[f"videos/{key}/to_timestamp"] = [s.to_timestamp for s in spans]
+    columns.update(_stats_columns(episodes))
+    columns["meta/episodes/chunk_index"] = [0] * n
+    columns["meta/episodes/file_index"] = [0] * n
+    types = {"tasks": pa.list_(pa.string())}
+    table = pa.table({name: pa.array(values, type=types.get(name, pa.float64() if "timestamp" in name
+                                                             and name.startswith("videos/") else None))
+                      for name, values in columns.items()})
+    path = root / EPISODES_PATH.format(chunk_index=0, file_index=0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    if stats is not None:
+        (root / STATS_PATH).write_text(json.dumps(stats_to_json(stats), indent=4) + "\n")

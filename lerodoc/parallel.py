@@ -1,0 +1,40 @@
+"""Run independent jobs across processes, in order, with an optional progress callback."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from typing import Callable, Iterable, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_workers() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
+         progress: Callable[[int], None] | None = None) -> list[R]:
+    """[fn(item) for item in items], across `workers` processes; the first error stops the rest."""
+    items = list(items)
+    if workers <= 1 or len(items) <= 1:
+        results = []
+        for item in items:
+            results.append(fn(item))
+            if progress:
+                progress(1)
+        return results
+    with ProcessPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in done:
+                if future.exception() is not None:
+                    for other in pending:
+                        other.cancel()
+                    raise future.exception()
+                if progress:
+                    progress(1)
+        return [f.result() for f in futures]

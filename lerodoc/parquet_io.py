@@ -1,0 +1,52 @@
+"""Parquet rows in and out: per-episode slices, one row group per episode, column checksums."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def _canonical_parts(array: pa.Array):
+    """Byte strings that identify an array's values, the same for list and fixed_size_list storage."""
+    kind = array.type
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        yield np.asarray(pc.list_value_length(array).fill_null(-1), dtype=np.int64).tobytes()
+        yield from _canonical_parts(pc.list_flatten(array))
+    elif pa.types.is_struct(kind):
+        for i in range(kind.num_fields):
+            yield kind.field(i).name.encode()
+            yield from _canonical_parts(array.field(i))
+    elif pa.types.is_binary(kind) or pa.types.is_string(kind) or pa.types.is_large_binary(kind) \
+            or pa.types.is_large_string(kind):
+        for value in array.to_pylist():
+            data = b"\x00null" if value is None else (value.encode() if isinstance(value, str) else value)
+            yield len(data).to_bytes(8, "little") + data
+    else:
+        yield str(kind).encode()
+        yield np.ascontiguousarray(array.to_numpy(zero_copy_only=False)).tobytes()
+
+
+def column_digests(table: pa.Table) -> dict[str, str]:
+    """blake2b of each column's values; equal digests mean equal values and element types."""
+    digests = {}
+    for name in table.column_names:
+        h = hashlib.blake2b(digest_size=16)
+        for part in _canonical_parts(table.column(name).combine_chunks()):
+            h.update(part)
+        digests[name] = h.hexdigest()
+    return digests
+
+
+def set_episode_columns(table: pa.Table, episode_index: int, from_index: int) -> pa.Table:
+    """Rewrite `episode_index` and `index` for an episode that moved (new number, new global rows)."""
+    n = table.num_rows
+    for name, values in (("episode_index", np.full(n, episode_index, dtype=np.int64)),
+                         ("index", np.arange(from_index, from_index + n, dtype=np.int64))):
+        if name in table.column_names:
+            position = table.column_names.index(name)
+            table = table.set_column(position, table.schema.field(name),
+                                     pa.array(values, type=table.schema.field(name).type))
+    return table

@@ -1,0 +1,233 @@
+"""Video containers without decoding: probe, concatenate and cut by stream copy (remux).
+
+Every timestamp lerodoc writes comes from the packets of the file it wrote, not from sums of
+durations. Decoding happens only for the rare cut that does not start on a keyframe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+
+from lerodoc.errors import LerodocError
+
+ENCODERS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265", "mpeg4": "mpeg4"}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the container says about its first video stream."""
+    codec: str
+    width: int
+    height: int
+    pix_fmt: str | None
+    fps: float
+    time_base: Fraction
+    frames: int
+    duration_s: float
+    bit_rate: int | None
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Clip:
+    """A window [from_timestamp, to_timestamp) of a video file; None bounds mean the file's ends."""
+    path: Path
+    from_timestamp: float | None = None
+    to_timestamp: float | None = None
+
+
+@dataclass(frozen=True)
+class Written:
+    """Where a clip landed in the file written, read back from its packets."""
+    from_timestamp: float
+    to_timestamp: float
+    frames: int
+    digest: str          # blake2b of the clip's packet payloads, in order
+    reencoded: bool = False
+
+
+def _open(path: Path, episode: int | None = None):
+    try:
+        container = av.open(str(path))
+    except (av.FFmpegError, OSError) as exc:
+        raise LerodocError(f"cannot open video ({exc})", file=path, episode=episode) from None
+    if not container.streams.video:
+        container.close()
+        raise LerodocError("has no video stream", file=path, episode=episode)
+    return container
+
+
+def probe(path: Path, count_packets: bool = False) -> Probe:
+    """Container facts; `count_packets` demuxes (never decodes) when the header has no frame count."""
+    with _open(path) as container:
+        stream = container.streams.video[0]
+        ctx = stream.codec_context
+        frames = stream.frames
+        if count_packets or not frames:
+            frames = sum(1 for p in container.demux(stream) if p.size)
+        duration = (float(stream.duration * stream.time_base) if stream.duration
+                    else (container.duration or 0) / av.time_base)
+        rate = stream.average_rate or stream.base_rate or 0
+        return Probe(codec=ctx.codec.canonical_name, width=ctx.width, height=ctx.height,
+                     pix_fmt=ctx.pix_fmt, fps=float(rate), time_base=Fraction(stream.time_base),
+                     frames=frames, duration_s=duration, bit_rate=ctx.bit_rate or None,
+                     size_bytes=Path(path).stat().st_size)
+
+
+def _window(clip: Clip, tb: Fraction, fps: int) -> tuple[int | None, int | None]:
+    """The clip's bounds in stream ticks, half a frame early so float rounding cannot drop a frame."""
+    half = Fraction(1, 2 * fps)
+
+    def ticks(t: float | None) -> int | None:
+        return None if t is None else int((Fraction(t) - half) / tb)
+    return ticks(clip.from_timestamp), ticks(clip.to_timestamp)
+
+
+def _clip_packets(container, clip: Clip, fps: int, episode: int | None):
+    """Yield the clip's packets (demux order); seeks to the keyframe before the window first."""
+    stream = container.streams.video[0]
+    lo, hi = _window(clip, Fraction(stream.time_base), fps)
+    if lo is not None and lo > 0:
+        container.seek(max(lo, 0), stream=stream, backward=True, any_frame=False)
+    for packet in container.demux(stream):
+        if packet.dts is None or packet.pts is None or not packet.size:
+            continue
+        if lo is not None and packet.pts <= lo:
+            continue
+        if hi is not None and packet.pts > hi:
+            if packet.dts > hi:
+                break
+            continue
+        yield packet
+
+
+def concat(clips: list[Clip], out: Path, fps: int, episodes: list[int] | None = None) -> list[Written]:
+    """Write the clips back to back into `out` by stream copy, then read the file back.
+
+    Every clip must start on a keyframe and share codec parameters with the first; otherwise a
+    LerodocError names the clip. Returns each clip's window in the written file.
+    """
+    episodes = episodes or [None] * len(clips)
+    digests, counts = [], []
+    with av.open(str(out), "w", format="mp4") as dst:
+        ostream, extradata, cursor = None, None, 0
+        for clip, episode in zip(clips, episodes):
+            with _open(clip.path, episode) as src:
+                stream = src.streams.video[0]
+                if ostream is None:
+                    ostream = dst.add_stream_from_template(stream, opaque=True)
+                    ostream.time_base = stream.time_base
+                    extradata = stream.codec_context.extradata
+                elif (stream.codec.canonical_name, stream.codec_context.extradata) != (ostream.codec.canonical_name,
+                                                                                    extradata):
+                    raise LerodocError("codec parameters differ from the first clip of this file, so it cannot "
+                                       "be joined by stream copy", file=clip.path, episode=episode)
+                src_tb, out_tb = Fraction(stream.time_base), Fraction(ostream.time_base)
+                digest, n, first, end = hashlib.blake2b(digest_size=16), 0, None, None
+                for packet in _clip_packets(src, clip, fps, episode):
+                    if first is None:
+                        if not packet.is_keyframe:
+                            raise NotOnKeyframe(clip.path, episode)
+                        first = packet.pts
+                    duration = packet.duration or round(1 / (fps * src_tb))
+                    end = max(end or 0, packet.pts + duration)
+                    digest.update(bytes(packet))
+                    packet.pts = cursor + round((packet.pts - first) * src_tb / out_tb)
+                    packet.dts = cursor + round((packet.dts - first) * src_tb / out_tb)
+                    packet.duration = round(duration * src_tb / out_tb)
+                    packet.time_base = ostream.time_base
+                    packet.stream = ostream
+                    dst.mux(packet)
+                    n += 1
+                if not n:
+                    raise LerodocError(f"holds no frames in [{clip.from_timestamp}, {clip.to_timestamp})",
+                                       file=clip.path, episode=episode)
+                cursor += round((end - first) * src_tb / out_tb)
+                digests.append(digest.hexdigest())
+                counts.append(n)
+    return read_back(out, counts, digests, fps)
+
+
+def read_back(path: Path, counts: list[int], digests: list[str], fps: int) -> list[Written]:
+    """Split a written file into consecutive clips of `counts` packets and check their payloads."""
+    with _open(path) as container:
+        stream = container.streams.video[0]
+        tb = Fraction(stream.time_base)
+        packets = [(p.pts, p.duration, bytes(p)) for p in container.demux(stream) if p.size]
+    if len(packets) != sum(counts):
+        raise VerifyError(f"holds {len(packets)} packets, expected {sum(counts)}", path)
+    written, start = [], 0
+    bounds = []
+    for count in counts:
+        chunk = packets[start:start + count]
+        bounds.append((min(p[0] for p in chunk), max(p[0] + (p[1] or round(1 / (fps * tb))) for p in chunk)))
+        start += count
+    start = 0
+    for (lo, hi), count, expected in zip(bounds, counts, digests):
+        digest = hashlib.blake2b(digest_size=16)
+        for _, _, payload in packets[start:start + count]:
+            digest.update(payload)
+        if digest.hexdigest() != expected:
+            raise VerifyError("packet payloads differ from the source clip", path)
+        written.append(Written(float(lo * tb), float(hi * tb), count, expected))
+        start += count
+    return written
+
+
+def cut(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Written:
+    """Copy one clip into its own file; re-encode it only when it does not start on a keyframe."""
+    try:
+        return concat([clip], out, fps, [episode])[0]
+    except NotOnKeyframe:
+        return reencode(clip, out, fps, episode)
+
+
+def reencode(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Written:
+    """Decode the clip's frames (from the keyframe before it) and encode them into `out`."""
+    with _open(clip.path, episode) as src:
+        stream = src.streams.video[0]
+        tb = Fraction(stream.time_base)
+        lo, hi = _window(clip, tb, fps)
+        codec = stream.codec_context
+        with av.open(str(out), "w", format="mp4") as dst:
+            name = codec.codec.canonical_name
+            ostream = dst.add_stream(ENCODERS.get(name, name), rate=fps)
+            ostream.width, ostream.height, ostream.pix_fmt = codec.width, codec.height, codec.pix_fmt
+            if lo is not None and lo > 0:
+                src.seek(lo, stream=stream, backward=True, any_frame=False)
+            n = 0
+            for packet in src.demux(stream):
+                for frame in packet.decode():
+                    if frame.pts is None or (lo is not None and frame.pts <= lo):
+                        continue
+                    if hi is not None and frame.pts > hi:
+                        break
+                    frame.pts, frame.time_base = n, Fraction(1, fps)
+                    frame.pict_type = av.video.frame.PictureType.NONE
+                    for p in ostream.encode(frame):
+                        dst.mux(p)
+                    n += 1
+            for p in ostream.encode(None):
+                dst.mux(p)
+    probe_ = probe(out, count_packets=True)
+    if probe_.frames != n:
+        raise VerifyError(f"re-encoded clip holds {probe_.frames} frames, expected {n}", out)
+    return Written(0.0, n / fps, n, "", reencoded=True)
+
+
+class NotOnKeyframe(LerodocError):
+    def __init__(self, path: Path, episode: int | None):
+        super().__init__("clip does not start on a keyframe, so it cannot be cut by stream copy",
+                         file=path, episode=episode)
+
+
+class VerifyError(LerodocError):
+    def __init__(self, message: str, path: Path):
+        from lerodoc.errors import ExitCode
+        super().__init__(message, file=path)
+        self.exit_code = ExitCode.VERIFY_FAILED
