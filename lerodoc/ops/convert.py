@@ -265,8 +265,6 @@ def _preflight(ds: Dataset, to: str) -> None:
         raise LerodocError(f"cannot write {to}; lerodoc writes {', '.join(TARGETS)}")
     if ds.version == to:
         raise LerodocError(f"dataset is already {to}; nothing to convert", file=ds.root / formats.INFO_PATH)
-    if ds.version == "v2.0" and to != "v2.1" and to != "v3.0":
-        raise LerodocError(f"cannot convert v2.0 to {to}")
     if not ds.episodes:
         raise LerodocError("dataset has no episodes", file=ds.root / formats.INFO_PATH)
     for ep in ds.episodes:
@@ -275,12 +273,13 @@ def _preflight(ds: Dataset, to: str) -> None:
                 raise LerodocError("file is missing", file=ds.path(rel), episode=ep.index)
 
 
-def convert(src: Path, out: Path, *, to: str = "v3.0", workers: int = 1, force: bool = False,
+def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, force: bool = False,
             data_file_size_mb: int | None = None, video_file_size_mb: int | None = None,
             progress: Callable[[str, int], Callable[[int], None]] | None = None) -> ConvertReport:
-    """Convert the dataset at `src` to version `to`, writing a new dataset at `out`."""
+    """Convert the dataset at `src` to version `to` (v3.0, or v2.1 for a v3.0 input) into `out`."""
     started = time.perf_counter()
     ds = Dataset.open(src)
+    to = to or ("v2.1" if ds.version == "v3.0" else "v3.0")
     _preflight(ds, to)
     if data_file_size_mb:
         ds.info.data_files_size_in_mb = data_file_size_mb

@@ -1,0 +1,48 @@
+"""The `lerodoc` command line: one Typer app, one module per command, errors rendered once."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from lerodoc import __version__, render
+from lerodoc.commands import convert, info
+from lerodoc.errors import ExitCode, LerodocError
+
+app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=False,
+                  help="Prepare, convert and repair LeRobot datasets (v2.0, v2.1, v3.0).",
+                  epilog="Exit codes: 0 ok, 1 findings, 2 usage, 3 bad input, 4 verification failed, "
+                         "130 interrupted.")
+app.command(rich_help_panel="Format")(info.info)
+app.command(rich_help_panel="Format")(convert.convert)
+
+
+def _version(value: bool) -> None:
+    if value:
+        render.out.print(f"lerodoc {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_version,
+                                               help="Print the version and exit.")] = False) -> None:
+    """lerodoc: LeRobot datasets that train."""
+
+
+def main() -> None:
+    """Run the app; render a LerodocError once, as one paragraph, with its exit code."""
+    try:
+        app()
+    except LerodocError as exc:
+        if os.environ.get("LERODOC_DEBUG"):
+            raise
+        if "--json" in sys.argv:
+            render.print_json(exc.to_json())
+        render.err.print(f"[bold red]error:[/] {exc.render()}", highlight=False, soft_wrap=True)
+        sys.exit(int(exc.exit_code))
+    except KeyboardInterrupt:
+        render.err.print("interrupted")
+        sys.exit(int(ExitCode.INTERRUPTED))

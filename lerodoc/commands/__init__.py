@@ -1,0 +1,1 @@
+"""One thin module per subcommand: parse arguments, call the core, render the result."""

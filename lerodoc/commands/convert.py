@@ -1,0 +1,54 @@
+"""`lerodoc convert`: between LeRobot v2.0, v2.1 and v3.0."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from lerodoc import render
+from lerodoc.ops.convert import convert as convert_dataset
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, OutputOpt, WorkersOpt
+
+
+class Target(str, Enum):
+    v21 = "v2.1"
+    v30 = "v3.0"
+
+
+def convert(
+    dataset: DatasetArg,
+    output: OutputOpt,
+    to: Annotated[Target | None, typer.Option("--to", help="Version to write [default: v3.0 for v2.x "
+                                                         "input, v2.1 for v3.0 input].")] = None,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    data_file_size_mb: Annotated[int, typer.Option(help="v3.0: start a new data file past this size.",
+                                                   rich_help_panel="Output")] = 0,
+    video_file_size_mb: Annotated[int, typer.Option(help="v3.0: start a new video file past this size.",
+                                                    rich_help_panel="Output")] = 0,
+    force: ForceOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Convert DATASET to another version: rows copied, videos joined or cut by stream copy.
+
+    v2.x -> v3.0 joins episodes into files; v3.0 -> v2.1 splits them into one parquet and one mp4
+    per episode (a clip that does not start on a keyframe is re-encoded, and the report says so).
+    The output is written beside its final name and appears only after every episode verified.
+    """
+    with render.progress(not json) as track:
+        report = convert_dataset(dataset, output, to=to.value if to else None, workers=workers, force=force,
+                                 data_file_size_mb=data_file_size_mb or None,
+                                 video_file_size_mb=video_file_size_mb or None, progress=track)
+    if json:
+        render.print_json(report.to_json())
+        return
+    render.out.print(f"converted {report.from_version} -> {report.to_version}: {report.episodes} episodes, "
+                     f"{report.frames} frames, {report.data_files} data files, {report.video_files} video files, "
+                     f"{render.human_bytes(report.bytes_out)} in {report.seconds:.2f} s -> {report.output}")
+    if report.renumbered_episodes:
+        render.out.print(f"renumbered episodes to 0..N-1 ({len(report.renumbered_episodes)} moved)")
+    for clip in report.reencoded_clips:
+        render.out.print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
+    for warning in report.warnings:
+        render.err.print(f"[yellow]warning:[/] {warning}")

@@ -1,0 +1,42 @@
+"""Describe a dataset from its metadata and container headers (nothing is decoded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lerodoc import video
+from lerodoc.dataset import Dataset
+from lerodoc.formats.info import flat_names
+from lerodoc.stats import BASIC, QUANTILES
+
+
+def describe(root: Path) -> dict:
+    ds = Dataset.open(root)
+    info = ds.info
+    features = {
+        name: {"dtype": spec["dtype"], "shape": list(spec["shape"]),
+               "names": flat_names(spec.get("names")) if spec["dtype"] not in ("video", "image") else None}
+        for name, spec in info.features.items()}
+    cameras = {}
+    for key in info.video_keys:
+        files = ds.video_files(key)
+        first = ds.path(files[0]) if files else None
+        if first is not None and first.is_file():
+            p = video.probe(first)
+            cameras[key] = {"codec": p.codec, "width": p.width, "height": p.height, "pix_fmt": p.pix_fmt,
+                            "fps": p.fps, "files": len(files), "probed_file": files[0]}
+        else:
+            cameras[key] = {"files": len(files), "missing": files[0] if files else None}
+    stat_keys = BASIC + QUANTILES
+    coverage = {name: {"dataset": [k for k in stat_keys if k in (ds.stats or {}).get(name, {})],
+                       "episodes": [k for k in stat_keys
+                                    if ds.episodes and all(k in ep.stats.get(name, {}) for ep in ds.episodes)]}
+                for name in info.features}
+    return {
+        "root": str(ds.root), "version": ds.version, "fps": info.fps, "robot_type": info.robot_type,
+        "episodes": len(ds.episodes), "frames": ds.total_frames, "tasks": len(ds.tasks),
+        "totals_in_info": {"episodes": info.total_episodes, "frames": info.total_frames, "tasks": info.total_tasks},
+        "data_files": len(ds.data_files()),
+        "size_bytes": sum(p.stat().st_size for p in ds.root.rglob("*") if p.is_file()),
+        "features": features, "cameras": cameras, "stats": coverage,
+    }
