@@ -97,6 +97,9 @@ def _clip_packets(container, clip: Clip, fps: int, episode: int | None):
     for packet in container.demux(stream):
         if packet.dts is None or packet.pts is None or not packet.size:
             continue
+        if packet.is_corrupt:
+            raise LerodocError(f"video packet at {float(packet.pts * stream.time_base):.3f} s is damaged "
+                               "(truncated or corrupt file)", file=clip.path, episode=episode)
         if lo is not None and packet.pts <= lo:
             continue
         if hi is not None and packet.pts > hi:
@@ -104,6 +107,14 @@ def _clip_packets(container, clip: Clip, fps: int, episode: int | None):
                 break
             continue
         yield packet
+
+
+def _demux_checked(packets, path: Path, episode: int | None):
+    """Pass packets through, turning a demuxer failure (truncated or corrupt file) into a clear error."""
+    try:
+        yield from packets
+    except av.FFmpegError as exc:
+        raise LerodocError(f"cannot read video packets ({exc})", file=path, episode=episode) from None
 
 
 def concat(clips: list[Clip], out: Path, fps: int, episodes: list[int] | None = None) -> list[Written]:
@@ -129,7 +140,7 @@ def concat(clips: list[Clip], out: Path, fps: int, episodes: list[int] | None = 
                                        "be joined by stream copy", file=clip.path, episode=episode)
                 src_tb, out_tb = Fraction(stream.time_base), Fraction(ostream.time_base)
                 digest, n, first, end = hashlib.blake2b(digest_size=16), 0, None, None
-                for packet in _clip_packets(src, clip, fps, episode):
+                for packet in _demux_checked(_clip_packets(src, clip, fps, episode), clip.path, episode):
                     if first is None:
                         if not packet.is_keyframe:
                             raise NotOnKeyframe(clip.path, episode)

@@ -314,8 +314,9 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
                 ep.videos[job.key] = VideoSpan(str(Path(job.out_file).relative_to(tmp)),
                                                result.from_timestamp, result.to_timestamp)
                 if result.frames != ep.length:
-                    report.warnings.append(f"episode {number} {job.key}: video holds {result.frames} frames "
-                                           f"for {ep.length} rows")
+                    raise LerodocError(f"video holds {result.frames} frames for {ep.length} rows, so frames "
+                                       "and rows would be misaligned", file=job.clips[0].path, episode=number,
+                                       field=job.key, hint="lerodoc validate --videos names the cause")
                 if result.reencoded:
                     report.reencoded_clips.append({"episode": number, "camera": job.key})
         for ep in new_eps:
