@@ -23,9 +23,9 @@ def convert(
     to: Annotated[Target | None, typer.Option("--to", help="Version to write [default: v3.0 for v2.x "
                                                          "input, v2.1 for v3.0 input].")] = None,
     workers: WorkersOpt = DEFAULT_WORKERS,
-    data_file_size_mb: Annotated[int, typer.Option(help="v3.0: start a new data file past this size.",
+    data_file_size_mb: Annotated[float, typer.Option(help="v3.0: start a new data file past this size.",
                                                    rich_help_panel="Output")] = 0,
-    video_file_size_mb: Annotated[int, typer.Option(help="v3.0: start a new video file past this size.",
+    video_file_size_mb: Annotated[float, typer.Option(help="v3.0: start a new video file past this size.",
                                                     rich_help_panel="Output")] = 0,
     force: ForceOpt = False,
     json: JsonOpt = False,

@@ -7,6 +7,7 @@ written files. Every episode's rows and video packets are checksummed on both si
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -211,8 +212,12 @@ def _clip_bytes(ds: Dataset, ep: Episode, key: str) -> int:
     return size * ep.length // max(total, 1)
 
 
-def plan(ds: Dataset, to: str, out: Path) -> tuple[list[Episode], list[list[RowPiece]], list[VideoJob]]:
-    """New episodes (numbered 0..N-1), row jobs and video jobs for writing `ds` as `to` under `out`."""
+def plan(ds: Dataset, to: str, out: Path, caps_mb: tuple[float, float]
+         ) -> tuple[list[Episode], list[list[RowPiece]], list[VideoJob]]:
+    """New episodes (numbered 0..N-1), row jobs and video jobs for writing `ds` as `to` under `out`.
+
+    `caps_mb` are the v3.0 data and video file size caps in MB.
+    """
     info = ds.info
     new_eps, cursor = [], 0
     for number, ep in enumerate(ds.episodes):
@@ -223,7 +228,7 @@ def plan(ds: Dataset, to: str, out: Path) -> tuple[list[Episode], list[list[RowP
         data_sizes = [ds.path(ep.data_file).stat().st_size * ep.length //
                       max(sum(e.length for e in ds.episodes if e.data_file == ep.data_file), 1)
                       for ep in ds.episodes]
-        groups = _group_by_size(data_sizes, info.data_files_size_in_mb * MB)
+        groups = _group_by_size(data_sizes, caps_mb[0] * MB)
         chunk, file = 0, 0
         for group in groups:
             for i in group:
@@ -247,7 +252,7 @@ def plan(ds: Dataset, to: str, out: Path) -> tuple[list[Episode], list[list[RowP
         if to == "v3.0":
             sizes = [_clip_bytes(ds, ep, key) for ep in ds.episodes]
             chunk, file = 0, 0
-            for group in _group_by_size(sizes, info.video_files_size_in_mb * MB):
+            for group in _group_by_size(sizes, caps_mb[1] * MB):
                 video_jobs.append(VideoJob(str(out / v30.video_file(key, chunk, file)), key,
                                            tuple(new_eps[i].index for i in group),
                                            tuple(_clip_of(ds, ds.episodes[i], key) for i in group)))
@@ -281,16 +286,14 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
     ds = Dataset.open(src)
     to = to or ("v2.1" if ds.version == "v3.0" else "v3.0")
     _preflight(ds, to)
-    if data_file_size_mb:
-        ds.info.data_files_size_in_mb = data_file_size_mb
-    if video_file_size_mb:
-        ds.info.video_files_size_in_mb = video_file_size_mb
+    caps = (data_file_size_mb or ds.info.data_files_size_in_mb, video_file_size_mb or ds.info.video_files_size_in_mb)
+    ds.info.data_files_size_in_mb, ds.info.video_files_size_in_mb = (max(1, math.ceil(c)) for c in caps)
     out = Path(out).absolute()
     report = ConvertReport(source=str(src), output=str(out), from_version=ds.version, to_version=to,
                            episodes=len(ds.episodes), frames=ds.total_frames, data_files=0, video_files=0,
                            bytes_in=_tree_size(ds.root), bytes_out=0)
     with staged_output(out, force=force) as tmp:
-        new_eps, row_jobs, video_jobs = plan(ds, to, tmp)
+        new_eps, row_jobs, video_jobs = plan(ds, to, tmp, caps)
         schema = _target_schema(ds)
         want_stats = not any(ep.stats for ep in ds.episodes)
         tick = progress("rows", len(row_jobs)) if progress else None

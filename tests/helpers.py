@@ -1,0 +1,64 @@
+"""Test helpers: run the CLI, decode videos, compare datasets value by value."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import av
+import numpy as np
+import pyarrow.parquet as pq
+
+from tests.fixtures.identity import Identity, decode_identity
+
+
+def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`python -m lerodoc ARGS` in a subprocess, as a user runs it."""
+    proc = subprocess.run([sys.executable, "-m", "lerodoc", *map(str, args)], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"lerodoc {' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stderr}")
+    return proc
+
+
+def run_json(*args: str) -> dict:
+    return json.loads(run_cli(*args, "--json").stdout)
+
+
+def decode_all(path: Path) -> list[tuple[float, np.ndarray]]:
+    """Every frame of the file as (time in seconds, RGB array), in presentation order."""
+    with av.open(str(path)) as container:
+        frames = [(float(f.pts * f.time_base), f.to_ndarray(format="rgb24"))
+                  for f in container.decode(video=0)]
+    return sorted(frames, key=lambda item: item[0])
+
+
+def identities_at(path: Path, times: list[float], tolerance: float = 1e-4) -> list[Identity | None]:
+    """Decode the frame shown at each time (within tolerance) and read its identity."""
+    frames = decode_all(path)
+    stamps = np.array([t for t, _ in frames])
+    out = []
+    for t in times:
+        k = int(np.argmin(np.abs(stamps - t)))
+        out.append(decode_identity(frames[k][1]) if abs(stamps[k] - t) < tolerance else None)
+    return out
+
+
+def packets(path: Path) -> list[bytes]:
+    with av.open(str(path)) as container:
+        return [bytes(p) for p in container.demux(video=0) if p.size]
+
+
+def rows_by_episode(root: Path) -> dict[int, dict[str, list]]:
+    """All parquet rows of a dataset (any version), grouped by episode_index, as Python lists."""
+    out: dict[int, dict[str, list]] = {}
+    for path in sorted(Path(root).glob("data/*/*.parquet")):
+        table = pq.read_table(path)
+        for episode in sorted(set(table.column("episode_index").to_pylist())):
+            mask = [e == episode for e in table.column("episode_index").to_pylist()]
+            part = table.filter(mask).to_pydict()
+            target = out.setdefault(episode, {k: [] for k in part})
+            for k, v in part.items():
+                target[k].extend(v)
+    return out
