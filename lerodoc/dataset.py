@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lerodoc import formats
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
+from lerodoc.parquet_io import read_parquet
 
 Stats = dict[str, dict[str, np.ndarray]]   # feature -> stat name -> array
 
@@ -86,10 +86,7 @@ class Dataset:
 def read_rows(path: Path, start: int, length: int, columns: list[str] | None = None,
               episode: int | None = None) -> pa.Table:
     """Rows [start, start+length) of a parquet file, with a clear error for a bad file."""
-    try:
-        table = pq.read_table(path, columns=columns)
-    except (OSError, pa.ArrowException) as exc:
-        raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=episode) from None
+    table = read_parquet(path, columns, episode)
     if start + length > table.num_rows:
         raise LerodocError(f"holds {table.num_rows} rows but the metadata puts rows "
                            f"{start}..{start + length - 1} there", file=path, episode=episode)

@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import hashlib
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from lerodoc.errors import LerodocError
+
+
+def read_parquet(path: Path | str, columns: list[str] | None = None, episode: int | None = None) -> pa.Table:
+    """A whole parquet file (only `columns` if given); an unreadable file is a clear error."""
+    try:
+        return pq.ParquetFile(path).read(columns=columns)
+    except (OSError, pa.ArrowException) as exc:
+        raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=episode) from None
 
 
 def _canonical_parts(array: pa.Array):

@@ -24,6 +24,7 @@ from lerodoc.dataset import Episode, VideoSpan
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import stats_from_json, stats_to_json
+from lerodoc.parquet_io import read_parquet
 
 VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -72,10 +73,7 @@ def read_tasks(root: Path) -> list[str]:
 def _read_table(path: Path) -> pa.Table:
     if not path.is_file():
         raise LerodocError("file is missing", file=path)
-    try:
-        return pq.read_table(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise LerodocError(f"cannot read parquet ({exc})", file=path) from None
+    return read_parquet(path)
 
 
 def _episode_stats(row: dict) -> dict:

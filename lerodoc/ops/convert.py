@@ -21,7 +21,7 @@ from lerodoc.dataset import Dataset, Episode, VideoSpan
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21, v30
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import column_digests, set_episode_columns
+from lerodoc.parquet_io import column_digests, read_parquet, set_episode_columns
 from lerodoc.staging import staged_output
 from lerodoc.stats import aggregate, column_stats, merge_dataset_stats
 
@@ -88,11 +88,7 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema, bool]) -> list[dict]:
         for piece in pieces:
             if piece.src_file not in cache:
                 cache.clear()
-                try:
-                    cache[piece.src_file] = pq.read_table(piece.src_file)
-                except (OSError, pa.ArrowException) as exc:
-                    raise LerodocError(f"cannot read parquet ({exc})", file=piece.src_file,
-                                       episode=piece.source_episode) from None
+                cache[piece.src_file] = read_parquet(piece.src_file, episode=piece.source_episode)
             table = cache[piece.src_file]
             if piece.src_row + piece.length > table.num_rows:
                 raise LerodocError(f"holds {table.num_rows} rows, but episode needs rows "
@@ -154,7 +150,7 @@ def _check_written(pieces: list[RowPiece], results: list[dict]) -> None:
     for piece, result in zip(pieces, results):
         by_file.setdefault(piece.out_file, []).append((piece, result))
     for out_file, entries in by_file.items():
-        table = pq.read_table(out_file)
+        table = read_parquet(out_file)
         offset = 0
         for piece, result in entries:
             written = column_digests(table.slice(offset, piece.length))
