@@ -1,0 +1,143 @@
+"""lerobot 0.6.1 as an oracle: its loader and converter, run in the reference venv via subprocesses.
+
+lerobot is never imported here; scripts/lerobot-venv.sh makes (once) a Python 3.12 venv
+and the scripts next to this file run inside it. If the venv cannot be made, the calls
+raise (tests fail) unless LERODOC_SKIP_LEROBOT=1, which skips them instead.
+Each subprocess runs offline with HF_HOME and its caches in a throwaway directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+VENV_SCRIPT = REPO / "scripts" / "lerobot-venv.sh"
+
+_python: Path | Exception | None = None
+
+
+class LerobotUnavailable(RuntimeError):
+    """The reference venv could not be made."""
+
+
+class OracleFailure(AssertionError):
+    """lerobot rejected or misread a dataset; `.report` holds the full report."""
+
+    def __init__(self, message: str, report: dict):
+        super().__init__(message)
+        self.report = report
+
+
+class Converted(NamedTuple):
+    root: Path
+    seconds: float  # wall time of the converter subprocess, interpreter start included
+
+
+def lerobot_python() -> Path:
+    """Path of the reference venv's python, made on first use and cached for the session."""
+    global _python
+    if os.environ.get("LERODOC_SKIP_LEROBOT") == "1":
+        import pytest
+
+        pytest.skip("LERODOC_SKIP_LEROBOT=1: lerobot 0.6.1 oracle not used")
+    if _python is None:
+        proc = subprocess.run(["bash", str(VENV_SCRIPT)], capture_output=True, text=True, timeout=3600)
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode == 0 and lines and Path(lines[-1]).exists():
+            _python = Path(lines[-1])
+        else:
+            _python = LerobotUnavailable(
+                f"{VENV_SCRIPT.name} failed (exit {proc.returncode}); set LERODOC_SKIP_LEROBOT=1 to skip "
+                f"lerobot checks.\n{proc.stderr[-3000:]}")
+    if isinstance(_python, Exception):
+        raise _python
+    return _python
+
+
+def _run(args: list[str], scratch: Path, timeout: float, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the venv's python offline, with every Hugging Face cache under `scratch`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    hf = scratch / "hf"
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(hf), HF_DATASETS_CACHE=str(hf / "datasets"),
+               HF_LEROBOT_HOME=str(hf / "lerobot"), HF_HUB_DISABLE_TELEMETRY="1")
+    return subprocess.run([str(lerobot_python()), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=cwd)
+
+
+def summarize(report: dict) -> str:
+    """A few lines saying what lerobot found wrong."""
+    lines = [f"lerobot {report.get('lerobot_version')} ({report.get('backend')}) on {report.get('root')}: "
+             + ("; ".join(report.get("problems", [])) or "ok")]
+    for key in ("misaligned_examples", "value_mismatch_examples", "length_mismatches", "exceptions"):
+        for example in report.get(key, [])[:3]:
+            lines.append(f"  {key.split('_')[0]}: {json.dumps(example)[:400]}")
+    if report.get("traceback"):
+        lines.append(report["traceback"][-1500:])
+    return "\n".join(lines)
+
+
+def check_with_lerobot(root: str | Path, expect: dict, backend: str = "pyav", frames: str | int = "all",
+                       raise_on_failure: bool = True, timeout: float = 900) -> dict:
+    """Load `root` with LeRobotDataset and compare it to `expect` (format: check_dataset.py).
+
+    Returns the report; raises OracleFailure (an AssertionError) with a summary when it fails.
+    """
+    with tempfile.TemporaryDirectory(prefix="lerobot-oracle-") as tmp:
+        scratch = Path(tmp)
+        (scratch / "expect.json").write_text(json.dumps(expect))
+        out = scratch / "report.json"
+        proc = _run([str(HERE / "check_dataset.py"), str(Path(root).resolve()), "--expect",
+                     str(scratch / "expect.json"), "--backend", backend, "--out", str(out),
+                     "--frames", str(frames)], scratch, timeout)
+        if not out.exists():
+            raise OracleFailure(f"check_dataset.py wrote no report (exit {proc.returncode}):\n"
+                                f"{proc.stderr[-3000:]}", {})
+        report = json.loads(out.read_text())
+    if raise_on_failure and not report["ok"]:
+        raise OracleFailure(summarize(report), report)
+    return report
+
+
+def convert_with_lerobot(src_root: str | Path, work_dir: str | Path, repo_id: str = "lerodoc/convert",
+                         keep_old: bool = False, timeout: float = 3600) -> Converted:
+    """Convert a COPY of v2.1 `src_root` with lerobot's convert_dataset_v21_to_v30, offline.
+
+    The copy is work_dir/<src name>; the converter swaps it in place for the v3.0 result
+    (the v2.1 copy becomes <name>_old, removed unless keep_old).
+    """
+    src_root, work_dir = Path(src_root).resolve(), Path(work_dir).resolve()
+    root = work_dir / src_root.name
+    if root.exists():
+        raise FileExistsError(root)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src_root, root)
+    with tempfile.TemporaryDirectory(prefix="lerobot-convert-") as tmp:
+        start = time.perf_counter()
+        proc = _run(["-m", "lerobot.scripts.convert_dataset_v21_to_v30", f"--repo-id={repo_id}",
+                     f"--root={root}", "--push-to-hub=false"], Path(tmp), timeout, cwd=work_dir)
+        seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"lerobot converter failed (exit {proc.returncode}) on {root}:\n{proc.stderr[-4000:]}")
+    if not keep_old:
+        shutil.rmtree(root.with_name(root.name + "_old"), ignore_errors=True)
+    return Converted(root, seconds)
+
+
+def make_native_v30(root: str | Path, lengths: tuple[int, ...] = (40, 55), images: bool = False,
+                    timeout: float = 600) -> dict:
+    """Record a dataset with lerobot itself (make_native_v30.py) at `root`; returns its expectation."""
+    with tempfile.TemporaryDirectory(prefix="lerobot-native-") as tmp:
+        expect_path = Path(tmp) / "expect.json"
+        proc = _run([str(HERE / "make_native_v30.py"), str(Path(root).resolve()), "--expect", str(expect_path),
+                     "--lengths", ",".join(map(str, lengths)), *(["--images"] if images else [])], Path(tmp), timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"make_native_v30.py failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        return json.loads(expect_path.read_text())
