@@ -22,7 +22,7 @@ def print_json(payload) -> None:
 def table(title: str, columns: list[str], rows: list[list]) -> Table:
     t = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
     for name in columns:
-        t.add_column(name)
+        t.add_column(name, overflow="fold")
     for row in rows:
         t.add_row(*["" if v is None else str(v) for v in row])
     return t

@@ -5,6 +5,15 @@ from __future__ import annotations
 from lerodoc import render
 from lerodoc.ops.info import describe
 from lerodoc.options import DatasetArg, JsonOpt
+from lerodoc.stats import BASIC, QUANTILES
+
+
+def _coverage(keys: list[str]) -> str:
+    """'basic+q' when min/max/mean/std/count and q01..q99 are all there, else what is."""
+    have = set(keys)
+    parts = ["basic" if have >= set(BASIC) else " ".join(k for k in BASIC if k in have),
+             "q" if have >= set(QUANTILES) else " ".join(k for k in QUANTILES if k in have)]
+    return "+".join(p for p in parts if p) or "-"
 
 
 def info(dataset: DatasetArg, json: JsonOpt = False) -> None:
@@ -24,8 +33,8 @@ def info(dataset: DatasetArg, json: JsonOpt = False) -> None:
         shown = ", ".join(names[:4]) + (f", … ({len(names)})" if len(names) > 4 else "")
         cov = report["stats"][name]
         rows.append([name, feat["dtype"], tuple(feat["shape"]), shown,
-                     " ".join(cov["dataset"]) or "-", " ".join(cov["episodes"]) or "-"])
-    o.print(render.table("features", ["feature", "dtype", "shape", "names", "stats.json", "per-episode stats"],
+                     _coverage(cov["dataset"]), _coverage(cov["episodes"])])
+    o.print(render.table("features", ["feature", "dtype", "shape", "names", "stats.json", "episode stats"],
                          rows))
     if report["cameras"]:
         o.print(render.table("cameras", ["camera", "codec", "size", "pix_fmt", "fps", "files"],

@@ -1,0 +1,73 @@
+"""bench/convert: lerodoc convert vs lerobot 0.6.1's converter vs copying the bytes, in one run.
+
+    python -m bench.convert [--episodes 200] [--cameras 3] [--work DIR]
+
+Prints wall times (each tool started as a fresh process, as a user runs it) and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.dataset import seed_dataset, tile_v21
+from lerodoc.dataset import Dataset
+from tests.lerobot_oracle import convert_with_lerobot
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=200)
+    parser.add_argument("--cameras", type=int, default=3)
+    parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--skip-lerobot", action="store_true")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    src = tile_v21(seed_dataset(work), work / "src_v21", args.episodes, args.cameras)
+    size = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
+    ds = Dataset.open(src)
+    print(f"dataset: {len(ds.episodes)} episodes x {args.cameras} cameras, {ds.total_frames} frames, "
+          f"{size / 2**20:.0f} MiB (v2.1, {ds.info.features[ds.info.video_keys[0]]['info'].get('video.codec')})")
+
+    results = {}
+    results["copy (shutil.copytree)"] = timed(lambda: shutil.copytree(src, work / "copy"))
+    results["copy (cp -r)"] = timed(lambda: subprocess.run(["cp", "-r", str(src), str(work / "copy2")], check=True))
+    lerodoc_cmd = [sys.executable, "-m", "lerodoc", "convert", str(src), "-o", str(work / "lerodoc_v30"), "--json"]
+    results["lerodoc convert"] = timed(lambda: subprocess.run(lerodoc_cmd, check=True, capture_output=True))
+    out = Dataset.open(work / "lerodoc_v30")
+    assert out.total_frames == ds.total_frames and len(out.episodes) == len(ds.episodes)
+    if not args.skip_lerobot:
+        converted = convert_with_lerobot(src, work / "lerobot")
+        results["lerobot 0.6.1 convert_dataset_v21_to_v30"] = converted.seconds
+
+    copy = results["copy (shutil.copytree)"]
+    ours = results["lerodoc convert"]
+    print(f"\n{'tool':<44}{'seconds':>9}{'vs lerodoc':>12}")
+    for name, seconds in results.items():
+        print(f"{name:<44}{seconds:>9.2f}{seconds / ours:>11.2f}x")
+    summary = {"episodes": len(ds.episodes), "cameras": args.cameras, "frames": ds.total_frames, "bytes": size,
+               "seconds": results, "lerodoc_over_copy": ours / copy}
+    if "lerobot 0.6.1 convert_dataset_v21_to_v30" in results:
+        summary["lerobot_over_lerodoc"] = results["lerobot 0.6.1 convert_dataset_v21_to_v30"] / ours
+        print(f"\nlerodoc is {summary['lerobot_over_lerodoc']:.1f}x faster than lerobot's converter "
+              f"(bar: >= 5x)")
+    print(f"lerodoc takes {summary['lerodoc_over_copy']:.2f}x the time of copying the bytes (bar: <= 2x)")
+    (work / "bench_convert.json").write_text(json.dumps(summary, indent=2))
+    print(f"results in {work / 'bench_convert.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Install lerodoc with its test dependencies, make the lerobot 0.6.1 reference venv, run the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install -q -e '.[dev]'
+if ! command -v ffmpeg >/dev/null 2>&1; then
+  # lerobot's torchcodec backend needs system FFmpeg; without it the oracle tests use PyAV only.
+  (apt-get install -y -q ffmpeg >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q ffmpeg >/dev/null 2>&1)) \
+    || echo "ffmpeg not installed: lerobot checks will use the pyav backend only" >&2
+fi
+bash scripts/lerobot-venv.sh >/dev/null
+python3 -m pytest -q "$@"
