@@ -16,6 +16,9 @@ import av
 from lerodoc.errors import LerodocError
 
 ENCODERS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265", "mpeg4": "mpeg4"}
+# Re-encoded clips are lossless in the decoded (YUV) domain, so a cut changes no pixel.
+LOSSLESS = {"libx264": {"qp": "0", "preset": "veryfast"}, "libsvtav1": {"svtav1-params": "lossless=1"},
+            "libx265": {"x265-params": "lossless=1"}}
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,15 @@ def probe(path: Path, count_packets: bool = False) -> Probe:
                      pix_fmt=ctx.pix_fmt, fps=float(rate), time_base=Fraction(stream.time_base),
                      frames=frames, duration_s=duration, bit_rate=ctx.bit_rate or None,
                      size_bytes=Path(path).stat().st_size)
+
+
+def signature(path: Path, episode: int | None = None) -> tuple:
+    """What must be equal for two files to be joined by stream copy (codec, size, time base, headers)."""
+    with _open(path, episode) as container:
+        stream = container.streams.video[0]
+        ctx = stream.codec_context
+        return (ctx.codec.canonical_name, ctx.width, ctx.height, ctx.pix_fmt, Fraction(stream.time_base),
+                hashlib.blake2b(ctx.extradata or b"", digest_size=8).hexdigest())
 
 
 def _window(clip: Clip, tb: Fraction, fps: int) -> tuple[int | None, int | None]:
@@ -206,8 +218,8 @@ def reencode(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Wri
         lo, hi = _window(clip, tb, fps)
         codec = stream.codec_context
         with av.open(str(out), "w", format="mp4") as dst:
-            name = codec.codec.canonical_name
-            ostream = dst.add_stream(ENCODERS.get(name, name), rate=fps)
+            encoder = ENCODERS.get(codec.codec.canonical_name, codec.codec.canonical_name)
+            ostream = dst.add_stream(encoder, rate=fps, options=LOSSLESS.get(encoder, {}))
             ostream.width, ostream.height, ostream.pix_fmt = codec.width, codec.height, codec.pix_fmt
             if lo is not None and lo > 0:
                 src.seek(lo, stream=stream, backward=True, any_frame=False)
