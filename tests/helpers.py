@@ -62,3 +62,19 @@ def rows_by_episode(root: Path) -> dict[int, dict[str, list]]:
             for k, v in part.items():
                 target[k].extend(v)
     return out
+
+
+def expect_from_fixture(fixture, dataset_root: Path | None = None) -> dict:
+    """The lerobot oracle's expectation for a dataset holding `fixture`'s episodes unchanged."""
+    spec = fixture.spec
+    value = f"{spec.dataset_id}*100000 + 1000*s + f + k/100"
+    return {
+        "fps": spec.fps,
+        "video_keys": list(spec.cameras),
+        "episodes": [
+            {"length": length, "task": spec.tasks[e % len(spec.tasks)],
+             "identity": {"dataset": spec.dataset_id, "episode": e,
+                          "cameras": {key: c for c, key in enumerate(spec.cameras)}},
+             "values": {"observation.state": {"expr": value}, "action": {"expr": value + " + 0.5"}}}
+            for e, length in enumerate(fixture.lengths)],
+    }

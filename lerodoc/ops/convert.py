@@ -27,6 +27,7 @@ from lerodoc.stats import aggregate, column_stats, merge_dataset_stats
 
 TARGETS = ("v2.1", "v3.0")
 MB = 1 << 20
+PER_JOB = 16   # v3.0 -> v2.1: episode clips cut per worker task
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,19 @@ class RowPiece:
 
 @dataclass(frozen=True)
 class VideoJob:
-    """One output video file, made of consecutive episode clips of one camera."""
-    out_file: str
+    """Episode clips of one camera, to be written as v3.0 files (joined up to a size cap) or one per episode.
+
+    For v3.0, `out_files` is empty: the worker names files chunk/file in order, starting a new file past
+    `cap_bytes` or where a clip's stream parameters differ from the file's, since those cannot be joined.
+    """
     key: str
     episodes: tuple[int, ...]
     clips: tuple[video.Clip, ...]
+    sizes: tuple[int, ...] = ()
+    out_files: tuple[str, ...] = ()
+    out_root: str = ""
+    cap_bytes: float = 0
+    chunks_size: int = 1000
 
 
 @dataclass
@@ -164,16 +173,33 @@ def _check_written(pieces: list[RowPiece], results: list[dict]) -> None:
             raise VerificationError(f"holds {table.num_rows} rows, expected {offset}", file=out_file)
 
 
-def write_video(job: VideoJob, fps: int, single: bool) -> list[video.Written]:
-    """Worker: one output video file by stream copy (a lone clip may be re-encoded if it must)."""
-    Path(job.out_file).parent.mkdir(parents=True, exist_ok=True)
-    if single:
-        return [video.cut(job.clips[0], Path(job.out_file), fps, job.episodes[0])]
-    return video.concat(list(job.clips), Path(job.out_file), fps, list(job.episodes))
-
-
-def _write_video_job(args: tuple[VideoJob, int, bool]) -> list[video.Written]:
-    return write_video(*args)
+def write_videos(args: tuple[VideoJob, int]) -> list[tuple[str, video.Written]]:
+    """Worker: write a job's clips; returns (file written, where the clip landed) per episode."""
+    job, fps = args
+    if job.out_files:
+        placed = []
+        for out_file, clip, episode in zip(job.out_files, job.clips, job.episodes):
+            Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+            placed.append((out_file, video.cut(clip, Path(out_file), fps, episode)))
+        return placed
+    signatures = [video.signature(c.path, e) for c, e in zip(job.clips, job.episodes)]
+    groups, chunk, file, placed = [], 0, 0, []
+    for group in _group_by_size(list(job.sizes), job.cap_bytes):
+        current = [group[0]]
+        for i in group[1:]:     # split further where the stream parameters change
+            if signatures[i] != signatures[current[-1]]:
+                groups.append(current)
+                current = []
+            current.append(i)
+        groups.append(current)
+    for group in groups:
+        out_file = str(Path(job.out_root) / v30.video_file(job.key, chunk, file))
+        Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+        written = video.concat([job.clips[i] for i in group], Path(out_file), fps,
+                               [job.episodes[i] for i in group])
+        placed += [(out_file, w) for w in written]
+        chunk, file = v30.next_file(chunk, file, job.chunks_size)
+    return placed
 
 
 def _group_by_size(sizes: list[int], cap: int) -> list[list[int]]:
@@ -245,19 +271,16 @@ def plan(ds: Dataset, to: str, out: Path, caps_mb: tuple[float, float]
 
     video_jobs = []
     for key in info.video_keys:
+        clips = tuple(_clip_of(ds, ep, key) for ep in ds.episodes)
+        numbers = tuple(ep.index for ep in new_eps)
         if to == "v3.0":
-            sizes = [_clip_bytes(ds, ep, key) for ep in ds.episodes]
-            chunk, file = 0, 0
-            for group in _group_by_size(sizes, caps_mb[1] * MB):
-                video_jobs.append(VideoJob(str(out / v30.video_file(key, chunk, file)), key,
-                                           tuple(new_eps[i].index for i in group),
-                                           tuple(_clip_of(ds, ds.episodes[i], key) for i in group)))
-                chunk, file = v30.next_file(chunk, file, info.chunks_size)
+            video_jobs.append(VideoJob(key, numbers, clips, tuple(_clip_bytes(ds, ep, key) for ep in ds.episodes),
+                                       out_root=str(out), cap_bytes=caps_mb[1] * MB, chunks_size=info.chunks_size))
         else:
-            for old, new in zip(ds.episodes, new_eps):
-                path = v21.VIDEO_PATH.format(episode_chunk=new.index // info.chunks_size, video_key=key,
-                                             episode_index=new.index)
-                video_jobs.append(VideoJob(str(out / path), key, (new.index,), (_clip_of(ds, old, key),)))
+            files = tuple(str(out / v21.VIDEO_PATH.format(episode_chunk=n // info.chunks_size, video_key=key,
+                                                           episode_index=n)) for n in numbers)
+            video_jobs.extend(VideoJob(key, numbers[i:i + PER_JOB], clips[i:i + PER_JOB],
+                                       out_files=files[i:i + PER_JOB]) for i in range(0, len(numbers), PER_JOB))
     return new_eps, list(row_jobs.values()), video_jobs
 
 
@@ -305,17 +328,17 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
             report.warnings.append("source had no per-episode stats: computed them from the parquet "
                                    "for numeric features (camera stats need decoding and were not computed)")
         tick = progress("videos", len(video_jobs)) if progress else None
-        written = pmap(_write_video_job, [(job, ds.info.fps, to == "v2.1") for job in video_jobs],
-                       workers=workers, progress=tick)
-        for job, results in zip(video_jobs, written):
-            for number, result in zip(job.episodes, results):
+        written = pmap(write_videos, [(job, ds.info.fps) for job in video_jobs], workers=workers, progress=tick)
+        for job, placed in zip(video_jobs, written):
+            for number, (out_file, result) in zip(job.episodes, placed):
                 ep = new_eps[number]
-                ep.videos[job.key] = VideoSpan(str(Path(job.out_file).relative_to(tmp)),
+                ep.videos[job.key] = VideoSpan(str(Path(out_file).relative_to(tmp)),
                                                result.from_timestamp, result.to_timestamp)
                 if result.frames != ep.length:
                     raise LerodocError(f"video holds {result.frames} frames for {ep.length} rows, so frames "
-                                       "and rows would be misaligned", file=job.clips[0].path, episode=number,
-                                       field=job.key, hint="lerodoc validate --videos names the cause")
+                                       "and rows would be misaligned", file=ds.path(ds.episodes[number].videos[
+                                           job.key].file), episode=number, field=job.key,
+                                       hint="lerodoc validate --videos names the cause")
                 if result.reencoded:
                     report.reencoded_clips.append({"episode": number, "camera": job.key})
         for ep in new_eps:
@@ -324,7 +347,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
         formats.module(to).write_meta(tmp, ds.info, new_eps, ds.tasks, stats)
         _verify(tmp, to, new_eps)
         report.data_files = len({ep.data_file for ep in new_eps})
-        report.video_files = len(video_jobs)
+        report.video_files = len({span.file for ep in new_eps for span in ep.videos.values()})
         report.bytes_out = _tree_size(tmp)
     report.seconds = round(time.perf_counter() - started, 3)
     return report

@@ -21,6 +21,10 @@ EXPECT.json (every key optional except "episodes"):
       ]
     }
 
+An episode may also name "reference": {camera: mp4 path}: then output frame i of that camera must
+look like frame i of the reference file decoded with PyAV (mean absolute difference under 2 levels
+of 255, and no closer to a neighbouring frame). This checks real data that carries no identity.
+
 For output frame i of episode e, camera `key` must decode (tests/fixtures/identity.py) to
 Identity(dataset, cameras[key], episode, frame_offset + frame_step*i). An "expr" is a numpy
 expression over i (output frame), e (output episode), s (source episode), d (source dataset),
@@ -113,8 +117,28 @@ def describe_meta(ds) -> dict:
     }
 
 
-def check_frame(item: dict, wanted: dict, identities: dict, where: dict, atol: float, rep: dict) -> None:
-    """Compare one LeRobotDataset item with its expected values and camera identities."""
+def reference_frames(path: str) -> list[np.ndarray]:
+    """Every frame of an mp4 as float RGB in [0, 255], in presentation order."""
+    import av
+
+    with av.open(path) as container:
+        frames = sorted(((f.pts, f.to_ndarray(format="rgb24")) for f in container.decode(video=0)),
+                        key=lambda x: x[0])
+    return [img.astype(np.float32) for _, img in frames]
+
+
+def matches_reference(image: np.ndarray, refs: list[np.ndarray], i: int) -> bool:
+    """The decoded (C,H,W) [0,1] image is reference frame i, not a neighbour."""
+    img = image.transpose(1, 2, 0) * 255.0 if image.shape[0] == 3 else image
+    if i >= len(refs):
+        return False
+    diffs = {j: float(np.abs(img - refs[j]).mean()) for j in (i - 1, i, i + 1) if 0 <= j < len(refs)}
+    return diffs[i] < 2.0 and diffs[i] <= min(diffs.values())   # ties: a static scene repeats frames
+
+
+def check_frame(item: dict, wanted: dict, identities: dict, where: dict, atol: float, rep: dict,
+                references: dict | None = None) -> None:
+    """Compare one LeRobotDataset item with its expected values, camera identities and reference frames."""
     for key, want in wanted.items():
         got = item.get(key)
         if isinstance(want, str):
@@ -134,6 +158,11 @@ def check_frame(item: dict, wanted: dict, identities: dict, where: dict, atol: f
             if len(rep["misaligned_examples"]) < MAX_EXAMPLES:
                 rep["misaligned_examples"].append({**where, "camera": cam, "expected": want._asdict(),
                                                    "got": got._asdict() if got else None})
+    for cam, refs in (references or {}).items():
+        if not matches_reference(to_numpy(item[cam]), refs, where["frame"]):
+            rep["misaligned"] += 1
+            if len(rep["misaligned_examples"]) < MAX_EXAMPLES:
+                rep["misaligned_examples"].append({**where, "camera": cam, "expected": "reference frame"})
 
 
 def check_episode(ds, e: int, exp: dict, start_index: int, frames: str, atol: float, rep: dict) -> None:
@@ -144,6 +173,7 @@ def check_episode(ds, e: int, exp: dict, start_index: int, frames: str, atol: fl
     try:
         row = ds.meta.episodes[e]
         length, first, last = row["length"], row["dataset_from_index"], row["dataset_to_index"]
+        references = {cam: reference_frames(path) for cam, path in exp.get("reference", {}).items()}
         if not (exp["length"] == length == last - first):
             rep["length_mismatches"].append({"episode": e, "expected": exp["length"], "length": length,
                                              "data_rows": last - first})
@@ -160,7 +190,7 @@ def check_episode(ds, e: int, exp: dict, start_index: int, frames: str, atol: fl
                 wanted[key] = expected_value(spec, ctx, shapes.get(key, ()))
             identities = {cam: Identity(src[0], cam_id, src[1], src_frame)
                           for cam, cam_id in ident.get("cameras", {}).items()}
-            check_frame(item, wanted, identities, {"episode": e, "frame": i}, atol, rep)
+            check_frame(item, wanted, identities, {"episode": e, "frame": i}, atol, rep, references)
     except Exception as exc:  # one bad frame must not hide the other episodes
         rep["exceptions"].append({"episode": e, "frame": i, "error": f"{type(exc).__name__}: {exc}"[:1000]})
 
@@ -185,7 +215,8 @@ def run(args, expect: dict, rep: dict) -> None:
         missing = sorted(set(keys) - set((meta["stats_keys"] or {}).get(feat, [])))
         if missing:
             rep["problems"].append(f"stats for {feat} lack {missing}")
-    checked_cams = {c for ep in episodes for c in ep.get("identity", {}).get("cameras", {})}
+    checked_cams = {c for ep in episodes for c in [*ep.get("identity", {}).get("cameras", {}),
+                                                   *ep.get("reference", {})]}
     rep["unchecked_cameras"] = sorted(set(meta["camera_keys"]) - checked_cams)
 
     t0 = time.perf_counter()
