@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from lerodoc.dataset import Dataset
-from lerodoc.ops.convert import _group_by_size, convert
+from lerodoc.ops.convert import convert
+from lerodoc.ops.rewrite import _group_by_size
 from tests.fixtures.factory import make_dataset
 from tests.helpers import decode_all, identities_at, packets, rows_by_episode, run_cli
 from tests.fixtures.identity import decode_identity

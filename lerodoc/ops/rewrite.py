@@ -1,0 +1,368 @@
+"""Write a new dataset from episodes picked out of one or more source datasets.
+
+The shared engine of `convert` and `merge`: rows are copied (re-typed to one schema; `episode_index`,
+`index` and `task_index` rewritten only where the numbering changed), videos are joined or cut by
+stream copy with windows read back from the written files, and every episode's column checksums are
+compared between source and re-read output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lerodoc import video
+from lerodoc.dataset import Dataset, Episode, VideoSpan
+from lerodoc.errors import LerodocError, VerificationError
+from lerodoc.formats import v21, v30
+from lerodoc.formats.info import Info
+from lerodoc.parallel import pmap
+from lerodoc.parquet_io import column_digests, read_parquet
+from lerodoc.stats import column_stats
+
+TARGETS = ("v2.1", "v3.0")
+MB = 1 << 20
+PER_JOB = 16   # -> v2.1: episode clips cut per worker task
+REWRITABLE = ("episode_index", "index", "task_index")
+Progress = Callable[[str, int], Callable[[int], None]]
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One source episode going into the output; `task_map[old task_index]` is its new task_index."""
+    dataset: Dataset
+    episode: Episode
+    task_map: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RowPiece:
+    """One episode's rows: where they are read, where they go, and their new numbering."""
+    src_file: str
+    src_row: int
+    length: int
+    out_file: str
+    episode: int
+    from_index: int
+    source_episode: int
+    task_map: tuple[int, ...] | None
+    all_stats: bool          # the source has no per-episode stats: compute them all
+
+
+@dataclass(frozen=True)
+class VideoJob:
+    """Episode clips of one camera, to be written as v3.0 files (joined up to a size cap) or one per episode.
+
+    For v3.0, `out_files` is empty: the worker names files chunk/file in order, starting a new file past
+    `cap_bytes` or where a clip's stream parameters differ from the file's, since those cannot be joined.
+    """
+    key: str
+    episodes: tuple[int, ...]
+    clips: tuple[video.Clip, ...]
+    sizes: tuple[int, ...] = ()
+    out_files: tuple[str, ...] = ()
+    out_root: str = ""
+    cap_bytes: float = 0
+    chunks_size: int = 1000
+
+
+@dataclass
+class Result:
+    episodes: list[Episode]
+    renumbered: list[int] = field(default_factory=list)        # episodes whose rows got new ids
+    reencoded: list[dict] = field(default_factory=list)        # {"episode", "camera"} cut by re-encoding
+    computed_stats: list[int] = field(default_factory=list)    # episodes whose stats were computed from rows
+
+
+def renumber(rows: pa.Table, piece: RowPiece) -> tuple[pa.Table, set[str]]:
+    """Set the episode's new `episode_index`, `index` and mapped `task_index`; return the columns changed."""
+    n = rows.num_rows
+    wanted = {"episode_index": np.full(n, piece.episode, dtype=np.int64),
+              "index": np.arange(piece.from_index, piece.from_index + n, dtype=np.int64)}
+    if piece.task_map is not None and "task_index" in rows.column_names:
+        old = rows.column("task_index").to_numpy()
+        if old.size and (old.min() < 0 or old.max() >= len(piece.task_map)):
+            raise LerodocError(f"task_index {int(old.max())} has no task", file=piece.src_file,
+                               episode=piece.source_episode, field="task_index")
+        wanted["task_index"] = np.asarray(piece.task_map, dtype=np.int64)[old]
+    changed = set()
+    for name, values in wanted.items():
+        if name in rows.column_names and not np.array_equal(rows.column(name).to_numpy(), values):
+            field_ = rows.schema.field(name)
+            rows = rows.set_column(rows.column_names.index(name), field_, pa.array(values, type=field_.type))
+            changed.add(name)
+    return rows, changed
+
+
+def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
+    """Worker: copy pieces into their output files (one row group per episode), then read them back."""
+    pieces, schema = args
+    results, cache, writers = [], {}, {}
+    try:
+        for piece in pieces:
+            if piece.src_file not in cache:
+                cache.clear()
+                cache[piece.src_file] = read_parquet(piece.src_file, episode=piece.source_episode)
+            table = cache[piece.src_file]
+            if piece.src_row + piece.length > table.num_rows:
+                raise LerodocError(f"holds {table.num_rows} rows, but episode needs rows "
+                                   f"{piece.src_row}..{piece.src_row + piece.length - 1}",
+                                   file=piece.src_file, episode=piece.source_episode)
+            rows = _cast(table.slice(piece.src_row, piece.length), schema, piece)
+            out, changed = renumber(rows, piece)
+            if piece.out_file not in writers:
+                Path(piece.out_file).parent.mkdir(parents=True, exist_ok=True)
+                writers[piece.out_file] = pq.ParquetWriter(piece.out_file, schema)
+            writers[piece.out_file].write_table(out, row_group_size=max(piece.length, 1))
+            stats_of = out.column_names if piece.all_stats else sorted(changed)
+            results.append({"episode": piece.episode, "changed": sorted(changed),
+                            "source": column_digests(rows), "planned": column_digests(out),
+                            "stats": _numeric_stats(out.select(stats_of), schema)})
+    finally:
+        for writer in writers.values():
+            writer.close()
+    _check_written(pieces, results)
+    return results
+
+
+def _cast(rows: pa.Table, schema: pa.Schema, piece: RowPiece) -> pa.Table:
+    if rows.schema.equals(schema, check_metadata=False):
+        return rows.replace_schema_metadata(schema.metadata)
+    if set(rows.column_names) != set(schema.names):
+        missing = set(schema.names) ^ set(rows.column_names)
+        raise LerodocError(f"columns differ from the first data file: {sorted(missing)}",
+                           file=piece.src_file, episode=piece.source_episode, field=sorted(missing)[0])
+    try:
+        return rows.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise LerodocError(f"cannot be cast to the first data file's schema ({exc})",
+                           file=piece.src_file, episode=piece.source_episode) from None
+
+
+def _numeric_stats(rows: pa.Table, schema: pa.Schema) -> dict:
+    """Per-episode stats of every numeric column of `rows`."""
+    stats = {}
+    for name in rows.column_names:
+        kind = schema.field(name).type
+        if pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind):
+            kind = kind.value_type
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
+            column = rows.column(name).combine_chunks()
+            values = (column.flatten().to_numpy(zero_copy_only=False).reshape(rows.num_rows, -1)
+                      if column.type != kind else column.to_numpy(zero_copy_only=False))
+            stats[name] = column_stats(values.astype("float64"))
+    return stats
+
+
+def _check_written(pieces: list[RowPiece], results: list[dict]) -> None:
+    """Re-read every written file: each episode holds its planned values, and the source's values in
+    every column that was not renumbered."""
+    by_file: dict[str, list[tuple[RowPiece, dict]]] = {}
+    for piece, result in zip(pieces, results):
+        by_file.setdefault(piece.out_file, []).append((piece, result))
+    for out_file, entries in by_file.items():
+        table = read_parquet(out_file)
+        offset = 0
+        for piece, result in entries:
+            written = column_digests(table.slice(offset, piece.length))
+            offset += piece.length
+            bad = [c for c in written if written[c] != result["planned"][c]
+                   or (c not in result["changed"] and written[c] != result["source"].get(c))]
+            if bad:
+                raise VerificationError(f"written values differ from the source in {bad}",
+                                        file=out_file, episode=piece.episode)
+        if offset != table.num_rows:
+            raise VerificationError(f"holds {table.num_rows} rows, expected {offset}", file=out_file)
+
+
+def write_videos(args: tuple[VideoJob, int]) -> list[tuple[str, video.Written]]:
+    """Worker: write a job's clips; returns (file written, where the clip landed) per episode."""
+    job, fps = args
+    if job.out_files:
+        placed = []
+        for out_file, clip, episode in zip(job.out_files, job.clips, job.episodes):
+            Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+            placed.append((out_file, video.cut(clip, Path(out_file), fps, episode)))
+        return placed
+    signatures = [video.signature(c.path, e) for c, e in zip(job.clips, job.episodes)]
+    groups, chunk, file, placed = [], 0, 0, []
+    for group in _group_by_size(list(job.sizes), job.cap_bytes):
+        current = [group[0]]
+        for i in group[1:]:     # split further where the stream parameters change
+            if signatures[i] != signatures[current[-1]]:
+                groups.append(current)
+                current = []
+            current.append(i)
+        groups.append(current)
+    for group in groups:
+        out_file = str(Path(job.out_root) / v30.video_file(job.key, chunk, file))
+        Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+        written = video.concat([job.clips[i] for i in group], Path(out_file), fps,
+                               [job.episodes[i] for i in group])
+        placed += [(out_file, w) for w in written]
+        chunk, file = v30.next_file(chunk, file, job.chunks_size)
+    return placed
+
+
+def _group_by_size(sizes: list[int], cap: int) -> list[list[int]]:
+    """Consecutive groups of item positions whose sizes sum to at most `cap` (one item may exceed it)."""
+    groups, current, total = [], [], 0
+    for i, size in enumerate(sizes):
+        if current and total + size > cap:
+            groups.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += size
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _clip_of(ds: Dataset, ep: Episode, key: str) -> video.Clip:
+    span = ep.videos[key]
+    path = ds.path(span.file)
+    if ds.version == "v3.0":
+        return video.Clip(path, span.from_timestamp, span.to_timestamp)
+    return video.Clip(path)
+
+
+def _clip_bytes(ds: Dataset, ep: Episode, key: str) -> int:
+    """On-disk bytes of the episode's clip (its share of a v3.0 file)."""
+    path = ds.path(ep.videos[key].file)
+    size = path.stat().st_size if path.exists() else 0
+    if ds.version != "v3.0":
+        return size
+    span = ep.videos[key]
+    total = sum(e.length for e in ds.episodes if e.videos[key].file == span.file)
+    return size * ep.length // max(total, 1)
+
+
+def _data_bytes(ds: Dataset, ep: Episode) -> int:
+    """On-disk bytes of the episode's rows (its share of the data file)."""
+    rows_in_file = sum(e.length for e in ds.episodes if e.data_file == ep.data_file)
+    return ds.path(ep.data_file).stat().st_size * ep.length // max(rows_in_file, 1)
+
+
+def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float, float]
+         ) -> tuple[list[Episode], list[list[RowPiece]], list[VideoJob]]:
+    """New episodes (numbered 0..N-1 in pick order), row jobs and video jobs for writing `to` under `out`.
+
+    `caps_mb` are the v3.0 data and video file size caps in MB.
+    """
+    new_eps, cursor = [], 0
+    for number, pick in enumerate(picks):
+        new_eps.append(Episode(index=number, length=pick.episode.length, tasks=list(pick.episode.tasks),
+                               data_file="", data_row=0, from_index=cursor, stats=dict(pick.episode.stats)))
+        cursor += pick.episode.length
+    if to == "v3.0":
+        chunk, file = 0, 0
+        for group in _group_by_size([_data_bytes(p.dataset, p.episode) for p in picks], caps_mb[0] * MB):
+            for i in group:
+                new_eps[i].data_file = v30.data_file(chunk, file)
+            chunk, file = v30.next_file(chunk, file, info.chunks_size)
+    else:
+        for ep in new_eps:
+            ep.data_file = v21.DATA_PATH.format(episode_chunk=ep.index // info.chunks_size, episode_index=ep.index)
+    first_row: dict[str, int] = {}
+    for ep in new_eps:
+        ep.data_row = ep.from_index - first_row.setdefault(ep.data_file, ep.from_index)
+    pieces = [RowPiece(str(p.dataset.path(p.episode.data_file)), p.episode.data_row, p.episode.length,
+                       str(out / new.data_file), new.index, new.from_index, p.episode.index, p.task_map,
+                       all_stats=not p.episode.stats) for p, new in zip(picks, new_eps)]
+    # -> v3.0: one job per output file; -> v2.1: one job per source file (read once).
+    key_of = (lambda p: p.out_file) if to == "v3.0" else (lambda p: p.src_file)
+    row_jobs: dict[str, list[RowPiece]] = {}
+    for piece in pieces:
+        row_jobs.setdefault(key_of(piece), []).append(piece)
+
+    video_jobs = []
+    numbers = tuple(ep.index for ep in new_eps)
+    for key in info.video_keys:
+        clips = tuple(_clip_of(p.dataset, p.episode, key) for p in picks)
+        if to == "v3.0":
+            sizes = tuple(_clip_bytes(p.dataset, p.episode, key) for p in picks)
+            video_jobs.append(VideoJob(key, numbers, clips, sizes, out_root=str(out), cap_bytes=caps_mb[1] * MB,
+                                       chunks_size=info.chunks_size))
+        else:
+            files = tuple(str(out / v21.VIDEO_PATH.format(episode_chunk=n // info.chunks_size, video_key=key,
+                                                           episode_index=n)) for n in numbers)
+            video_jobs.extend(VideoJob(key, numbers[i:i + PER_JOB], clips[i:i + PER_JOB],
+                                       out_files=files[i:i + PER_JOB]) for i in range(0, len(numbers), PER_JOB))
+    return new_eps, list(row_jobs.values()), video_jobs
+
+
+def check_files(picks: list[Pick]) -> None:
+    """Every data and video file the picks need exists (before anything is written)."""
+    for pick in picks:
+        for rel in [pick.episode.data_file] + [span.file for span in pick.episode.videos.values()]:
+            if not pick.dataset.path(rel).is_file():
+                raise LerodocError("file is missing", file=pick.dataset.path(rel), episode=pick.episode.index)
+
+
+def write(picks: list[Pick], info: Info, tasks: list[str], to: str, tmp: Path, schema: pa.Schema, *,
+          caps_mb: tuple[float, float], workers: int = 1, progress: Progress | None = None) -> Result:
+    """Write the picked episodes' rows and videos as a `to` layout into the staging folder `tmp`.
+
+    Returns the new episodes (files, windows, per-episode stats); the caller writes the metadata with
+    `formats.module(to).write_meta` and then calls `verify`.
+    """
+    if to not in TARGETS:
+        raise LerodocError(f"cannot write {to}; lerodoc writes {', '.join(TARGETS)}")
+    check_files(picks)
+    new_eps, row_jobs, video_jobs = plan(picks, info, to, tmp, caps_mb)
+    result = Result(new_eps)
+    tick = progress("rows", len(row_jobs)) if progress else None
+    rows = {r["episode"]: r for job in pmap(write_rows, [(job, schema) for job in row_jobs],
+                                            workers=workers, progress=tick) for r in job}
+    for ep in new_eps:
+        done = rows[ep.index]
+        ep.stats.update(done["stats"])
+        if {"episode_index", "index"} & set(done["changed"]):
+            result.renumbered.append(ep.index)
+        if not picks[ep.index].episode.stats:
+            result.computed_stats.append(ep.index)
+    tick = progress("videos", len(video_jobs)) if progress else None
+    for job, placed in zip(video_jobs, pmap(write_videos, [(job, info.fps) for job in video_jobs],
+                                            workers=workers, progress=tick)):
+        for number, (out_file, clip) in zip(job.episodes, placed):
+            ep = new_eps[number]
+            ep.videos[job.key] = VideoSpan(str(Path(out_file).relative_to(tmp)), clip.from_timestamp,
+                                           clip.to_timestamp)
+            if clip.frames != ep.length:
+                source = picks[number]
+                raise LerodocError(f"video holds {clip.frames} frames for {ep.length} rows, so frames and rows "
+                                   "would be misaligned", file=source.dataset.path(source.episode.videos[job.key].file),
+                                   episode=source.episode.index, field=job.key,
+                                   hint="lerodoc validate --videos names the cause")
+            if clip.reencoded:
+                result.reencoded.append({"episode": number, "camera": job.key})
+    for ep in new_eps:
+        ep.videos = {key: ep.videos[key] for key in info.video_keys}
+    return result
+
+
+def verify(root: Path, to: str, expected: list[Episode]) -> None:
+    """The written tree opens as `to` and holds exactly the planned episodes and frames."""
+    written = Dataset.open(root)
+    got = [(e.index, e.length, e.data_file, e.from_index) for e in written.episodes]
+    want = [(e.index, e.length, e.data_file, e.from_index) for e in expected]
+    if written.version != to or got != want:
+        raise VerificationError("written metadata does not describe the planned episodes", file=root)
+
+
+def target_schema(dataset: Dataset) -> pa.Schema:
+    """The first data file's schema (with its `datasets` metadata): every output file gets it."""
+    path = dataset.path(dataset.episodes[0].data_file)
+    try:
+        return pq.read_schema(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=dataset.episodes[0].index) from None
+
+
+def tree_size(root: Path) -> int:
+    return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file())
