@@ -64,17 +64,17 @@ def rows_by_episode(root: Path) -> dict[int, dict[str, list]]:
     return out
 
 
-def expect_from_fixture(fixture, dataset_root: Path | None = None) -> dict:
-    """The lerobot oracle's expectation for a dataset holding `fixture`'s episodes unchanged."""
+def expect_episodes(fixture, episodes: list[int] | None = None) -> list[dict]:
+    """The lerobot oracle's per-episode expectation for `fixture`'s episodes (all, or those listed)."""
     spec = fixture.spec
     value = f"{spec.dataset_id}*100000 + 1000*s + f + k/100"
-    return {
-        "fps": spec.fps,
-        "video_keys": list(spec.cameras),
-        "episodes": [
-            {"length": length, "task": spec.tasks[e % len(spec.tasks)],
+    return [{"length": fixture.lengths[e], "task": spec.tasks[e % len(spec.tasks)],
              "identity": {"dataset": spec.dataset_id, "episode": e,
                           "cameras": {key: c for c, key in enumerate(spec.cameras)}},
              "values": {"observation.state": {"expr": value}, "action": {"expr": value + " + 0.5"}}}
-            for e, length in enumerate(fixture.lengths)],
-    }
+            for e in (range(len(fixture.lengths)) if episodes is None else episodes)]
+
+
+def expect_from_fixture(fixture) -> dict:
+    """The lerobot oracle's expectation for a dataset holding `fixture`'s episodes unchanged."""
+    return {"fps": fixture.spec.fps, "video_keys": list(fixture.spec.cameras), "episodes": expect_episodes(fixture)}

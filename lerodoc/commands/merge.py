@@ -1,0 +1,67 @@
+"""`lerodoc merge`: datasets into one, with exclusions, renumbering and exact stats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lerodoc import render
+from lerodoc.commands.convert import Target
+from lerodoc.ops.merge import merge as merge_datasets
+from lerodoc.options import DEFAULT_WORKERS, ForceOpt, JsonOpt, OutputOpt, WorkersOpt
+
+SourcesArg = Annotated[list[Path], typer.Argument(help="Datasets to merge, in order (called A, B, C, ...).",
+                                                  exists=True, file_okay=False, dir_okay=True)]
+
+
+def merge(
+    sources: SourcesArg,
+    output: OutputOpt,
+    exclude: Annotated[list[str], typer.Option(help="Leave out episodes: SOURCE:N, SOURCE:N-M or "
+                                                    "SOURCE:N,M-K (SOURCE is A, B, ... or a folder name). "
+                                                    "Repeatable.")] = [],
+    episodes: Annotated[list[str], typer.Option(help="Keep only these episodes of a source (same syntax); "
+                                                     "other sources are kept whole. Repeatable.")] = [],
+    to: Annotated[Target, typer.Option("--to", help="Version to write.")] = Target.v30,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    force: ForceOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Merge SOURCES into one dataset: rows renumbered, tasks unioned, videos joined by stream copy.
+
+    Inputs may be v2.0, v2.1 or v3.0, mixed. Differences of representation (names nested or flat,
+    codec spelled libsvtav1 or av1, list storage, stats shapes) are unified and listed; real conflicts
+    (fps, features, shapes, dtypes, codecs) stop before anything is written. Dataset stats are
+    recomputed from the merged rows (quantiles exact). A single source with --exclude deletes episodes.
+    """
+    with render.progress(not json) as track:
+        report = merge_datasets(sources, output, exclude=exclude, episodes=episodes, to=to.value,
+                                workers=workers, force=force, progress=track)
+    if json:
+        render.print_json(report.to_json())
+        return
+    render.out.print(render.table(
+        "sources", ["source", "path", "version", "episodes in", "frames in", "episodes out", "frames out", "excluded"],
+        [[s.label, s.path, s.version, s.episodes_in, s.frames_in, s.episodes_out, s.frames_out,
+          _ranges(s.excluded) or "-"] for s in report.sources]))
+    for note in report.reconciled:
+        render.out.print(f"reconciled: {note}")
+    for clip in report.reencoded_clips:
+        render.out.print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
+    render.out.print(f"merged {report.episodes} episodes, {report.frames} frames, {report.tasks} tasks into "
+                     f"{report.to_version} at {report.output} ({render.human_bytes(report.bytes_copied)}, "
+                     f"{report.seconds:.2f} s)")
+
+
+def _ranges(numbers: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    parts, start = [], None
+    for i, n in enumerate(numbers):
+        if start is None:
+            start = n
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            parts.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ",".join(parts)

@@ -1,0 +1,241 @@
+"""Merge datasets (any versions, mixed) into one, at file level: rows copied and renumbered, tasks
+unioned by text, videos joined by stream copy, stats recomputed from the merged data.
+
+A single source with --exclude deletes episodes; with --episodes it keeps a subset (a split).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from lerodoc import formats
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
+from lerodoc.formats.info import Info, flat_names
+from lerodoc.ops import rewrite
+from lerodoc.parquet_io import read_parquet
+from lerodoc.staging import staged_output
+from lerodoc.stats import aggregate, exact_quantiles
+
+CODEC_ALIASES = {"libsvtav1": "av1", "libaom-av1": "av1", "librav1e": "av1", "libdav1d": "av1", "av01": "av1",
+                 "libx264": "h264", "avc1": "h264", "libopenh264": "h264", "libx265": "hevc", "h265": "hevc",
+                 "hev1": "hevc", "hvc1": "hevc"}
+STREAM_KEYS = ("video.height", "video.width", "video.pix_fmt", "video.channels")
+
+
+@dataclass
+class SourceSummary:
+    label: str
+    path: str
+    version: str
+    episodes_in: int
+    frames_in: int
+    episodes_out: int = 0
+    frames_out: int = 0
+    excluded: list[int] = field(default_factory=list)
+
+
+@dataclass
+class MergeReport:
+    output: str
+    to_version: str
+    sources: list[SourceSummary]
+    episodes: int = 0
+    frames: int = 0
+    tasks: int = 0
+    reconciled: list[str] = field(default_factory=list)
+    reencoded_clips: list[dict] = field(default_factory=list)
+    bytes_copied: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def labels_for(paths: list[Path]) -> list[str]:
+    return [chr(ord("A") + i) if i < 26 else f"S{i}" for i in range(len(paths))]
+
+
+def parse_selection(values: list[str], labels: list[str], names: list[str], option: str) -> dict[int, set[int]]:
+    """`A:355`, `B:0-9`, `part_b:1,4-6` -> {source position: episode numbers}."""
+    chosen: dict[int, set[int]] = {}
+    for value in values:
+        label, _, spec = value.rpartition(":")
+        if label in labels:
+            source = labels.index(label)
+        elif label in names:
+            source = names.index(label)
+        else:
+            raise LerodocError(f"{option} {value!r}: no source called {label!r} (use {', '.join(labels)} or a "
+                               "folder name)")
+        if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", spec):
+            raise LerodocError(f"{option} {value!r}: expected SOURCE:N, SOURCE:N-M or SOURCE:N,M-K")
+        numbers = chosen.setdefault(source, set())
+        for part in spec.split(","):
+            lo, _, hi = part.partition("-")
+            numbers.update(range(int(lo), int(hi or lo) + 1))
+    return chosen
+
+
+def _codec(spec: dict) -> str | None:
+    codec = (spec.get("info") or {}).get("video.codec")
+    return CODEC_ALIASES.get(codec, codec)
+
+
+def reconcile(datasets: list[Dataset], labels: list[str]) -> tuple[Info, list[str]]:
+    """One output `Info` for all sources; representational differences are unified and listed, real
+    conflicts raise naming the field and both values."""
+    base = datasets[0]
+    notes: list[str] = []
+
+    def conflict(field_: str, other: int, a, b) -> LerodocError:
+        return LerodocError(f"sources disagree on {field_}: {labels[0]} ({base.root}) has {a!r}, "
+                            f"{labels[other]} ({datasets[other].root}) has {b!r}", field=field_,
+                            hint="these datasets cannot be merged as they are")
+
+    for i, ds in enumerate(datasets[1:], 1):
+        if ds.info.fps != base.info.fps:
+            raise conflict("fps", i, base.info.fps, ds.info.fps)
+        if set(ds.info.features) != set(base.info.features):
+            raise conflict("features", i, sorted(base.info.features), sorted(ds.info.features))
+        if ds.info.robot_type != base.info.robot_type:
+            notes.append(f"robot_type: {labels[i]} has {ds.info.robot_type!r}, kept {base.info.robot_type!r}")
+        for name, a in base.info.features.items():
+            b = ds.info.features[name]
+            for key in ("dtype", "shape"):
+                if list(np.atleast_1d(a[key])) != list(np.atleast_1d(b[key])):
+                    raise conflict(f"features.{name}.{key}", i, a[key], b[key])
+            if a["dtype"] in ("video", "image"):
+                if a["dtype"] == "video" and _codec(a) != _codec(b):
+                    raise conflict(f"features.{name}.info.video.codec", i, _codec(a), _codec(b))
+                for key in STREAM_KEYS:
+                    va, vb = (a.get("info") or {}).get(key), (b.get("info") or {}).get(key)
+                    if None not in (va, vb) and va != vb:
+                        raise conflict(f"features.{name}.info.{key}", i, va, vb)
+            elif flat_names(a.get("names")) != flat_names(b.get("names")) and None not in (a.get("names"),
+                                                                                              b.get("names")):
+                raise conflict(f"features.{name}.names", i, flat_names(a.get("names")), flat_names(b.get("names")))
+            if a != b:
+                notes.append(f"features.{name}: {labels[i]} differs only in representation "
+                             f"({', '.join(sorted(_differing_keys(a, b)))}); unified")
+    info = replace(base.info, features={n: _canonical(spec) for n, spec in base.info.features.items()},
+                   extra=dict(base.info.extra))
+    if info.features != base.info.features:
+        notes.append("features written in canonical form: flat names, canonical codec names")
+    return info, notes
+
+
+def _differing_keys(a: dict, b: dict) -> set[str]:
+    keys = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+    if "info" in keys:
+        keys.discard("info")
+        ia, ib = a.get("info") or {}, b.get("info") or {}
+        keys |= {f"info.{k}" for k in set(ia) | set(ib) if ia.get(k) != ib.get(k)}
+    return keys
+
+
+def _canonical(spec: dict) -> dict:
+    """A feature spec with flat `names` and a canonical codec name."""
+    spec = {**spec}
+    if spec["dtype"] not in ("video", "image") and spec.get("names") is not None:
+        spec["names"] = flat_names(spec["names"])
+    if spec["dtype"] == "video" and spec.get("info"):
+        spec["info"] = {**spec["info"], "video.codec": _codec(spec)}
+    return spec
+
+
+def _normalise_stats(stats: dict, features: dict) -> tuple[dict, bool]:
+    """Stats reshaped to their feature ((1,1) -> (1,) and the like; count -> (1,)); True if any changed."""
+    out, changed = {}, False
+    for name, by_stat in stats.items():
+        spec = features.get(name)
+        if spec is None:
+            continue
+        visual = spec["dtype"] in ("video", "image")
+        out[name] = {}
+        for stat, value in by_stat.items():
+            value = np.asarray(value)
+            if stat == "count":
+                fixed = value.reshape(1)
+            elif visual:
+                fixed = value.reshape(-1, 1, 1)
+            else:
+                fixed = value.reshape(int(np.prod(spec["shape"])))
+            changed |= fixed.shape != value.shape
+            out[name][stat] = fixed
+    return out, changed
+
+
+def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: list[str] = (),
+          to: str = "v3.0", workers: int = 1, force: bool = False,
+          progress: rewrite.Progress | None = None) -> MergeReport:
+    """Merge `sources` (in order) into a new dataset at `out`."""
+    started = time.perf_counter()
+    datasets = [Dataset.open(p) for p in sources]
+    labels, names = labels_for(sources), [Path(p).name for p in sources]
+    excluded = parse_selection(list(exclude), labels, names, "--exclude")
+    kept_only = parse_selection(list(episodes), labels, names, "--episodes")
+    info, notes = reconcile(datasets, labels)
+    summaries = [SourceSummary(label, str(ds.root), ds.version, len(ds.episodes), ds.total_frames)
+                 for label, ds in zip(labels, datasets)]
+
+    tasks: list[str] = []
+    picks: list[rewrite.Pick] = []
+    reshaped = False
+    for i, ds in enumerate(datasets):
+        numbers = {ep.index for ep in ds.episodes}
+        for option, chosen in (("--exclude", excluded), ("--episodes", kept_only)):
+            unknown = sorted(chosen.get(i, set()) - numbers)
+            if unknown:
+                raise LerodocError(f"{option}: source {labels[i]} has no episode {unknown[0]} "
+                                   f"(it holds {min(numbers)}..{max(numbers)})", file=ds.root, episode=unknown[0])
+        task_map = []
+        for task in ds.tasks:
+            if task not in tasks:
+                tasks.append(task)
+            task_map.append(tasks.index(task))
+        for ep in ds.episodes:
+            if ep.index in excluded.get(i, set()) or (i in kept_only and ep.index not in kept_only[i]):
+                summaries[i].excluded.append(ep.index)
+                continue
+            ep.stats, changed = _normalise_stats(ep.stats, info.features)
+            reshaped |= changed
+            picks.append(rewrite.Pick(ds, ep, tuple(task_map)))
+            summaries[i].episodes_out += 1
+            summaries[i].frames_out += ep.length
+    if reshaped:
+        notes.append("per-episode stats reshaped to their feature's shape (e.g. (1,1) -> (1,))")
+    if not picks:
+        raise LerodocError("nothing to write: every episode is excluded")
+    schemas = [rewrite.target_schema(ds) for ds in datasets]
+    if any(not s.equals(schemas[0], check_metadata=True) for s in schemas[1:]):
+        notes.append("parquet schemas differ in representation (list storage or `datasets` metadata); "
+                     f"all rows written with {labels[0]}'s schema")
+    info.data_files_size_in_mb = max(1, math.ceil(info.data_files_size_in_mb))
+    caps = (info.data_files_size_in_mb, info.video_files_size_in_mb)
+    rewrite.check_files(picks)
+
+    report = MergeReport(output=str(Path(out).absolute()), to_version=to, sources=summaries, reconciled=notes)
+    with staged_output(Path(out), force=force) as tmp:
+        result = rewrite.write(picks, info, tasks, to, tmp, schemas[0], caps_mb=caps, workers=workers,
+                               progress=progress)
+        new_eps = result.episodes
+        stats = aggregate([ep.stats for ep in new_eps])
+        data_files = sorted({ep.data_file for ep in new_eps})
+        numeric = [k for k in info.numeric_keys]
+        for feature, quantiles in exact_quantiles((read_parquet(tmp / f, numeric) for f in data_files),
+                                                  numeric).items():
+            stats.setdefault(feature, {}).update(quantiles)
+        formats.module(to).write_meta(tmp, info, new_eps, tasks, stats if to == "v3.0" else None)
+        rewrite.verify(tmp, to, new_eps)
+        report.episodes, report.frames, report.tasks = len(new_eps), sum(e.length for e in new_eps), len(tasks)
+        report.reencoded_clips = result.reencoded
+        report.bytes_copied = rewrite.tree_size(tmp)
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report

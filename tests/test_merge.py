@@ -1,0 +1,170 @@
+"""merge: renumbering, exclusions, reconciliation, conflicts, exact stats, lerobot alignment."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
+from lerodoc.ops.merge import merge, parse_selection
+from tests.fixtures.factory import make_dataset
+from tests.helpers import expect_episodes, rows_by_episode, run_cli
+from tests.lerobot_oracle import check_with_lerobot
+
+
+def expected_rows(parts):
+    """State vectors, task strings and lengths of the merged episodes, in output order."""
+    states, tasks, lengths = [], [], []
+    for fixture, episodes in parts:
+        for e in episodes:
+            states.append(np.stack([fixture.expected_state(e, f) for f in range(fixture.lengths[e])]))
+            tasks.append(fixture.spec.tasks[e % len(fixture.spec.tasks)])
+            lengths.append(fixture.lengths[e])
+    return states, tasks, lengths
+
+
+def assert_stats_from_scratch(root, parts):
+    """stats.json equals a from-scratch computation over the merged rows."""
+    ds = Dataset.open(root)
+    states, tasks, lengths = expected_rows(parts)
+    values = np.concatenate(states).astype(np.float64)
+    got = ds.stats["observation.state"]
+    np.testing.assert_allclose(got["mean"], values.mean(axis=0), rtol=1e-9)
+    np.testing.assert_allclose(got["std"], values.std(axis=0), rtol=1e-6)
+    np.testing.assert_array_equal(got["min"], values.min(axis=0))
+    np.testing.assert_array_equal(got["max"], values.max(axis=0))
+    for q in ("q01", "q10", "q50", "q90", "q99"):
+        np.testing.assert_allclose(got[q], np.quantile(values, int(q[1:]) / 100, axis=0), rtol=1e-12)
+    total = sum(lengths)
+    assert got["count"].tolist() == [total]
+    assert ds.stats["index"]["max"].tolist() == [total - 1] and ds.stats["index"]["min"].tolist() == [0]
+    assert ds.stats["episode_index"]["max"].tolist() == [len(lengths) - 1]
+    task_ids = np.concatenate([[ds.tasks.index(t)] * n for t, n in zip(tasks, lengths)])
+    np.testing.assert_allclose(ds.stats["task_index"]["mean"], [task_ids.mean()])
+    for ep in ds.episodes:
+        assert ep.stats["episode_index"]["min"].tolist() == [ep.index]
+        assert ep.stats["index"]["min"].tolist() == [ep.from_index]
+
+
+def test_two_v21_exports_one_excluded_merge_to_v30_and_load_aligned(tmp_path):
+    a = make_dataset(tmp_path / "a", version="v2.1", dataset_id=1, episodes=4, codec="h264")
+    b = make_dataset(tmp_path / "b", version="v2.1", dataset_id=2, episodes=3, codec="h264",
+                     tasks=("place the cube", "wipe the table"))
+    report = merge([a.root, b.root], tmp_path / "out", exclude=["A:2"])
+    assert [(s.episodes_out, s.excluded) for s in report.sources] == [(3, [2]), (3, [])]
+    assert report.tasks == 3 and report.episodes == 6
+    parts = [(a, [0, 1, 3]), (b, [0, 1, 2])]
+    expect = {"fps": 30, "episodes": expect_episodes(a, [0, 1, 3]) + expect_episodes(b)}
+    check_with_lerobot(tmp_path / "out", expect, backend="pyav")
+    assert_stats_from_scratch(tmp_path / "out", parts)
+
+
+def test_v30_inputs_with_a_middle_episode_excluded(tmp_path):
+    a = make_dataset(tmp_path / "a", version="v3.0", dataset_id=3, episodes=5, episodes_per_file=3, codec="av1",
+                     gop=2)
+    b = make_dataset(tmp_path / "b", version="v3.0", dataset_id=4, episodes=4, episodes_per_file=4, codec="av1",
+                     gop=2)
+    report = merge([a.root, b.root], tmp_path / "out", exclude=["A:1", "B:1-2"])
+    assert report.reencoded_clips == []
+    expect = {"fps": 30, "episodes": expect_episodes(a, [0, 2, 3, 4]) + expect_episodes(b, [0, 3])}
+    check_with_lerobot(tmp_path / "out", expect, backend="pyav")
+    assert_stats_from_scratch(tmp_path / "out", [(a, [0, 2, 3, 4]), (b, [0, 3])])
+
+
+def test_mixed_versions_merge_to_v21(tmp_path):
+    a = make_dataset(tmp_path / "a", version="v2.0", dataset_id=5, episodes=2)
+    b = make_dataset(tmp_path / "b", version="v3.0", dataset_id=6, episodes=3)
+    merge([a.root, b.root], tmp_path / "out", to="v2.1")
+    ds = Dataset.open(tmp_path / "out")
+    assert ds.version == "v2.1" and [e.length for e in ds.episodes] == a.lengths + b.lengths
+    rows = rows_by_episode(tmp_path / "out")
+    assert rows[3]["observation.state"][0] == pytest.approx(list(b.expected_state(1, 0)))
+    assert rows[4]["index"][0] == sum(a.lengths) + sum(b.lengths[:2])
+
+
+def test_single_source_exclude_is_deletion_and_episodes_is_a_split(tmp_path):
+    a = make_dataset(tmp_path / "a", version="v2.1", dataset_id=1, episodes=5)
+    merge([a.root], tmp_path / "deleted", exclude=["A:0,3"])
+    merge([a.root], tmp_path / "split", episodes=["a:1-2"])
+    assert [e.length for e in Dataset.open(tmp_path / "deleted").episodes] == [a.lengths[i] for i in (1, 2, 4)]
+    split = rows_by_episode(tmp_path / "split")
+    assert sorted(split) == [0, 1] and split[0]["frame_index"][-1] == a.lengths[1] - 1
+
+
+def _set_info(root, edit):
+    info = json.loads((root / "meta/info.json").read_text())
+    edit(info)
+    (root / "meta/info.json").write_text(json.dumps(info, indent=4))
+
+
+def test_representational_differences_are_unified_and_reported(tmp_path):
+    a = make_dataset(tmp_path / "a", version="v2.1", dataset_id=1, episodes=2, vector_storage="fixed")
+    b = make_dataset(tmp_path / "b", version="v2.1", dataset_id=2, episodes=2, vector_storage="list")
+
+    def nest_and_rename(info):
+        info["features"]["observation.state"]["names"] = [info["features"]["observation.state"]["names"]]
+        info["features"]["action"]["fps"] = 30
+        for key in ("observation.images.top", "observation.images.wrist"):
+            info["features"][key]["info"]["video.codec"] = "libx264"
+        info["fps"] = 30.0
+    _set_info(b.root, nest_and_rename)
+    lines = [json.loads(x) for x in (b.root / "meta/episodes_stats.jsonl").read_text().splitlines()]
+    for line in lines:
+        line["stats"]["timestamp"] = {k: [v] for k, v in line["stats"]["timestamp"].items()}  # (1,) -> (1,1)
+    (b.root / "meta/episodes_stats.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    report = merge([a.root, b.root], tmp_path / "out")
+    text = " ".join(report.reconciled)
+    assert "observation.state" in text and "names" in text and "action" in text and "(1,1) -> (1,)" in text
+    assert "schemas differ" in text
+    ds = Dataset.open(tmp_path / "out")
+    assert ds.info.features["observation.state"]["names"] == [f"j{j}" for j in range(6)]
+    assert all(ep.stats["timestamp"]["mean"].shape == (1,) for ep in ds.episodes)
+    expect = {"fps": 30, "episodes": expect_episodes(a) + expect_episodes(b)}
+    check_with_lerobot(tmp_path / "out", expect, backend="pyav")
+
+
+@pytest.mark.parametrize("field, edit, words", [
+    ("fps", lambda info: info.update(fps=15), ["fps", "30", "15"]),
+    ("shape", lambda info: info["features"]["action"].update(shape=[7]), ["features.action.shape", "[6]", "[7]"]),
+    ("codec", lambda info: info["features"]["observation.images.top"]["info"].update({"video.codec": "hevc"}),
+     ["video.codec", "h264", "hevc"]),
+    ("cameras", lambda info: info["features"].pop("observation.images.wrist"), ["features"]),
+])
+def test_conflicts_fail_before_writing_naming_both_sides(tmp_path, field, edit, words):
+    a = make_dataset(tmp_path / "a", version="v2.1", dataset_id=1, episodes=2)
+    b = make_dataset(tmp_path / "b", version="v2.1", dataset_id=2, episodes=2)
+    _set_info(b.root, edit)
+    proc = run_cli("merge", a.root, b.root, "-o", tmp_path / "out", check=False)
+    assert proc.returncode == 3
+    message = " ".join(proc.stderr.split())
+    assert all(w in message for w in words) and str(a.root) in message and str(b.root) in message
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_selection_syntax():
+    assert parse_selection(["A:1,3-5", "b:7"], ["A", "B"], ["a", "b"], "--exclude") == {0: {1, 3, 4, 5}, 1: {7}}
+    with pytest.raises(LerodocError, match="no source called 'C'"):
+        parse_selection(["C:1"], ["A", "B"], ["a", "b"], "--exclude")
+    with pytest.raises(LerodocError, match="expected SOURCE:N"):
+        parse_selection(["A:x"], ["A", "B"], ["a", "b"], "--exclude")
+
+
+def test_unknown_episode_is_named(tmp_path):
+    a = make_dataset(tmp_path / "a", version="v2.1", episodes=2)
+    with pytest.raises(LerodocError, match="no episode 9"):
+        merge([a.root], tmp_path / "out", exclude=["A:9"])
+
+
+def test_inputs_are_not_modified(tmp_path):
+    a = make_dataset(tmp_path / "a", version="v3.0", episodes=3)
+    before = {p: p.read_bytes() for p in a.root.rglob("*") if p.is_file()}
+    merge([a.root, a.root], tmp_path / "out", exclude=["B:0"])
+    assert before == {p: p.read_bytes() for p in a.root.rglob("*") if p.is_file()}
+    assert Dataset.open(tmp_path / "out").total_frames == sum(a.lengths) + sum(a.lengths[1:])
+    shutil.rmtree(tmp_path / "out")
+    assert pq.read_table(a.root / "data/chunk-000/file-000.parquet").num_rows == sum(a.lengths[:2])
