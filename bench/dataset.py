@@ -76,3 +76,31 @@ def tile_v21(seed: Path, out: Path, episodes: int, cameras: int, dataset_offset:
     (out / "meta/episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in episodes_rows))
     (out / "meta/episodes_stats.jsonl").write_text("".join(json.dumps(r) + "\n" for r in stats_rows))
     return out
+
+
+def seed_episodes(seed: Path, episodes: int, dataset_offset: int = 0) -> list[int]:
+    """Which seed episode each tiled episode repeats (the rule `tile_v21` uses)."""
+    numbers = [json.loads(x)["episode_index"] for x in (seed / "meta/episodes.jsonl").read_text().splitlines()
+               if x.strip()]
+    return [numbers[(e + dataset_offset) % len(numbers)] for e in range(episodes)]
+
+
+def expectation(seed: Path, seed_eps: list[int], cameras: int) -> dict:
+    """The lerobot oracle's expectation for a dataset whose episodes repeat `seed_eps` of the seed:
+    frame identities for a generated seed, frame-exact reference videos for a real one."""
+    info = json.loads((seed / "meta/info.json").read_text())
+    lengths = {json.loads(x)["episode_index"]: json.loads(x)["length"]
+               for x in (seed / "meta/episodes.jsonl").read_text().splitlines() if x.strip()}
+    key = next(k for k, f in info["features"].items() if f["dtype"] == "video")
+    names = [f"observation.images.cam{c}" for c in range(cameras)]
+    episodes = []
+    for s in seed_eps:
+        video = seed / info["video_path"].format(episode_chunk=s // info["chunks_size"], video_key=key,
+                                                 episode_index=s)
+        entry = {"length": lengths[s]}
+        if seed == SHARED_G1:
+            entry["reference"] = {name: str(video) for name in names}
+        else:
+            entry["identity"] = {"dataset": 0, "episode": s, "cameras": {name: 0 for name in names}}
+        episodes.append(entry)
+    return {"fps": info["fps"], "episodes": episodes}

@@ -131,6 +131,19 @@ def convert_with_lerobot(src_root: str | Path, work_dir: str | Path, repo_id: st
     return Converted(root, seconds)
 
 
+def aggregate_with_lerobot(sources: list[str | Path], out: str | Path, timeout: float = 3600) -> Converted:
+    """Merge v3.0 `sources` into `out` with lerobot's aggregate_datasets, offline; returns root and wall time."""
+    out = Path(out).resolve()
+    with tempfile.TemporaryDirectory(prefix="lerobot-aggregate-") as tmp:
+        start = time.perf_counter()
+        proc = _run([str(HERE / "aggregate.py"), str(out), *(str(Path(s).resolve()) for s in sources)],
+                    Path(tmp), timeout)
+        seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"lerobot aggregate_datasets failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return Converted(out, seconds)
+
+
 def make_native_v30(root: str | Path, lengths: tuple[int, ...] = (40, 55), images: bool = False,
                     timeout: float = 600) -> dict:
     """Record a dataset with lerobot itself (make_native_v30.py) at `root`; returns its expectation."""

@@ -38,6 +38,7 @@ The report lists problems; the exit code is 0 only when there are none.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -117,14 +118,15 @@ def describe_meta(ds) -> dict:
     }
 
 
+@functools.lru_cache(maxsize=4)
 def reference_frames(path: str) -> list[np.ndarray]:
-    """Every frame of an mp4 as float RGB in [0, 255], in presentation order."""
+    """Every frame of an mp4 as uint8 RGB, in presentation order (cached: many episodes may share one)."""
     import av
 
     with av.open(path) as container:
         frames = sorted(((f.pts, f.to_ndarray(format="rgb24")) for f in container.decode(video=0)),
                         key=lambda x: x[0])
-    return [img.astype(np.float32) for _, img in frames]
+    return [img for _, img in frames]
 
 
 def matches_reference(image: np.ndarray, refs: list[np.ndarray], i: int) -> bool:
@@ -132,7 +134,7 @@ def matches_reference(image: np.ndarray, refs: list[np.ndarray], i: int) -> bool
     img = image.transpose(1, 2, 0) * 255.0 if image.shape[0] == 3 else image
     if i >= len(refs):
         return False
-    diffs = {j: float(np.abs(img - refs[j]).mean()) for j in (i - 1, i, i + 1) if 0 <= j < len(refs)}
+    diffs = {j: float(np.abs(img - refs[j].astype(np.float32)).mean()) for j in (i - 1, i, i + 1) if 0 <= j < len(refs)}
     return diffs[i] < 2.0 and diffs[i] <= min(diffs.values())   # ties: a static scene repeats frames
 
 

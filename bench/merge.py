@@ -1,0 +1,88 @@
+"""bench/merge: lerodoc merge vs lerobot 0.6.1's aggregate_datasets vs copying the bytes, in one run.
+
+    python -m bench.merge [--episodes 300] [--cameras 3] [--work DIR] [--check-frames 2]
+
+Two v3.0 datasets of EPISODES x CAMERAS are merged by each tool (each started as a fresh process).
+Both results are then loaded with lerobot's LeRobotDataset and every episode's first and last frames
+(--check-frames per episode) are compared with the source videos: the bench reports whether each
+tool's output is aligned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.dataset import expectation, seed_dataset, seed_episodes, tile_v21
+from lerodoc.dataset import Dataset
+from lerodoc.ops.convert import convert
+from tests.lerobot_oracle import aggregate_with_lerobot, check_with_lerobot
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def aligned(root: Path, expect: dict, frames: str) -> dict:
+    report = check_with_lerobot(root, expect, backend="pyav", frames=frames, raise_on_failure=False, timeout=7200)
+    return {"ok": report["ok"], "episodes_checked": report["episodes_checked"],
+            "frames_checked": report["frames_checked"], "misaligned": report["misaligned"],
+            "exceptions": len(report["exceptions"]), "problems": report["problems"][:5]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", type=int, default=300)
+    parser.add_argument("--cameras", type=int, default=3)
+    parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--check-frames", default="2")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-bench-merge-"))
+    work.mkdir(parents=True, exist_ok=True)
+    seed = seed_dataset(work)
+    sources = []
+    for offset, name in enumerate("ab"):
+        tiled = tile_v21(seed, work / f"{name}_v21", args.episodes, args.cameras, dataset_offset=offset)
+        convert(tiled, work / f"{name}_v30", to="v3.0", workers=2)
+        shutil.rmtree(tiled)
+        sources.append(work / f"{name}_v30")
+    size = sum(p.stat().st_size for s in sources for p in s.rglob("*") if p.is_file())
+    frames = sum(Dataset.open(s).total_frames for s in sources)
+    print(f"inputs: 2 x {args.episodes} episodes x {args.cameras} cameras (v3.0), {frames} frames, "
+          f"{size / 2**20:.0f} MiB")
+
+    results = {"copy (shutil.copytree)": timed(lambda: [shutil.copytree(s, work / "copy" / s.name) for s in sources])}
+    cmd = [sys.executable, "-m", "lerodoc", "merge", *map(str, sources), "-o", str(work / "lerodoc"), "--json"]
+    results["lerodoc merge"] = timed(lambda: subprocess.run(cmd, check=True, capture_output=True))
+    results["lerobot 0.6.1 aggregate_datasets"] = aggregate_with_lerobot(sources, work / "lerobot").seconds
+
+    expect = expectation(seed, seed_episodes(seed, args.episodes) + seed_episodes(seed, args.episodes, 1),
+                         args.cameras)
+    checks = {"lerodoc merge": aligned(work / "lerodoc", expect, args.check_frames),
+              "lerobot 0.6.1 aggregate_datasets": aligned(work / "lerobot", expect, args.check_frames)}
+    ours, copy = results["lerodoc merge"], results["copy (shutil.copytree)"]
+    print(f"\n{'tool':<36}{'seconds':>9}{'vs lerodoc':>12}  aligned in LeRobotDataset")
+    for name, seconds in results.items():
+        check = checks.get(name)
+        verdict = "" if check is None else ("yes" if check["ok"] else
+                                            f"NO: {check['misaligned']} misaligned, {check['exceptions']} errors")
+        print(f"{name:<36}{seconds:>9.2f}{seconds / ours:>11.2f}x  {verdict}")
+    summary = {"episodes_per_source": args.episodes, "cameras": args.cameras, "frames": frames, "bytes": size,
+               "seconds": results, "alignment": checks, "lerodoc_over_copy": ours / copy,
+               "lerobot_over_lerodoc": results["lerobot 0.6.1 aggregate_datasets"] / ours}
+    print(f"\nlerodoc is {summary['lerobot_over_lerodoc']:.1f}x faster than lerobot's aggregate_datasets (bar: >= 5x)")
+    print(f"lerodoc takes {summary['lerodoc_over_copy']:.2f}x the time of copying the bytes (bar: <= 2x)")
+    (work / "bench_merge.json").write_text(json.dumps(summary, indent=2))
+    print(f"results in {work / 'bench_merge.json'}")
+
+
+if __name__ == "__main__":
+    main()
