@@ -50,7 +50,7 @@ class Written:
     from_timestamp: float
     to_timestamp: float
     frames: int
-    digest: str          # blake2b of the clip's packet payloads, in order
+    digest: str          # blake2b of the clip's packet payloads, in order; "" where not computed
     reencoded: bool = False
 
 
@@ -133,9 +133,15 @@ def concat(clips: list[Clip], out: Path, fps: int, episodes: list[int] | None = 
     """Write the clips back to back into `out` by stream copy, then read the file back.
 
     Every clip must start on a keyframe and share codec parameters with the first; otherwise a
-    LerodocError names the clip. Returns each clip's window in the written file.
+    LerodocError names the clip. Returns each clip's window in the written file. Plain mp4 files are
+    joined at box level (lerodoc.mp4); anything that path does not handle is remuxed packet by packet.
     """
+    from lerodoc import mp4  # late: mp4 imports this module
     episodes = episodes or [None] * len(clips)
+    try:
+        return mp4.concat(clips, out, fps, episodes)
+    except mp4.Unsupported:
+        pass
     digests, counts = [], []
     with av.open(str(out), "w", format="mp4") as dst:
         ostream, extradata, cursor = None, None, 0
