@@ -83,7 +83,14 @@ def probe(path: Path, count_packets: bool = False) -> Probe:
 
 
 def signature(path: Path, episode: int | None = None) -> tuple:
-    """What must be equal for two files to be joined by stream copy (codec, size, time base, headers)."""
+    """What must be equal for two files to be joined by stream copy: the sample description and time
+    scale from the mp4 headers, or codec, size, time base and codec headers as FFmpeg reports them."""
+    from lerodoc import mp4  # late: mp4 imports this module
+    try:
+        track = mp4.read_track(path)
+        return ("mp4", track.timescale, hashlib.blake2b(track.stsd, digest_size=8).hexdigest())
+    except mp4.Unsupported:
+        pass
     with _open(path, episode) as container:
         stream = container.streams.video[0]
         ctx = stream.codec_context
