@@ -2,14 +2,17 @@
 
     python -m bench.convert [--episodes 200] [--cameras 3] [--work DIR]
 
-Prints wall times (each tool started as a fresh process, as a user runs it) and the ratios.
+Prints wall times (each tool started as a fresh process, as a user runs it; the median of --rounds
+alternating runs for the copies and lerodoc, one run of lerobot's converter) and the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +36,7 @@ def main() -> None:
     parser.add_argument("--cameras", type=int, default=3)
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--skip-lerobot", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3, help="timed runs of each fast tool (median reported)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -42,14 +46,25 @@ def main() -> None:
     print(f"dataset: {len(ds.episodes)} episodes x {args.cameras} cameras, {ds.total_frames} frames, "
           f"{size / 2**20:.0f} MiB (v2.1, {ds.info.features[ds.info.video_keys[0]]['info'].get('video.codec')})")
 
-    results = {}
-    results["copy (shutil.copytree)"] = timed(lambda: shutil.copytree(src, work / "copy"))
-    results["copy (cp -r)"] = timed(lambda: subprocess.run(["cp", "-r", str(src), str(work / "copy2")], check=True))
     lerodoc_cmd = [sys.executable, "-m", "lerodoc", "convert", str(src), "-o", str(work / "lerodoc_v30"), "--json"]
-    results["lerodoc convert"] = timed(lambda: subprocess.run(lerodoc_cmd, check=True, capture_output=True))
+    tools = {
+        "copy (shutil.copytree)": lambda: shutil.copytree(src, work / "copy"),
+        "copy (cp -r)": lambda: subprocess.run(["cp", "-r", str(src), str(work / "copy")], check=True),
+        "lerodoc convert": lambda: subprocess.run(lerodoc_cmd, check=True, capture_output=True),
+    }
+    outputs = {"copy (shutil.copytree)": work / "copy", "copy (cp -r)": work / "copy",
+               "lerodoc convert": work / "lerodoc_v30"}
+    runs: dict[str, list[float]] = {name: [] for name in tools}
+    for _ in range(args.rounds):            # alternate the tools; each starts with clean page-cache writeback
+        for name, fn in tools.items():
+            shutil.rmtree(outputs[name], ignore_errors=True)
+            os.sync()
+            runs[name].append(timed(fn))
     out = Dataset.open(work / "lerodoc_v30")
     assert out.total_frames == ds.total_frames and len(out.episodes) == len(ds.episodes)
+    results = {name: statistics.median(times) for name, times in runs.items()}
     if not args.skip_lerobot:
+        os.sync()
         converted = convert_with_lerobot(src, work / "lerobot")
         results["lerobot 0.6.1 convert_dataset_v21_to_v30"] = converted.seconds
 
@@ -59,7 +74,7 @@ def main() -> None:
     for name, seconds in results.items():
         print(f"{name:<44}{seconds:>9.2f}{seconds / ours:>11.2f}x")
     summary = {"episodes": len(ds.episodes), "cameras": args.cameras, "frames": ds.total_frames, "bytes": size,
-               "seconds": results, "lerodoc_over_copy": ours / copy}
+               "seconds": results, "runs": runs, "lerodoc_over_copy": ours / copy}
     if "lerobot 0.6.1 convert_dataset_v21_to_v30" in results:
         summary["lerobot_over_lerodoc"] = results["lerobot 0.6.1 convert_dataset_v21_to_v30"] / ours
         print(f"\nlerodoc is {summary['lerobot_over_lerodoc']:.1f}x faster than lerobot's converter "

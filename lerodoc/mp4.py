@@ -187,7 +187,7 @@ def read_track(path: Path) -> Track:
         raise Unsupported(f"unreadable mp4 headers ({exc})") from None
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=1024)
 def _read_track(path: Path, *version: int) -> Track:
     """read_track, remembered while the file's inode, size and modification time stay the same."""
     with open(path, "rb") as f:

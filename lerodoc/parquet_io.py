@@ -22,11 +22,37 @@ def read_parquet(path: Path | str, columns: list[str] | None = None, episode: in
         raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=episode) from None
 
 
+def to_numpy(array: pa.Array) -> np.ndarray:
+    """A numpy view of a numeric array without nulls; other arrays go through pyarrow's conversion.
+
+    The view path avoids `Array.to_numpy`, whose first call imports pandas (a quarter second per
+    worker process).
+    """
+    kind = array.type
+    if array.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        letter = "f" if pa.types.is_floating(kind) else ("i" if pa.types.is_signed_integer(kind) else "u")
+        dtype = np.dtype(f"{letter}{kind.bit_width // 8}")
+        return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array) + array.offset)[array.offset:]
+    return array.to_numpy(zero_copy_only=False)
+
+
+def column_matrix(column: pa.ChunkedArray | pa.Array, num_rows: int) -> np.ndarray:
+    """A scalar or (fixed-size) list column as an (N, D) array."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        return to_numpy(pc.list_flatten(array)).reshape(num_rows, -1)
+    return to_numpy(array).reshape(num_rows, -1)
+
+
 def _canonical_parts(array: pa.Array):
     """Byte strings that identify an array's values, the same for list and fixed_size_list storage."""
     kind = array.type
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        yield np.asarray(pc.list_value_length(array).fill_null(-1), dtype=np.int64).tobytes()
+        lengths = pc.list_value_length(array)
+        if lengths.null_count:
+            yield repr([i for i, v in enumerate(lengths.to_pylist()) if v is None]).encode()
+            lengths = lengths.drop_null()
+        yield to_numpy(lengths).astype(np.int64).tobytes()
         yield from _canonical_parts(pc.list_flatten(array))
     elif pa.types.is_struct(kind):
         for i in range(kind.num_fields):
@@ -39,7 +65,7 @@ def _canonical_parts(array: pa.Array):
             yield len(data).to_bytes(8, "little") + data
     else:
         yield str(kind).encode()
-        yield np.ascontiguousarray(array.to_numpy(zero_copy_only=False)).tobytes()
+        yield np.ascontiguousarray(to_numpy(array)).tobytes()
 
 
 def column_digests(table: pa.Table) -> dict[str, str]:

@@ -58,18 +58,12 @@ def merge_dataset_stats(aggregated: Stats, previous: Stats | None) -> Stats:
 def exact_quantiles(tables, features: list[str]) -> Stats:
     """Exact q01..q99 (numpy's linear method) per channel over all rows of `tables` (an iterable of
     pyarrow tables holding `features`); every value is held in memory once, as float64."""
-    import pyarrow as pa
+    from lerodoc.parquet_io import column_matrix
 
     columns: dict[str, list[np.ndarray]] = {f: [] for f in features}
     for table in tables:
         for name in features:
-            column = table.column(name).combine_chunks()
-            if pa.types.is_list(column.type) or pa.types.is_fixed_size_list(column.type) \
-                    or pa.types.is_large_list(column.type):
-                values = column.flatten().to_numpy(zero_copy_only=False).reshape(table.num_rows, -1)
-            else:
-                values = column.to_numpy(zero_copy_only=False).reshape(-1, 1)
-            columns[name].append(values.astype(np.float64))
+            columns[name].append(column_matrix(table.column(name), table.num_rows).astype(np.float64))
     levels = [int(q[1:]) / 100 for q in QUANTILES]
     out: Stats = {}
     for name, parts in columns.items():

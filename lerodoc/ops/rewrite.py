@@ -22,7 +22,7 @@ from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import Info
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import column_digests, read_parquet
+from lerodoc.parquet_io import column_digests, column_matrix, read_parquet
 from lerodoc.stats import column_stats
 
 TARGETS = ("v2.1", "v3.0")
@@ -85,14 +85,14 @@ def renumber(rows: pa.Table, piece: RowPiece) -> tuple[pa.Table, set[str]]:
     wanted = {"episode_index": np.full(n, piece.episode, dtype=np.int64),
               "index": np.arange(piece.from_index, piece.from_index + n, dtype=np.int64)}
     if piece.task_map is not None and "task_index" in rows.column_names:
-        old = rows.column("task_index").to_numpy()
+        old = column_matrix(rows.column("task_index"), n)[:, 0]
         if old.size and (old.min() < 0 or old.max() >= len(piece.task_map)):
             raise LerodocError(f"task_index {int(old.max())} has no task", file=piece.src_file,
                                episode=piece.source_episode, field="task_index")
         wanted["task_index"] = np.asarray(piece.task_map, dtype=np.int64)[old]
     changed = set()
     for name, values in wanted.items():
-        if name in rows.column_names and not np.array_equal(rows.column(name).to_numpy(), values):
+        if name in rows.column_names and not np.array_equal(column_matrix(rows.column(name), n)[:, 0], values):
             field_ = rows.schema.field(name)
             rows = rows.set_column(rows.column_names.index(name), field_, pa.array(values, type=field_.type))
             changed.add(name)
@@ -120,8 +120,9 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
                 writers[piece.out_file] = pq.ParquetWriter(piece.out_file, schema)
             writers[piece.out_file].write_table(out, row_group_size=max(piece.length, 1))
             stats_of = out.column_names if piece.all_stats else sorted(changed)
-            results.append({"episode": piece.episode, "changed": sorted(changed),
-                            "source": column_digests(rows), "planned": column_digests(out),
+            source = column_digests(rows)
+            results.append({"episode": piece.episode, "changed": sorted(changed), "source": source,
+                            "planned": column_digests(out) if changed else source,
                             "stats": _numeric_stats(out.select(stats_of), schema)})
     finally:
         for writer in writers.values():
@@ -152,10 +153,7 @@ def _numeric_stats(rows: pa.Table, schema: pa.Schema) -> dict:
         if pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind):
             kind = kind.value_type
         if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-            column = rows.column(name).combine_chunks()
-            values = (column.flatten().to_numpy(zero_copy_only=False).reshape(rows.num_rows, -1)
-                      if column.type != kind else column.to_numpy(zero_copy_only=False))
-            stats[name] = column_stats(values.astype("float64"))
+            stats[name] = column_stats(column_matrix(rows.column(name), rows.num_rows).astype("float64"))
     return stats
 
 
@@ -296,6 +294,12 @@ def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float
     return new_eps, list(row_jobs.values()), video_jobs
 
 
+def _run(job: tuple[Callable, tuple]):
+    """Worker entry: call a job's function on its arguments."""
+    fn, args = job
+    return fn(args)
+
+
 def check_files(picks: list[Pick]) -> None:
     """Every data and video file the picks need exists (before anything is written)."""
     for pick in picks:
@@ -316,9 +320,12 @@ def write(picks: list[Pick], info: Info, tasks: list[str], to: str, tmp: Path, s
     check_files(picks)
     new_eps, row_jobs, video_jobs = plan(picks, info, to, tmp, caps_mb)
     result = Result(new_eps)
-    tick = progress("rows", len(row_jobs)) if progress else None
-    rows = {r["episode"]: r for job in pmap(write_rows, [(job, schema) for job in row_jobs],
-                                            workers=workers, progress=tick) for r in job}
+    # One pool for both kinds of job, video first (the longest), so rows and videos overlap.
+    jobs = [(write_videos, (job, info.fps)) for job in video_jobs] + [(write_rows, (job, schema)) for job in row_jobs]
+    tick = progress("files", len(jobs)) if progress else None
+    done_jobs = pmap(_run, jobs, workers=workers, progress=tick)
+    placed_by_job, row_results = done_jobs[:len(video_jobs)], done_jobs[len(video_jobs):]
+    rows = {r["episode"]: r for job in row_results for r in job}
     for ep in new_eps:
         done = rows[ep.index]
         ep.stats.update(done["stats"])
@@ -326,9 +333,7 @@ def write(picks: list[Pick], info: Info, tasks: list[str], to: str, tmp: Path, s
             result.renumbered.append(ep.index)
         if not picks[ep.index].episode.stats:
             result.computed_stats.append(ep.index)
-    tick = progress("videos", len(video_jobs)) if progress else None
-    for job, placed in zip(video_jobs, pmap(write_videos, [(job, info.fps) for job in video_jobs],
-                                            workers=workers, progress=tick)):
+    for job, placed in zip(video_jobs, placed_by_job):
         for number, (out_file, clip) in zip(job.episodes, placed):
             ep = new_eps[number]
             ep.videos[job.key] = VideoSpan(str(Path(out_file).relative_to(tmp)), clip.from_timestamp,
