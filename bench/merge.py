@@ -2,7 +2,8 @@
 
     python -m bench.merge [--episodes 300] [--cameras 3] [--work DIR] [--check-frames 2]
 
-Two v3.0 datasets of EPISODES x CAMERAS are merged by each tool (each started as a fresh process).
+Two v3.0 datasets of EPISODES x CAMERAS are merged by each tool (each started as a fresh process; the
+median of --rounds alternating runs for the copy and lerodoc, one run of lerobot).
 Both results are then loaded with lerobot's LeRobotDataset and every episode's first and last frames
 (--check-frames per episode) are compared with the source videos: the bench reports whether each
 tool's output is aligned.
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,6 +47,7 @@ def main() -> None:
     parser.add_argument("--cameras", type=int, default=3)
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--check-frames", default="2")
+    parser.add_argument("--rounds", type=int, default=3, help="timed runs of copy and lerodoc (median reported)")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-bench-merge-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -59,9 +63,18 @@ def main() -> None:
     print(f"inputs: 2 x {args.episodes} episodes x {args.cameras} cameras (v3.0), {frames} frames, "
           f"{size / 2**20:.0f} MiB")
 
-    results = {"copy (shutil.copytree)": timed(lambda: [shutil.copytree(s, work / "copy" / s.name) for s in sources])}
     cmd = [sys.executable, "-m", "lerodoc", "merge", *map(str, sources), "-o", str(work / "lerodoc"), "--json"]
-    results["lerodoc merge"] = timed(lambda: subprocess.run(cmd, check=True, capture_output=True))
+    tools = {"copy (shutil.copytree)": (work / "copy", lambda: [shutil.copytree(s, work / "copy" / s.name)
+                                                                for s in sources]),
+             "lerodoc merge": (work / "lerodoc", lambda: subprocess.run(cmd, check=True, capture_output=True))}
+    runs: dict[str, list[float]] = {name: [] for name in tools}
+    for _ in range(args.rounds):            # alternate the tools; each starts with clean page-cache writeback
+        for name, (output, fn) in tools.items():
+            shutil.rmtree(output, ignore_errors=True)
+            os.sync()
+            runs[name].append(timed(fn))
+    results = {name: statistics.median(times) for name, times in runs.items()}
+    os.sync()
     results["lerobot 0.6.1 aggregate_datasets"] = aggregate_with_lerobot(sources, work / "lerobot").seconds
 
     expect = expectation(seed, seed_episodes(seed, args.episodes) + seed_episodes(seed, args.episodes, 1),
@@ -76,7 +89,7 @@ def main() -> None:
                                             f"NO: {check['misaligned']} misaligned, {check['exceptions']} errors")
         print(f"{name:<36}{seconds:>9.2f}{seconds / ours:>11.2f}x  {verdict}")
     summary = {"episodes_per_source": args.episodes, "cameras": args.cameras, "frames": frames, "bytes": size,
-               "seconds": results, "alignment": checks, "lerodoc_over_copy": ours / copy,
+               "seconds": results, "runs": runs, "alignment": checks, "lerodoc_over_copy": ours / copy,
                "lerobot_over_lerodoc": results["lerobot 0.6.1 aggregate_datasets"] / ours}
     print(f"\nlerodoc is {summary['lerobot_over_lerodoc']:.1f}x faster than lerobot's aggregate_datasets (bar: >= 5x)")
     print(f"lerodoc takes {summary['lerodoc_over_copy']:.2f}x the time of copying the bytes (bar: <= 2x)")
