@@ -17,6 +17,8 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Replace the output if i
                                         rich_help_panel="Output")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON report on stdout instead of tables.",
                                        rich_help_panel="Output")]
+InPlaceOpt = Annotated[bool, typer.Option("--in-place", help="Rewrite the dataset itself (a new tree is built "
+                                          "beside it and swapped in).", rich_help_panel="Output")]
 WorkersOpt = Annotated[int, typer.Option("--workers", "-j", min=1, help="Processes to use.",
                                          rich_help_panel="Performance")]
 DEFAULT_WORKERS = default_workers()

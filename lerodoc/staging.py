@@ -42,3 +42,33 @@ def staged_output(out: Path, *, force: bool = False):
         shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(out)
+
+
+def link_tree(src: Path, dst: Path, skip: set[str]) -> None:
+    """Mirror `src` into `dst` by hard links (copies across file systems), leaving out `skip` paths."""
+    for path in sorted(Path(src).rglob("*")):
+        rel = path.relative_to(src).as_posix()
+        if path.is_dir() or rel in skip:
+            continue
+        target = dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copy2(path, target)
+
+
+@contextmanager
+def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: bool = False,
+                rewrite: set[str] = frozenset()):
+    """Yield a temp tree that mirrors `src` except the `rewrite` paths, which the block writes.
+
+    The tree is promoted to `out`, or, with `in_place`, swapped in for `src` (the old tree is removed
+    only after the new one is in place). Unchanged files are hard links, so no bytes are copied.
+    """
+    if in_place == (out is not None):
+        raise LerodocError("give either -o OUTPUT or --in-place")
+    target = Path(src) if in_place else Path(out)
+    with staged_output(target, force=force or in_place) as tmp:
+        link_tree(Path(src), tmp, set(rewrite))
+        yield tmp

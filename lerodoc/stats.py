@@ -71,3 +71,22 @@ def exact_quantiles(tables, features: list[str]) -> Stats:
             values = np.concatenate(parts)
             out[name] = dict(zip(QUANTILES, np.quantile(values, levels, axis=0)))
     return out
+
+
+NEAR_CONSTANT = 1e-6      # q99 - q01 below this: quantile normalisation divides by (almost) nothing
+EXTREME = 10.0            # |quantile-normalised min or max| above this: the loss sees huge inputs
+
+
+def normalised(values: np.ndarray, q01: np.ndarray, q99: np.ndarray) -> np.ndarray:
+    """lerobot's QUANTILES normalisation, 2 (x - q01) / (q99 - q01) - 1 (eps 1e-8 for a zero range)."""
+    span = np.asarray(q99, dtype=np.float64) - np.asarray(q01, dtype=np.float64)
+    return 2 * (np.asarray(values, dtype=np.float64) - q01) / np.where(span == 0, 1e-8, span) - 1
+
+
+def channel_flags(stats: dict[str, np.ndarray]) -> list[list[str]]:
+    """Per channel: 'near-constant' and/or 'extreme' (see NEAR_CONSTANT, EXTREME); needs q01/q99/min/max."""
+    q01, q99 = np.ravel(stats["q01"]), np.ravel(stats["q99"])
+    reach = np.maximum(np.abs(normalised(np.ravel(stats["min"]), q01, q99)),
+                       np.abs(normalised(np.ravel(stats["max"]), q01, q99)))
+    return [(["near-constant"] if span < NEAR_CONSTANT else []) + (["extreme"] if r > EXTREME else [])
+            for span, r in zip(q99 - q01, reach)]

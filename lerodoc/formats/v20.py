@@ -15,3 +15,14 @@ VERSION = "v2.0"
 
 def read(root: Path, info: Info):
     return v21.read(root, info, episode_stats=False)
+
+
+def stats_files(root: Path) -> set[str]:
+    return v21.stats_files(root)
+
+
+def write_stats(root: Path, info: Info, episodes, stats: dict | None) -> None:
+    """v2.0 keeps dataset stats only; per-episode stats need v2.1 (`lerodoc convert --to v2.1`)."""
+    from lerodoc.formats.jsonl import stats_to_json
+    import json
+    (root / v21.STATS_PATH).write_text(json.dumps(stats_to_json(stats or {}), indent=4) + "\n")

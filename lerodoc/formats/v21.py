@@ -95,6 +95,16 @@ def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str]
     write_jsonl(root / EPISODES_PATH, [{"episode_index": e.index, "tasks": e.tasks, "length": e.length}
                                        for e in episodes])
     write_jsonl(root / TASKS_PATH, [{"task_index": i, "task": t} for i, t in enumerate(tasks)])
+    write_stats(root, info, episodes, stats)
+
+
+def stats_files(root: Path) -> set[str]:
+    """The files `write_stats` replaces."""
+    return {EPISODES_STATS_PATH, STATS_PATH}
+
+
+def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | None) -> None:
+    """Write episodes_stats.jsonl and, when given, dataset stats.json (v2.1 readers aggregate the former)."""
     write_jsonl(root / EPISODES_STATS_PATH, [{"episode_index": e.index, "stats": stats_to_json(e.stats)}
                                              for e in episodes])
     if stats is not None:

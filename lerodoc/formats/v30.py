@@ -154,6 +154,17 @@ def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str]
     (root / "meta").mkdir(parents=True, exist_ok=True)
     pq.write_table(tasks_table, root / TASKS_PATH)
 
+    write_stats(root, info, episodes, stats)
+
+
+def stats_files(root: Path) -> set[str]:
+    """The files `write_stats` replaces."""
+    return {p.relative_to(root).as_posix() for p in root.glob(EPISODES_GLOB)} | {STATS_PATH}
+
+
+def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | None) -> None:
+    """Write the episodes table (per-episode stats live there) and stats.json."""
+    n = len(episodes)
     columns: dict[str, list] = {
         "episode_index": [e.index for e in episodes],
         "tasks": [e.tasks for e in episodes],

@@ -11,6 +11,7 @@ EXPECT.json (every key optional except "episodes"):
       "video_keys": ["observation.images.front", ...],          # exact set of video features
       "stats_keys": {"observation.state": ["q01", "q99"]},      # stats.json must hold these
       "atol": 1e-6,                                             # after casting to the item's dtype
+      "quantile_normalize": ["observation.state", "action"],    # report frame 0 through lerobot's QUANTILES
       "episodes": [                                             # output episode e is episodes[e]
         {"length": 40, "task": "pick",
          "identity": {"dataset": 1, "episode": 0, "frame_offset": 0, "frame_step": 1,
@@ -228,6 +229,28 @@ def run(args, expect: dict, rep: dict) -> None:
         rep["episodes_checked"] += 1
         start += exp["length"]
     rep["check_s"] = round(time.perf_counter() - t0, 3)
+    if expect.get("quantile_normalize"):
+        rep["normalized"] = quantile_normalize(ds, expect["quantile_normalize"])
+
+
+def quantile_normalize(ds, keys: list[str]) -> dict:
+    """Frame 0 of `keys` through lerobot's own NormalizerProcessorStep in QUANTILES mode (as pi05 trains)."""
+    from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
+    from lerobot.processor.normalize_processor import NormalizerProcessorStep
+
+    kinds = {key: FeatureType.ACTION if key == "action" else FeatureType.STATE for key in keys}
+    features = {key: PolicyFeature(type=kinds[key], shape=tuple(ds.meta.features[key]["shape"])) for key in keys}
+    step = NormalizerProcessorStep.from_lerobot_dataset(
+        ds, features, {FeatureType.STATE: NormalizationMode.QUANTILES, FeatureType.ACTION: NormalizationMode.QUANTILES})
+    item = ds[0]
+    out = {}
+    for key in keys:
+        if kinds[key] == FeatureType.ACTION:
+            value = step._normalize_action(item[key], inverse=False)
+        else:
+            value = step._normalize_observation({key: item[key]}, inverse=False)[key]
+        out[key] = {"raw": to_numpy(item[key]).tolist(), "normalized": to_numpy(value).tolist()}
+    return out
 
 
 def main() -> int:

@@ -1,0 +1,134 @@
+"""quantiles: exact against numpy, bounded-memory path, written only where asked, read by lerobot."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
+from lerodoc.ops.quantiles import LEVELS, quantiles
+from lerodoc.quantiles import quantiles as engine
+from lerodoc.stats import QUANTILES
+from tests.fixtures.factory import make_dataset
+from tests.helpers import expect_from_fixture, run_cli
+from tests.lerobot_oracle import check_with_lerobot
+
+
+def all_values(root, feature):
+    return np.concatenate([np.array(pq.read_table(p, columns=[feature]).column(0).to_pylist(), dtype=np.float64)
+                           .reshape(-1, 1 if feature != "observation.state" and feature != "action" else 6)
+                           for p in sorted(root.glob("data/*/*.parquet"))])
+
+
+def tree_digests(root):
+    return {p.relative_to(root).as_posix(): hashlib.blake2b(p.read_bytes()).hexdigest()
+            for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+@pytest.mark.parametrize("budget", [64 << 20, 50])   # in memory, and radix selection in passes
+def test_quantiles_equal_numpy_and_only_stats_files_change(tmp_path, version, budget):
+    fixture = make_dataset(tmp_path / "src", version=version, episodes=4, noise=0, lengths=[31, 57, 44, 60])
+    before = tree_digests(fixture.root)
+    report = quantiles(fixture.root, tmp_path / "out", budget=budget, workers=2)
+    assert report.passes == (1 if budget > 1000 else report.passes) and (budget > 1000 or report.passes > 1)
+    assert tree_digests(fixture.root) == before            # the input is untouched
+    after = tree_digests(tmp_path / "out")
+    changed = {k for k in after if after[k] != before.get(k)}
+    assert changed == ({"meta/episodes_stats.jsonl", "meta/stats.json"} if version == "v2.1" else
+                       {"meta/episodes/chunk-000/file-000.parquet", "meta/stats.json"})
+    ds = Dataset.open(tmp_path / "out")
+    for feature in ("observation.state", "action", "timestamp", "index"):
+        values = all_values(fixture.root, feature)
+        for q, level in zip(QUANTILES, LEVELS):
+            np.testing.assert_allclose(ds.stats[feature][q], np.quantile(values, level, axis=0), rtol=0, atol=0)
+        np.testing.assert_allclose(ds.stats[feature]["mean"], values.mean(axis=0), rtol=1e-12)
+        start = 0
+        for ep in ds.episodes:
+            part = values[start:start + ep.length]
+            np.testing.assert_array_equal(ep.stats[feature]["q99"], np.quantile(part, 0.99, axis=0))
+            start += ep.length
+
+
+def test_engine_matches_numpy_on_awkward_data():
+    rng = np.random.default_rng(1)
+    data = np.concatenate([rng.normal(0, 1, (20011, 2)), rng.integers(0, 2, (20011, 1)), np.full((20011, 1), -2.5),
+                           rng.standard_cauchy((20011, 1)) * 1e6], axis=1).astype(np.float32)
+    data[:7, 0] = -0.0
+    chunks = lambda: (data[i:i + 3000] for i in range(0, len(data), 3000))  # noqa: E731
+    expected = np.quantile(data.astype(np.float64), LEVELS, axis=0)
+    for budget, collect in ((1 << 30, 1 << 16), (10, 1 << 16), (10, 0)):
+        got, passes = engine(chunks, LEVELS, count=len(data), width=data.shape[1], budget=budget, collect=collect)
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_in_place_swaps_and_openpi_norm_stats(tmp_path):
+    fixture = make_dataset(tmp_path / "src", version="v3.0", episodes=3)
+    report = quantiles(fixture.root, in_place=True, openpi_path=tmp_path / "norm_stats.json")
+    assert report.output == str(fixture.root)
+    ds = Dataset.open(fixture.root)
+    assert "q01" in ds.stats["observation.state"] and "q99" in ds.episodes[0].stats["action"]
+    norm = json.loads((tmp_path / "norm_stats.json").read_text())["norm_stats"]
+    assert set(norm) == {"state", "actions"} and set(norm["state"]) == {"mean", "std", "q01", "q99"}
+    np.testing.assert_allclose(norm["actions"]["q99"], ds.stats["action"]["q99"])
+    assert not list(tmp_path.glob(".src*"))
+
+
+def test_without_output_nothing_is_written(tmp_path):
+    fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=2)
+    before = tree_digests(fixture.root)
+    out = json.loads(run_cli("quantiles", fixture.root, "--json").stdout)
+    assert out["output"] is None and len(out["channels"]) == 6 + 6 + 5
+    assert tree_digests(fixture.root) == before
+
+
+def test_nan_is_an_error_naming_episode_and_feature(tmp_path):
+    fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=2, vector_storage="list")
+    path = fixture.root / "data/chunk-000/episode_000001.parquet"
+    table = pq.read_table(path)
+    state = table.column("observation.state").to_pylist()
+    state[3][2] = float("nan")
+    pq.write_table(table.set_column(0, table.schema.field(0), pa.array(state, table.schema.field(0).type)), path)
+    with pytest.raises(LerodocError) as error:
+        quantiles(fixture.root)
+    assert error.value.episode == 1 and error.value.field == "observation.state" and "frame 3" in str(error.value)
+
+
+def test_flags_near_constant_and_extreme_channels(tmp_path):
+    fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=2, lengths=[200, 200])
+    path = fixture.root / "data/chunk-000/episode_000000.parquet"
+    table = pq.read_table(path)
+    state = np.array(table.column("observation.state").to_pylist())
+    state[:, 1] = 0.25                   # constant joint
+    state[0, 4] = 1e5                    # one wild reading
+    field = table.schema.field("observation.state")
+    pq.write_table(table.set_column(table.column_names.index("observation.state"), field,
+                                    pa.array(state.tolist(), field.type)), path)
+    (fixture.root / "data/chunk-000/episode_000001.parquet").write_bytes(path.read_bytes())
+    report = quantiles(fixture.root)
+    flags = {(r["feature"], r["channel"]): r["flags"] for r in report.channels}
+    assert flags[("observation.state", 1)] == ["near-constant"]
+    assert flags[("observation.state", 4)] == ["extreme"]
+    assert flags[("observation.state", 0)] == [] and all(not f for (name, _), f in flags.items() if name == "index")
+
+
+@pytest.mark.lerobot
+def test_lerobot_quantile_normalisation_reads_the_stats(tmp_path):
+    fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=3)
+    run_cli("convert", fixture.root, "-o", tmp_path / "v30")
+    quantiles(tmp_path / "v30", in_place=True)
+    expect = {**expect_from_fixture(fixture), "stats_keys": {"observation.state": list(QUANTILES),
+                                                             "action": list(QUANTILES)},
+              "quantile_normalize": ["observation.state", "action"]}
+    report = check_with_lerobot(tmp_path / "v30", expect, backend="pyav", frames="3")
+    stats = Dataset.open(tmp_path / "v30").stats
+    for key in ("observation.state", "action"):
+        raw = np.array(report["normalized"][key]["raw"], dtype=np.float64)
+        ours = 2 * (raw - stats[key]["q01"]) / (stats[key]["q99"] - stats[key]["q01"]) - 1
+        np.testing.assert_allclose(report["normalized"][key]["normalized"], ours, rtol=1e-5, atol=1e-5)
