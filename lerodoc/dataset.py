@@ -6,6 +6,7 @@ Opening reads metadata only: no frame is decoded and no data parquet is read bey
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +74,18 @@ class Dataset:
 
     def video_files(self, key: str) -> list[str]:
         return list(dict.fromkeys(ep.videos[key].file for ep in self.episodes if key in ep.videos))
+
+    @cached_property
+    def _rows_per_file(self) -> dict[tuple[str, str | None], int]:
+        totals: dict[tuple[str, str | None], int] = {}
+        for ep in self.episodes:
+            for key, path in [(None, ep.data_file)] + [(k, span.file) for k, span in ep.videos.items()]:
+                totals[(path, key)] = totals.get((path, key), 0) + ep.length
+        return totals
+
+    def rows_in_file(self, relative: str, key: str | None = None) -> int:
+        """Frames of all episodes stored in a data file (or, with `key`, in that camera's video file)."""
+        return self._rows_per_file.get((relative, key), 0)
 
     def path(self, relative: str) -> Path:
         return self.root / relative

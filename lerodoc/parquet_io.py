@@ -22,18 +22,31 @@ def read_parquet(path: Path | str, columns: list[str] | None = None, episode: in
         raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=episode) from None
 
 
+def _numpy_dtype(kind: pa.DataType) -> np.dtype | None:
+    """The numpy dtype of a fixed-width integer or float Arrow type, else None."""
+    if pa.types.is_floating(kind):
+        return np.dtype(f"f{kind.bit_width // 8}")
+    if pa.types.is_integer(kind):
+        return np.dtype(f"{'i' if pa.types.is_signed_integer(kind) else 'u'}{kind.bit_width // 8}")
+    return None
+
+
 def to_numpy(array: pa.Array) -> np.ndarray:
     """A numpy view of a numeric array without nulls; other arrays go through pyarrow's conversion.
 
     The view path avoids `Array.to_numpy`, whose first call imports pandas (a quarter second per
     worker process).
     """
-    kind = array.type
-    if array.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
-        letter = "f" if pa.types.is_floating(kind) else ("i" if pa.types.is_signed_integer(kind) else "u")
-        dtype = np.dtype(f"{letter}{kind.bit_width // 8}")
+    dtype = _numpy_dtype(array.type)
+    if dtype is not None and array.null_count == 0:
         return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array) + array.offset)[array.offset:]
     return array.to_numpy(zero_copy_only=False)
+
+
+def from_numpy(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """An integer or float Arrow array of type `kind` over numpy values (no pandas import, unlike `pa.array`)."""
+    values = np.ascontiguousarray(values, dtype=_numpy_dtype(kind))
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 
 
 def column_matrix(column: pa.ChunkedArray | pa.Array, num_rows: int) -> np.ndarray:

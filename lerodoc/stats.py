@@ -55,24 +55,6 @@ def merge_dataset_stats(aggregated: Stats, previous: Stats | None) -> Stats:
     return merged
 
 
-def exact_quantiles(tables, features: list[str]) -> Stats:
-    """Exact q01..q99 (numpy's linear method) per channel over all rows of `tables` (an iterable of
-    pyarrow tables holding `features`); every value is held in memory once, as float64."""
-    from lerodoc.parquet_io import column_matrix
-
-    columns: dict[str, list[np.ndarray]] = {f: [] for f in features}
-    for table in tables:
-        for name in features:
-            columns[name].append(column_matrix(table.column(name), table.num_rows).astype(np.float64))
-    levels = [int(q[1:]) / 100 for q in QUANTILES]
-    out: Stats = {}
-    for name, parts in columns.items():
-        if parts and sum(len(p) for p in parts):
-            values = np.concatenate(parts)
-            out[name] = dict(zip(QUANTILES, np.quantile(values, levels, axis=0)))
-    return out
-
-
 NEAR_CONSTANT = 1e-6      # q99 - q01 below this: quantile normalisation divides by (almost) nothing
 EXTREME = 10.0            # |quantile-normalised min or max| above this: the loss sees huge inputs
 

@@ -7,6 +7,8 @@ durations. Decoding happens only for the rare cut that does not start on a keyfr
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -213,6 +215,28 @@ def read_back(path: Path, counts: list[int], digests: list[str], fps: int) -> li
         written.append(Written(float(lo * tb), float(hi * tb), count, expected))
         start += count
     return written
+
+
+def link(clips: list[Clip], out: Path, fps: int, episodes: list[int]) -> list[Written] | None:
+    """Reuse a whole file that holds exactly `clips`, by hard link (a copy across file systems); each clip's
+    window is re-read from the file's sample tables. None when the tables cannot be read that way."""
+    from lerodoc import mp4  # late: mp4 imports this module
+    source = clips[0].path
+    try:
+        track = mp4.read_track(source)
+        parts = [mp4.select(track, clip, fps, episode) for clip, episode in zip(clips, episodes)]
+    except (mp4.Unsupported, NotOnKeyframe):
+        return None
+    if [p.start for p in parts] != [0] + [p.stop for p in parts[:-1]] or parts[-1].stop != len(track.pts):
+        return None      # the clips do not tile the file
+    try:
+        os.link(source, out)
+    except OSError:
+        shutil.copyfile(source, out)
+    tb = Fraction(1, track.timescale)
+    return [Written(float(track.pts[p.start:p.stop].min() * tb),
+                    float((track.pts[p.start:p.stop] + track.delta[p.start:p.stop]).max() * tb),
+                    p.stop - p.start, "") for p in parts]
 
 
 def cut(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Written:

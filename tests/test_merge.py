@@ -168,3 +168,17 @@ def test_inputs_are_not_modified(tmp_path):
     assert Dataset.open(tmp_path / "out").total_frames == sum(a.lengths) + sum(a.lengths[1:])
     shutil.rmtree(tmp_path / "out")
     assert pq.read_table(a.root / "data/chunk-000/file-000.parquet").num_rows == sum(a.lengths[:2])
+
+
+def test_whole_v30_video_files_are_reused_not_rewritten(tmp_path):
+    a = make_dataset(tmp_path / "a", version="v3.0", dataset_id=1, episodes=4, episodes_per_file=2)
+    b = make_dataset(tmp_path / "b", version="v3.0", dataset_id=2, episodes=3, episodes_per_file=3)
+    merge([a.root, b.root], tmp_path / "out", exclude=["A:3"])
+    out = Dataset.open(tmp_path / "out")
+    key = "observation.images.top"
+    files = out.video_files(key)
+    assert len(files) == 3    # A's first file as is, A's episode 2 alone, B's file as is
+    assert (tmp_path / "out" / files[0]).stat().st_ino == (a.root / Dataset.open(a.root).video_files(key)[0]).stat().st_ino
+    assert (tmp_path / "out" / files[2]).stat().st_ino == (b.root / Dataset.open(b.root).video_files(key)[0]).stat().st_ino
+    expect = {"fps": 30, "episodes": expect_episodes(a, [0, 1, 2]) + expect_episodes(b)}
+    check_with_lerobot(tmp_path / "out", expect, backend="pyav")

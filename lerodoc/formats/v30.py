@@ -76,13 +76,23 @@ def _read_table(path: Path) -> pa.Table:
     return read_parquet(path)
 
 
-def _episode_stats(row: dict) -> dict:
-    stats: dict = {}
-    for column, value in row.items():
-        if column.startswith("stats/") and value is not None:
-            feature, name = column[len("stats/"):].rsplit("/", 1)
-            stats.setdefault(feature, {})[name] = np.atleast_1d(
-                np.asarray(value, dtype=np.int64 if name == "count" else np.float64))
+def _episode_stats(table: pa.Table) -> list[dict]:
+    """Per-row stats from the `stats/<feature>/<stat>` columns, each column converted in one go."""
+    stats: list[dict] = [{} for _ in range(table.num_rows)]
+    for column in table.column_names:
+        if not column.startswith("stats/"):
+            continue
+        feature, name = column[len("stats/"):].rsplit("/", 1)
+        values = table.column(column).to_pylist()
+        dtype = np.int64 if name == "count" else np.float64
+        try:
+            rows = list(np.array(values, dtype=dtype).reshape(len(values), -1) if name == "count"
+                        else np.array(values, dtype=dtype))
+        except (ValueError, TypeError):   # ragged or missing values: convert one by one
+            rows = [None if v is None else np.asarray(v, dtype=dtype) for v in values]
+        for row, value in zip(stats, rows):
+            if value is not None:
+                row.setdefault(feature, {})[name] = np.atleast_1d(value)
     return stats
 
 
@@ -91,7 +101,10 @@ def read(root: Path, info: Info):
     files = sorted(root.glob(EPISODES_GLOB))
     if not files:
         raise LerodocError("no episodes metadata files", file=root / "meta/episodes")
-    rows = [row for f in files for row in _read_table(f).to_pylist()]
+    tables = [_read_table(f) for f in files]
+    rows = [row for t in tables for row in t.select([c for c in t.column_names
+                                                     if not c.startswith("stats/")]).to_pylist()]
+    row_stats = [s for t in tables for s in _episode_stats(t)]
     episodes = []
     for position, row in enumerate(rows):
         try:
@@ -107,7 +120,7 @@ def read(root: Path, info: Info):
                 index=index, length=int(row["length"]), tasks=list(row.get("tasks") or []),
                 data_file=(info.data_path or DATA_PATH).format(chunk_index=d_chunk, file_index=d_file),
                 data_row=0, from_index=int(row["dataset_from_index"]), videos=videos,
-                stats=_episode_stats(row)))
+                stats=row_stats[position]))
         except (KeyError, TypeError) as exc:
             raise LerodocError(f"episodes metadata row {position} lacks or mistypes {exc}",
                                file=files[0].parent.parent, episode=row.get("episode_index")) from None

@@ -19,9 +19,9 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info, flat_names
 from lerodoc.ops import rewrite
-from lerodoc.parquet_io import read_parquet
 from lerodoc.staging import staged_output
-from lerodoc.stats import aggregate, exact_quantiles
+from lerodoc.ops.quantiles import dataset_quantiles
+from lerodoc.stats import aggregate
 
 CODEC_ALIASES = {"libsvtav1": "av1", "libaom-av1": "av1", "librav1e": "av1", "libdav1d": "av1", "av01": "av1",
                  "libx264": "h264", "avc1": "h264", "libopenh264": "h264", "libx265": "hevc", "h265": "hevc",
@@ -227,11 +227,11 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
                                progress=progress)
         new_eps = result.episodes
         stats = aggregate([ep.stats for ep in new_eps])
-        data_files = sorted({ep.data_file for ep in new_eps})
-        numeric = [k for k in info.numeric_keys]
-        for feature, quantiles in exact_quantiles((read_parquet(tmp / f, numeric) for f in data_files),
-                                                  numeric).items():
-            stats.setdefault(feature, {}).update(quantiles)
+        data_files = [tmp / f for f in dict.fromkeys(ep.data_file for ep in new_eps)]
+        quantiles, _ = dataset_quantiles(data_files, info.numeric_keys, info.features, sum(e.length for e in new_eps),
+                                         workers=workers)
+        for feature, by_level in quantiles.items():
+            stats.setdefault(feature, {}).update(by_level)
         formats.module(to).write_meta(tmp, info, new_eps, tasks, stats if to == "v3.0" else None)
         rewrite.verify(tmp, to, new_eps)
         report.episodes, report.frames, report.tasks = len(new_eps), sum(e.length for e in new_eps), len(tasks)

@@ -22,7 +22,7 @@ from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import Info
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import column_digests, column_matrix, read_parquet
+from lerodoc.parquet_io import column_digests, column_matrix, from_numpy, read_parquet
 from lerodoc.stats import column_stats
 
 TARGETS = ("v2.1", "v3.0")
@@ -69,6 +69,7 @@ class VideoJob:
     out_root: str = ""
     cap_bytes: float = 0
     chunks_size: int = 1000
+    whole_files: tuple[tuple[int, int], ...] = ()   # [start, stop) clip runs that are one whole source file
 
 
 @dataclass
@@ -79,55 +80,77 @@ class Result:
     computed_stats: list[int] = field(default_factory=list)    # episodes whose stats were computed from rows
 
 
-def renumber(rows: pa.Table, piece: RowPiece) -> tuple[pa.Table, set[str]]:
-    """Set the episode's new `episode_index`, `index` and mapped `task_index`; return the columns changed."""
-    n = rows.num_rows
-    wanted = {"episode_index": np.full(n, piece.episode, dtype=np.int64),
-              "index": np.arange(piece.from_index, piece.from_index + n, dtype=np.int64)}
-    if piece.task_map is not None and "task_index" in rows.column_names:
+def _blocks(pieces: list[RowPiece]) -> list[list[RowPiece]]:
+    """Runs of pieces that read consecutive rows of one source file into consecutive rows of one output."""
+    blocks: list[list[RowPiece]] = []
+    for piece in pieces:
+        last = blocks[-1][-1] if blocks else None
+        if last and (last.src_file, last.out_file, last.task_map) == (piece.src_file, piece.out_file, piece.task_map) \
+                and last.src_row + last.length == piece.src_row and last.from_index + last.length == piece.from_index:
+            blocks[-1].append(piece)
+        else:
+            blocks.append([piece])
+    return blocks
+
+
+def renumber(rows: pa.Table, block: list[RowPiece]) -> tuple[pa.Table, set[str]]:
+    """Set the block's new `episode_index`, `index` and mapped `task_index`; return the columns changed."""
+    n, first = rows.num_rows, block[0]
+    wanted = {"episode_index": np.repeat([p.episode for p in block], [p.length for p in block]).astype(np.int64),
+              "index": np.arange(first.from_index, first.from_index + n, dtype=np.int64)}
+    if first.task_map is not None and "task_index" in rows.column_names:
         old = column_matrix(rows.column("task_index"), n)[:, 0]
-        if old.size and (old.min() < 0 or old.max() >= len(piece.task_map)):
-            raise LerodocError(f"task_index {int(old.max())} has no task", file=piece.src_file,
-                               episode=piece.source_episode, field="task_index")
-        wanted["task_index"] = np.asarray(piece.task_map, dtype=np.int64)[old]
+        if old.size and (old.min() < 0 or old.max() >= len(first.task_map)):
+            raise LerodocError(f"task_index {int(old.max())} has no task", file=first.src_file,
+                               episode=first.source_episode, field="task_index")
+        wanted["task_index"] = np.asarray(first.task_map, dtype=np.int64)[old]
     changed = set()
     for name, values in wanted.items():
         if name in rows.column_names and not np.array_equal(column_matrix(rows.column(name), n)[:, 0], values):
             field_ = rows.schema.field(name)
-            rows = rows.set_column(rows.column_names.index(name), field_, pa.array(values, type=field_.type))
+            rows = rows.set_column(rows.column_names.index(name), field_, from_numpy(values, field_.type))
             changed.add(name)
     return rows, changed
 
 
 def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
-    """Worker: copy pieces into their output files (one row group per episode), then read them back."""
+    """Worker: copy pieces into their output files (one row group per episode), then read them back.
+
+    Consecutive pieces are handled as one block: one cast, one renumbering, one checksum per column.
+    """
     pieces, schema = args
-    results, cache, writers = [], {}, {}
+    results, blocks, cache, writers = [], [], {}, {}
     try:
-        for piece in pieces:
-            if piece.src_file not in cache:
+        for block in _blocks(pieces):
+            first, n = block[0], sum(p.length for p in block)
+            if first.src_file not in cache:
                 cache.clear()
-                cache[piece.src_file] = read_parquet(piece.src_file, episode=piece.source_episode)
-            table = cache[piece.src_file]
-            if piece.src_row + piece.length > table.num_rows:
-                raise LerodocError(f"holds {table.num_rows} rows, but episode needs rows "
-                                   f"{piece.src_row}..{piece.src_row + piece.length - 1}",
-                                   file=piece.src_file, episode=piece.source_episode)
-            rows = _cast(table.slice(piece.src_row, piece.length), schema, piece)
-            out, changed = renumber(rows, piece)
-            if piece.out_file not in writers:
-                Path(piece.out_file).parent.mkdir(parents=True, exist_ok=True)
-                writers[piece.out_file] = pq.ParquetWriter(piece.out_file, schema)
-            writers[piece.out_file].write_table(out, row_group_size=max(piece.length, 1))
-            stats_of = out.column_names if piece.all_stats else sorted(changed)
+                cache[first.src_file] = read_parquet(first.src_file, episode=first.source_episode)
+            table = cache[first.src_file]
+            if first.src_row + n > table.num_rows:
+                raise LerodocError(f"holds {table.num_rows} rows, but the episodes need rows "
+                                   f"{first.src_row}..{first.src_row + n - 1}",
+                                   file=first.src_file, episode=block[-1].source_episode)
+            rows = _cast(table.slice(first.src_row, n), schema, first)
+            out, changed = renumber(rows, block)
+            if first.out_file not in writers:
+                Path(first.out_file).parent.mkdir(parents=True, exist_ok=True)
+                writers[first.out_file] = pq.ParquetWriter(first.out_file, schema, use_dictionary=False)
             source = column_digests(rows)
-            results.append({"episode": piece.episode, "changed": sorted(changed), "source": source,
-                            "planned": column_digests(out) if changed else source,
-                            "stats": _numeric_stats(out.select(stats_of), schema)})
+            planned = {**source, **column_digests(out.select(sorted(changed)))}
+            blocks.append((block, {"changed": changed, "source": source, "planned": planned}))
+            offset = 0
+            for piece in block:
+                episode_rows = out.slice(offset, piece.length)
+                offset += piece.length
+                writers[first.out_file].write_table(episode_rows, row_group_size=max(piece.length, 1))
+                stats_of = out.column_names if piece.all_stats else sorted(changed)
+                results.append({"episode": piece.episode, "changed": sorted(changed),
+                                "stats": _numeric_stats(episode_rows.select(stats_of), schema)})
     finally:
         for writer in writers.values():
             writer.close()
-    _check_written(pieces, results)
+    _check_written(blocks)
     return results
 
 
@@ -157,23 +180,24 @@ def _numeric_stats(rows: pa.Table, schema: pa.Schema) -> dict:
     return stats
 
 
-def _check_written(pieces: list[RowPiece], results: list[dict]) -> None:
-    """Re-read every written file: each episode holds its planned values, and the source's values in
+def _check_written(blocks: list[tuple[list[RowPiece], dict]]) -> None:
+    """Re-read every written file: each block holds its planned values, and the source's values in
     every column that was not renumbered."""
-    by_file: dict[str, list[tuple[RowPiece, dict]]] = {}
-    for piece, result in zip(pieces, results):
-        by_file.setdefault(piece.out_file, []).append((piece, result))
+    by_file: dict[str, list[tuple[list[RowPiece], dict]]] = {}
+    for block, sums in blocks:
+        by_file.setdefault(block[0].out_file, []).append((block, sums))
     for out_file, entries in by_file.items():
         table = read_parquet(out_file)
         offset = 0
-        for piece, result in entries:
-            written = column_digests(table.slice(offset, piece.length))
-            offset += piece.length
-            bad = [c for c in written if written[c] != result["planned"][c]
-                   or (c not in result["changed"] and written[c] != result["source"].get(c))]
+        for block, sums in entries:
+            n = sum(p.length for p in block)
+            written = column_digests(table.slice(offset, n))
+            offset += n
+            bad = [c for c in written if written[c] != sums["planned"][c]
+                   or (c not in sums["changed"] and written[c] != sums["source"].get(c))]
             if bad:
                 raise VerificationError(f"written values differ from the source in {bad}",
-                                        file=out_file, episode=piece.episode)
+                                        file=out_file, episode=block[0].episode)
         if offset != table.num_rows:
             raise VerificationError(f"holds {table.num_rows} rows, expected {offset}", file=out_file)
 
@@ -188,20 +212,37 @@ def write_videos(args: tuple[VideoJob, int]) -> list[tuple[str, video.Written]]:
             placed.append((out_file, video.cut(clip, Path(out_file), fps, episode)))
         return placed
     signatures = [video.signature(c.path, e) for c, e in zip(job.clips, job.episodes)]
-    groups, chunk, file, placed = [], 0, 0, []
-    for group in _group_by_size(list(job.sizes), job.cap_bytes):
-        current = [group[0]]
-        for i in group[1:]:     # split further where the stream parameters change
-            if signatures[i] != signatures[current[-1]]:
-                groups.append(current)
-                current = []
-            current.append(i)
-        groups.append(current)
-    for group in groups:
+    groups: list[tuple[str, list[int]]] = []
+    linked = {start: stop for start, stop in job.whole_files}
+    pending: list[int] = []
+
+    def flush() -> None:
+        for group in _group_by_size([job.sizes[i] for i in pending], job.cap_bytes):
+            current = [pending[group[0]]]
+            for i in (pending[g] for g in group[1:]):     # split further where the stream parameters change
+                if signatures[i] != signatures[current[-1]]:
+                    groups.append(("concat", current))
+                    current = []
+                current.append(i)
+            groups.append(("concat", current))
+        pending.clear()
+    i = 0
+    while i < len(job.clips):
+        if i in linked:
+            flush()
+            groups.append(("link", list(range(i, linked[i]))))
+            i = linked[i]
+        else:
+            pending.append(i)
+            i += 1
+    flush()
+    chunk, file, placed = 0, 0, []
+    for kind, group in groups:
         out_file = str(Path(job.out_root) / v30.video_file(job.key, chunk, file))
         Path(out_file).parent.mkdir(parents=True, exist_ok=True)
-        written = video.concat([job.clips[i] for i in group], Path(out_file), fps,
-                               [job.episodes[i] for i in group])
+        clips, episodes = [job.clips[i] for i in group], [job.episodes[i] for i in group]
+        written = (video.link(clips, Path(out_file), fps, episodes) if kind == "link" else None) \
+            or video.concat(clips, Path(out_file), fps, episodes)
         placed += [(out_file, w) for w in written]
         chunk, file = v30.next_file(chunk, file, job.chunks_size)
     return placed
@@ -235,15 +276,12 @@ def _clip_bytes(ds: Dataset, ep: Episode, key: str) -> int:
     size = path.stat().st_size if path.exists() else 0
     if ds.version != "v3.0":
         return size
-    span = ep.videos[key]
-    total = sum(e.length for e in ds.episodes if e.videos[key].file == span.file)
-    return size * ep.length // max(total, 1)
+    return size * ep.length // max(ds.rows_in_file(ep.videos[key].file, key), 1)
 
 
 def _data_bytes(ds: Dataset, ep: Episode) -> int:
     """On-disk bytes of the episode's rows (its share of the data file)."""
-    rows_in_file = sum(e.length for e in ds.episodes if e.data_file == ep.data_file)
-    return ds.path(ep.data_file).stat().st_size * ep.length // max(rows_in_file, 1)
+    return ds.path(ep.data_file).stat().st_size * ep.length // max(ds.rows_in_file(ep.data_file), 1)
 
 
 def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float, float]
@@ -285,7 +323,7 @@ def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float
         if to == "v3.0":
             sizes = tuple(_clip_bytes(p.dataset, p.episode, key) for p in picks)
             video_jobs.append(VideoJob(key, numbers, clips, sizes, out_root=str(out), cap_bytes=caps_mb[1] * MB,
-                                       chunks_size=info.chunks_size))
+                                       chunks_size=info.chunks_size, whole_files=_whole_files(picks, key)))
         else:
             files = tuple(str(out / v21.VIDEO_PATH.format(episode_chunk=n // info.chunks_size, video_key=key,
                                                            episode_index=n)) for n in numbers)
@@ -298,6 +336,22 @@ def _run(job: tuple[Callable, tuple]):
     """Worker entry: call a job's function on its arguments."""
     fn, args = job
     return fn(args)
+
+
+def _whole_files(picks: list[Pick], key: str) -> tuple[tuple[int, int], ...]:
+    """Runs of consecutive picks that hold every episode of one v3.0 video file, in its order: such a
+    file can be reused as it is."""
+    runs, i = [], 0
+    while i < len(picks):
+        ds, span = picks[i].dataset, picks[i].episode.videos[key]
+        j = i
+        while j < len(picks) and picks[j].dataset is ds and picks[j].episode.videos[key].file == span.file:
+            j += 1
+        in_file = [e.index for e in ds.episodes if e.videos[key].file == span.file]
+        if ds.version == "v3.0" and [p.episode.index for p in picks[i:j]] == in_file:
+            runs.append((i, j))
+        i = j
+    return tuple(runs)
 
 
 def check_files(picks: list[Pick]) -> None:
