@@ -31,17 +31,19 @@ def main() -> None:
     print(f"writing a two-part sample dataset under {work}")
     part_a = make_dataset(work / "part_a_v21", version="v2.1", dataset_id=1, episodes=4, codec="h264",
                           cameras=("observation.images.top", "observation.images.wrist"))
-    part_b = make_dataset(work / "part_b_v21", version="v2.1", dataset_id=2, episodes=3, codec="av1",
+    part_b = make_dataset(work / "part_b_v21", version="v2.1", dataset_id=2, episodes=3, codec="h264",
                           cameras=("observation.images.top", "observation.images.wrist"))
     print(f"  part A: {len(part_a.lengths)} episodes, {part_a.total_frames} frames, h264")
-    print(f"  part B: {len(part_b.lengths)} episodes, {part_b.total_frames} frames, av1")
+    print(f"  part B: {len(part_b.lengths)} episodes, {part_b.total_frames} frames, h264")
     lerodoc("info", part_a.root)
     lerodoc("convert", part_a.root, "-o", work / "part_a_v30")
-    lerodoc("convert", part_b.root, "-o", work / "part_b_v30")
-    lerodoc("info", work / "part_a_v30")
     lerodoc("convert", work / "part_a_v30", "-o", work / "part_a_back_v21", "--to", "v2.1")
-    print(f"\ndone: v3.0 datasets in {work}/part_a_v30 and {work}/part_b_v30, "
-          f"round trip back to v2.1 in {work}/part_a_back_v21")
+    lerodoc("merge", part_a.root, part_b.root, "-o", work / "merged_v30", "--exclude", "A:1")
+    lerodoc("quantiles", work / "merged_v30", "--in-place", "--openpi-norm-stats", work / "norm_stats.json")
+    lerodoc("info", work / "merged_v30")
+    print(f"\ndone: part A converted to v3.0 ({work}/part_a_v30) and back to v2.1 ({work}/part_a_back_v21);"
+          f"\n      A (without its episode 1) and B merged into {work}/merged_v30, with exact q01..q99 stats"
+          f"\n      and openpi norm stats in {work}/norm_stats.json")
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def reconcile(datasets: list[Dataset], labels: list[str]) -> tuple[Info, list[st
     notes: list[str] = []
 
     def conflict(field_: str, other: int, a, b) -> LerodocError:
-        return LerodocError(f"sources disagree on {field_}: {labels[0]} ({base.root}) has {a!r}, "
+        return LerodocError(f"sources disagree: {labels[0]} ({base.root}) has {a!r}, "
                             f"{labels[other]} ({datasets[other].root}) has {b!r}", field=field_,
                             hint="these datasets cannot be merged as they are")
 
