@@ -132,3 +132,11 @@ def test_lerobot_quantile_normalisation_reads_the_stats(tmp_path):
         raw = np.array(report["normalized"][key]["raw"], dtype=np.float64)
         ours = 2 * (raw - stats[key]["q01"]) / (stats[key]["q99"] - stats[key]["q01"]) - 1
         np.testing.assert_allclose(report["normalized"][key]["normalized"], ours, rtol=1e-5, atol=1e-5)
+
+
+def test_hard_linked_copies_never_write_through_to_the_source(tmp_path):
+    fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=2)
+    before = tree_digests(fixture.root)
+    quantiles(fixture.root, tmp_path / "a")
+    quantiles(tmp_path / "a", in_place=True)       # rewrites meta files of a tree that shares inodes with src
+    assert tree_digests(fixture.root) == before

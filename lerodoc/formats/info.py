@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -88,8 +87,8 @@ class Info:
         return out
 
     def write(self, path: Path, order: tuple[str, ...], derived: dict | None = None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(order, derived), indent=4) + "\n")
+        from lerodoc.formats.jsonl import write_json
+        write_json(path, self.to_dict(order, derived))
 
 
 def flat_names(names) -> list[str] | None:

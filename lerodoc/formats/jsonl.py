@@ -1,13 +1,34 @@
-"""JSON-lines and stats (de)serialisation shared by the format modules."""
+"""Meta-file I/O shared by the format modules: JSON, JSON lines, stats, and atomic replacement.
+
+Every meta file is written to a temporary name and renamed over its target, so a file that is a hard
+link into another dataset (see staging.staged_edit) is replaced, never written through.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 
 from lerodoc.errors import LerodocError
+
+
+def replace_file(path: Path, write) -> None:
+    """Call `write(tmp_path)`, then rename the result over `path` (atomic; never writes into `path`'s inode)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_text(path: Path, text: str) -> None:
+    replace_file(path, lambda tmp: tmp.write_text(text))
+
+
+def write_json(path: Path, obj, indent: int = 4) -> None:
+    write_text(path, json.dumps(obj, indent=indent) + "\n")
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -25,8 +46,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def stats_from_json(raw: dict) -> dict[str, dict[str, np.ndarray]]:

@@ -23,6 +23,5 @@ def stats_files(root: Path) -> set[str]:
 
 def write_stats(root: Path, info: Info, episodes, stats: dict | None) -> None:
     """v2.0 keeps dataset stats only; per-episode stats need v2.1 (`lerodoc convert --to v2.1`)."""
-    from lerodoc.formats.jsonl import stats_to_json
-    import json
-    (root / v21.STATS_PATH).write_text(json.dumps(stats_to_json(stats or {}), indent=4) + "\n")
+    from lerodoc.formats.jsonl import stats_to_json, write_json
+    write_json(root / v21.STATS_PATH, stats_to_json(stats or {}))

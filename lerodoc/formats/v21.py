@@ -8,13 +8,12 @@ episode_chunk = episode_index // chunks_size
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from lerodoc.dataset import Episode, VideoSpan
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
-from lerodoc.formats.jsonl import read_jsonl, stats_from_json, stats_to_json, write_jsonl
+from lerodoc.formats.jsonl import read_jsonl, stats_from_json, stats_to_json, write_json, write_jsonl
 
 VERSION = "v2.1"
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
@@ -108,4 +107,4 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | N
     write_jsonl(root / EPISODES_STATS_PATH, [{"episode_index": e.index, "stats": stats_to_json(e.stats)}
                                              for e in episodes])
     if stats is not None:
-        (root / STATS_PATH).write_text(json.dumps(stats_to_json(stats), indent=4) + "\n")
+        write_json(root / STATS_PATH, stats_to_json(stats))

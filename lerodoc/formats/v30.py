@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from lerodoc.dataset import Episode, VideoSpan
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
-from lerodoc.formats.jsonl import stats_from_json, stats_to_json
+from lerodoc.formats.jsonl import replace_file, stats_from_json, stats_to_json, write_json
 from lerodoc.parquet_io import read_parquet
 
 VERSION = "v3.0"
@@ -165,7 +165,7 @@ def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str]
          "metadata": None}], "creator": {"library": "lerodoc"}, "pandas_version": "2.2.0"}
     tasks_table = tasks_table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
     (root / "meta").mkdir(parents=True, exist_ok=True)
-    pq.write_table(tasks_table, root / TASKS_PATH)
+    replace_file(root / TASKS_PATH, lambda tmp: pq.write_table(tasks_table, tmp))
 
     write_stats(root, info, episodes, stats)
 
@@ -202,6 +202,6 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | N
                       for name, values in columns.items()})
     path = root / EPISODES_PATH.format(chunk_index=0, file_index=0)
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path)
+    replace_file(path, lambda tmp: pq.write_table(table, tmp))
     if stats is not None:
-        (root / STATS_PATH).write_text(json.dumps(stats_to_json(stats), indent=4) + "\n")
+        write_json(root / STATS_PATH, stats_to_json(stats))
