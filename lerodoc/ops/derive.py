@@ -1,0 +1,105 @@
+"""Rewrite a dataset's data columns (and the features and stats that describe them), leaving every
+other file as it is (hard links in the staged tree). The engine of `flatten` and `select`.
+
+A transform is a picklable object with `apply(table) -> table` (same rows, same order) and `changed`,
+the output columns whose values it changes or creates; every other output column must keep its
+values exactly, which the workers check by checksum on both sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lerodoc import formats
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError, VerificationError
+from lerodoc.formats.hf import schema_for
+from lerodoc.ops.quantiles import LEVELS, dataset_quantiles
+from lerodoc.parallel import pmap
+from lerodoc.parquet_io import column_digests, column_matrix, read_parquet
+from lerodoc.staging import staged_edit
+from lerodoc.stats import QUANTILES, aggregate, column_stats
+
+
+class Transform(Protocol):
+    changed: tuple[str, ...]
+
+    def apply(self, table: pa.Table, path: str) -> pa.Table: ...
+
+
+@dataclass(frozen=True)
+class FileJob:
+    src: str
+    out: str
+    episodes: tuple[tuple[int, int, int], ...]     # (episode index, first row in the file, length)
+
+
+def episode_stats(values: np.ndarray) -> dict[str, np.ndarray]:
+    """Exact basic stats and q01..q99 of an (N, D) block."""
+    values = values.astype(np.float64)
+    stats = column_stats(values)
+    stats.update(zip(QUANTILES, np.quantile(values, LEVELS, axis=0)))
+    return stats
+
+
+def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
+    """Worker: transform one data file, write it (one row group per episode), re-read and verify it."""
+    job, transform, schema = args
+    source = read_parquet(job.src)
+    table = transform.apply(source, job.src).select(schema.names).cast(schema)
+    if table.num_rows != source.num_rows:
+        raise VerificationError(f"transform changed the row count ({source.num_rows} -> {table.num_rows})",
+                                file=job.src)
+    kept = [c for c in schema.names if c not in transform.changed and c in source.column_names]
+    expected = column_digests(table)
+    if {c: expected[c] for c in kept} != column_digests(source.select(kept)):
+        raise VerificationError("values of untouched columns changed", file=job.src)
+    Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+    with pq.ParquetWriter(job.out, schema, use_dictionary=False) as writer:
+        for _, start, length in job.episodes:
+            writer.write_table(table.slice(start, length), row_group_size=max(length, 1))
+    if column_digests(read_parquet(job.out)) != expected:
+        raise VerificationError("written file differs from what was planned", file=job.out)
+    return [{"episode": index,
+             "stats": {name: episode_stats(column_matrix(table.column(name).slice(start, length), length))
+                       for name in transform.changed}}
+            for index, start, length in job.episodes]
+
+
+def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, *, in_place: bool = False,
+           force: bool = False, workers: int = 1) -> Path:
+    """Write `ds` with its data files transformed and `features` as its new info.json features."""
+    if ds.version == "v2.0":
+        raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
+                           hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
+    module = formats.module(ds.version)
+    by_file: dict[str, list[tuple[int, int, int]]] = {}
+    for ep in ds.episodes:
+        by_file.setdefault(ep.data_file, []).append((ep.index, ep.data_row, ep.length))
+    base = pq.read_schema(ds.path(ds.episodes[0].data_file))
+    columns = [name for name, spec in features.items() if spec["dtype"] != "video"]
+    schema = schema_for(features, columns, base)
+    rewritten = set(by_file) | module.stats_files(ds.root) | {formats.INFO_PATH}
+    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=rewritten) as tmp:
+        jobs = [(FileJob(str(ds.path(f)), str(tmp / f), tuple(eps)), transform, schema) for f, eps in by_file.items()]
+        per_episode = {r["episode"]: r["stats"] for part in pmap(rewrite_file, jobs, workers=workers) for r in part}
+        for ep in ds.episodes:
+            ep.stats = {k: v for k, v in ep.stats.items() if k in features}
+            ep.stats.update(per_episode[ep.index])
+        stats = {k: v for k, v in (ds.stats or {}).items() if k in features}
+        changed = list(transform.changed)
+        if changed:
+            fresh = aggregate([{k: ep.stats[k] for k in changed} for ep in ds.episodes])
+            quantiles, _ = dataset_quantiles([tmp / f for f in by_file], changed, features, ds.total_frames,
+                                             workers=workers)
+            for name in changed:
+                stats[name] = {**fresh[name], **quantiles[name]}
+        ds.info.features = features
+        module.write_meta(tmp, ds.info, ds.episodes, ds.tasks, stats if (ds.stats or changed) else None)
+    return Path(ds.root if in_place else out).absolute()
