@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from lerodoc import __version__, render
-from lerodoc.commands import convert, flatten, info, merge, quantiles
+from lerodoc.commands import convert, flatten, info, merge, quantiles, select
 from lerodoc.errors import ExitCode, LerodocError
 
 app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=False,
@@ -20,6 +20,7 @@ app.command(rich_help_panel="Format")(info.info)
 app.command(rich_help_panel="Format")(convert.convert)
 app.command(rich_help_panel="Edit")(merge.merge)
 app.command(rich_help_panel="Edit")(flatten.flatten)
+app.command(rich_help_panel="Edit")(select.select)
 app.command(rich_help_panel="Stats")(quantiles.quantiles)
 
 

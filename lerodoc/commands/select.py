@@ -1,0 +1,49 @@
+"""`lerodoc select`: observation.state and action from the channels that matter."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from lerodoc import render
+from lerodoc.commands.flatten import OptionalOutput
+from lerodoc.ops.select import select as select_channels
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
+
+SpecOpt = "SPEC: feature, feature[28:42], feature[3,5], feature[name,glob*]; repeat to concatenate."
+
+
+def select(
+    dataset: DatasetArg,
+    output: OptionalOutput = None,
+    state: Annotated[list[str], typer.Option("--state", help=f"Channels of observation.state. {SpecOpt}")] = [],
+    action: Annotated[list[str], typer.Option("--action", help=f"Channels of action. {SpecOpt}")] = [],
+    keep_source: Annotated[bool, typer.Option(help="Keep the features the channels came from.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Only print the resulting channels with their q01/q99.")] = False,
+    in_place: InPlaceOpt = False,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    force: ForceOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Build observation.state and action by concatenating slices of existing features.
+
+    Example: --state 'observation.state[28:42]' --state 'observation.state[100:102]'. Names, shapes and
+    stats (per episode and dataset, with exact quantiles) follow the selected channels; source features
+    are dropped unless --keep-source. Per-frame values equal the source slices.
+    """
+    report = select_channels(dataset, output, state=state, action=action, keep_source=keep_source,
+                             dry_run=dry_run, in_place=in_place, workers=workers, force=force)
+    if json:
+        render.print_json(report.to_json())
+        return
+    render.out.print(render.table(
+        "selected channels", ["target", "ch", "name", "from", "q01", "q99", "flags"],
+        [[c["target"], c["channel"], c["name"], f"{c['source']}[{c['source_channel']}]", f"{c['q01']:.6g}",
+          f"{c['q99']:.6g}", ", ".join(c["flags"])] for c in report.channels]))
+    for warning in report.warnings:
+        render.err.print(f"[yellow]warning:[/] {warning}")
+    if report.dropped:
+        render.out.print(f"dropped source features: {', '.join(report.dropped)}")
+    render.out.print(f"written to {report.output} ({report.seconds:.2f} s)" if report.output
+                     else "dry run: nothing written")

@@ -1,0 +1,176 @@
+"""Build `observation.state` and `action` from chosen channels of existing features.
+
+A SPEC is `feature` (every channel), or `feature[...]` with comma-separated items inside the
+brackets: an index (`3`), a slice (`28:42`, `0:10:2`), or a channel name or glob from the feature's
+`names` (`kLeftShoulderPitch`, `kLeft*`). Several specs are concatenated in order, so separate
+features (AgiBot's `observation.states.joint.position`, ...) can be joined into one vector.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from lerodoc import formats
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
+from lerodoc.formats.info import INDEX_FEATURES, flat_names
+from lerodoc.ops.derive import derive
+from lerodoc.ops.quantiles import compute
+from lerodoc.parquet_io import column_matrix
+from lerodoc.stats import channel_flags
+
+TARGETS = {"state": "observation.state", "action": "action"}
+PI05_MAX_DIM = 32
+_SPEC = re.compile(r"(?P<feature>[^\[\]]+?)(\[(?P<items>[^\[\]]*)\])?")
+
+
+@dataclass(frozen=True)
+class Part:
+    source: str
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Select:
+    """The transform: each target column is the concatenation of its parts; `drop` columns go away."""
+    targets: tuple[tuple[str, tuple[Part, ...], str], ...]     # (name, parts, dtype)
+    drop: tuple[str, ...]
+
+    @property
+    def changed(self) -> tuple[str, ...]:
+        return tuple(name for name, _, _ in self.targets)
+
+    def apply(self, table: pa.Table, path: str) -> pa.Table:
+        built = {}
+        for name, parts, dtype in self.targets:
+            values = np.hstack([column_matrix(table.column(p.source), table.num_rows)[:, list(p.indices)]
+                                for p in parts]).astype(dtype)
+            built[name] = pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), values.shape[1])
+        table = table.drop_columns([c for c in self.drop if c in table.column_names and c not in built])
+        for name, column in built.items():
+            table = (table.set_column(table.column_names.index(name), name, column) if name in table.column_names
+                     else table.append_column(name, column))
+        return table
+
+
+@dataclass
+class SelectReport:
+    dataset: str
+    output: str | None
+    channels: list[dict] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def resolve(ds: Dataset, spec: str) -> Part:
+    """One SPEC -> the source feature and its channel indices."""
+    match = _SPEC.fullmatch(spec.strip())
+    feature = match.group("feature").strip() if match else spec
+    if not match or feature not in ds.info.features:
+        raise LerodocError(f"{spec!r}: no feature {feature!r} (features: {', '.join(ds.info.numeric_keys)})",
+                           field=feature, hint="write SPEC as feature, feature[28:42], feature[3,5] or feature[name*]")
+    shape = ds.info.features[feature]["shape"]
+    if ds.info.features[feature]["dtype"] in ("video", "image", "string") or len(shape) != 1:
+        raise LerodocError(f"{spec!r}: {feature} is not a numeric vector", field=feature)
+    width, names = int(shape[0]), flat_names(ds.info.features[feature].get("names")) or []
+    if match.group("items") is None:
+        return Part(feature, tuple(range(width)))
+    indices: list[int] = []
+    for item in (i.strip() for i in match.group("items").split(",") if i.strip()):
+        if re.fullmatch(r"-?\d*(:-?\d*){1,2}", item):
+            indices += range(width)[slice(*(int(x) if x else None for x in item.split(":")))]
+        elif re.fullmatch(r"-?\d+", item):
+            if not -width <= int(item) < width:
+                raise LerodocError(f"{spec!r}: channel {item} is out of range for {feature} ({width} channels)",
+                                   field=feature)
+            indices.append(int(item) % width)
+        else:
+            hits = [i for i, n in enumerate(names) if fnmatch.fnmatchcase(n, item)]
+            if not hits:
+                raise LerodocError(f"{spec!r}: no channel of {feature} is named {item!r}", field=feature,
+                                   hint=f"names: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''}"
+                                   if names else "this feature has no channel names; use indices")
+            indices += hits
+    if not indices:
+        raise LerodocError(f"{spec!r} selects no channel", field=feature)
+    if len(set(indices)) != len(indices):
+        raise LerodocError(f"{spec!r} selects a channel twice", field=feature)
+    return Part(feature, tuple(indices))
+
+
+def plan(ds: Dataset, state: list[str], action: list[str], keep_source: bool) -> tuple[Select, dict, SelectReport]:
+    """The transform, the new features and a report listing every output channel."""
+    report = SelectReport(dataset=str(ds.root), output=None)
+    targets, features = [], dict(ds.info.features)
+    used: list[str] = []
+    for kind, specs in (("state", state), ("action", action)):
+        if not specs:
+            continue
+        name, parts = TARGETS[kind], tuple(resolve(ds, s) for s in specs)
+        dtypes = {ds.info.features[p.source]["dtype"] for p in parts}
+        dtype = "float32" if dtypes == {"float32"} else "float64"
+        mixed = len({p.source for p in parts}) > 1    # channels from several features get qualified names
+        names = [_channel_name(ds, p.source, i, mixed) for p in parts for i in p.indices]
+        features[name] = {"dtype": dtype, "shape": [len(names)], "names": names}
+        targets.append((name, parts, dtype))
+        used += [p.source for p in parts]
+        report.channels += [{"target": name, "channel": c, "name": n, "source": p.source, "source_channel": i}
+                            for c, (n, (p, i)) in enumerate(zip(names, ((p, i) for p in parts for i in p.indices)))]
+        if len(names) > PI05_MAX_DIM:
+            report.warnings.append(f"{name} has {len(names)} channels; pi0.5 pads to at most {PI05_MAX_DIM} "
+                                   "(max_state_dim/max_action_dim)")
+    if not targets:
+        raise LerodocError("nothing to select: give --state and/or --action")
+    drop = () if keep_source else tuple(sorted({u for u in used if u not in TARGETS.values()
+                                                and u not in INDEX_FEATURES}))
+    for name in drop:
+        features.pop(name)
+    report.dropped = list(drop)
+    return Select(tuple(targets), drop), features, report
+
+
+def _channel_name(ds: Dataset, feature: str, index: int, qualify: bool) -> str:
+    names = flat_names(ds.info.features[feature].get("names")) or []
+    base = names[index] if index < len(names) else f"{feature}[{index}]"
+    return f"{feature}.{base}" if qualify and index < len(names) else base
+
+
+def add_channel_stats(ds: Dataset, report: SelectReport, workers: int) -> None:
+    """q01/q99 (and flags) for every selected channel, from stats.json or computed from the parquet."""
+    sources = sorted({c["source"] for c in report.channels})
+    have = ds.stats or {}
+    missing = [s for s in sources if not {"q01", "q99", "min", "max"} <= set(have.get(s, {}))]
+    stats = {**have, **(compute(ds, missing, workers=workers)[0] if missing else {})}
+    for row in report.channels:
+        s = stats[row["source"]]
+        i = row["source_channel"]
+        picked = {k: np.ravel(s[k])[i:i + 1] for k in ("min", "max", "q01", "q99")}
+        row.update({k: float(v[0]) for k, v in picked.items()}, flags=channel_flags(picked)[0])
+
+
+def select(src: Path, out: Path | None = None, *, state: list[str] = (), action: list[str] = (),
+           keep_source: bool = False, dry_run: bool = False, in_place: bool = False, workers: int = 1,
+           force: bool = False) -> SelectReport:
+    """Build observation.state / action from `state` / `action` specs; `dry_run` only reports the channels."""
+    started = time.perf_counter()
+    ds = Dataset.open(src)
+    transform, features, report = plan(ds, list(state), list(action), keep_source)
+    add_channel_stats(ds, report, workers)
+    if not dry_run:
+        if out is None and not in_place:
+            raise LerodocError("give -o OUTPUT or --in-place (or --dry-run to only see the channels)",
+                               file=ds.root / formats.INFO_PATH)
+        report.output = str(derive(ds, out, transform, features, in_place=in_place, force=force, workers=workers))
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
