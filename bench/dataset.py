@@ -104,3 +104,52 @@ def expectation(seed: Path, seed_eps: list[int], cameras: int) -> dict:
             entry["identity"] = {"dataset": 0, "episode": s, "cameras": {name: 0 for name in names}}
         episodes.append(entry)
     return {"fps": info["fps"], "episodes": episodes}
+
+
+def numeric_v30(root: Path, frames: int, episodes: int, dims: dict[str, int], fps: int = 30, seed: int = 0,
+                rows_per_file: int = 1_000_000) -> Path:
+    """A v3.0 dataset of numeric features only (no video, no stats), written through lerodoc's format layer.
+
+    Channels mix scales like real robot logs: joint angles, forces, currents (x3000), a constant channel.
+    """
+    from lerodoc.dataset import Episode
+    from lerodoc.formats import v30
+    from lerodoc.formats.hf import schema_for
+    from lerodoc.formats.info import DEFAULT_FEATURE_SPECS, Info
+
+    rng = np.random.default_rng(seed)
+    features = {name: {"dtype": "float32", "shape": [d], "names": [f"{name}.{i}" for i in range(d)]}
+                for name, d in dims.items()}
+    features.update(DEFAULT_FEATURE_SPECS)
+    columns = list(features)
+    schema = schema_for(features, columns)
+    lengths = np.full(episodes, frames // episodes)
+    lengths[: frames % episodes] += 1
+    scale = {name: np.where(np.arange(d) % 7 == 3, 3000.0, 1.0).astype(np.float32) for name, d in dims.items()}
+    eps, start, file_index = [], 0, 0
+    while start < episodes:
+        stop, rows = start, 0
+        while stop < episodes and (rows == 0 or rows + lengths[stop] <= rows_per_file):
+            rows += lengths[stop]
+            stop += 1
+        first = int(lengths[:start].sum())
+        episode_index = np.repeat(np.arange(start, stop), lengths[start:stop])
+        frame_index = np.concatenate([np.arange(n) for n in lengths[start:stop]])
+        data = {}
+        for name, d in dims.items():
+            values = pa.array((rng.standard_normal((rows, d), dtype=np.float32) * scale[name]).ravel())
+            data[name] = values if d == 1 else pa.FixedSizeListArray.from_arrays(values, d)
+        data.update(timestamp=pa.array((frame_index / fps).astype(np.float32)), frame_index=pa.array(frame_index),
+                    episode_index=pa.array(episode_index), index=pa.array(np.arange(first, first + rows)),
+                    task_index=pa.array(np.zeros(rows, dtype=np.int64)))
+        path = root / v30.data_file(0, file_index)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table(data, schema=schema), path)
+        for e in range(start, stop):
+            offset = int(lengths[start:e].sum())
+            eps.append(Episode(index=e, length=int(lengths[e]), tasks=["move"], data_file=v30.data_file(0, file_index),
+                               data_row=offset, from_index=first + offset))
+        start, file_index = stop, file_index + 1
+    info = Info(codebase_version="v3.0", fps=fps, features=features, robot_type="synthetic")
+    v30.write_meta(root, info, eps, ["move"], None)
+    return root

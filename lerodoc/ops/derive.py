@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -20,11 +19,11 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats.hf import schema_for
-from lerodoc.ops.quantiles import LEVELS, dataset_quantiles
+from lerodoc.ops.quantiles import block_stats, dataset_quantiles
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_digests, column_matrix, read_parquet
 from lerodoc.staging import staged_edit
-from lerodoc.stats import QUANTILES, aggregate, column_stats
+from lerodoc.stats import aggregate
 
 
 class Transform(Protocol):
@@ -38,14 +37,6 @@ class FileJob:
     src: str
     out: str
     episodes: tuple[tuple[int, int, int], ...]     # (episode index, first row in the file, length)
-
-
-def episode_stats(values: np.ndarray) -> dict[str, np.ndarray]:
-    """Exact basic stats and q01..q99 of an (N, D) block."""
-    values = values.astype(np.float64)
-    stats = column_stats(values)
-    stats.update(zip(QUANTILES, np.quantile(values, LEVELS, axis=0)))
-    return stats
 
 
 def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
@@ -67,7 +58,7 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
     if column_digests(read_parquet(job.out)) != expected:
         raise VerificationError("written file differs from what was planned", file=job.out)
     return [{"episode": index,
-             "stats": {name: episode_stats(column_matrix(table.column(name).slice(start, length), length))
+             "stats": {name: block_stats(column_matrix(table.column(name).slice(start, length), length).T)
                        for name in transform.changed}}
             for index, start, length in job.episodes]
 

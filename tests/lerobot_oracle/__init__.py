@@ -144,6 +144,18 @@ def aggregate_with_lerobot(sources: list[str | Path], out: str | Path, timeout: 
     return Converted(out, seconds)
 
 
+def quantiles_with_lerobot(root: str | Path, timeout: float = 7200) -> dict:
+    """lerobot's compute_quantile_stats_for_dataset on `root`: {"load_s", "compute_s", "seconds", "stats"}."""
+    with tempfile.TemporaryDirectory(prefix="lerobot-quantiles-") as tmp:
+        out = Path(tmp) / "out.json"
+        start = time.perf_counter()
+        proc = _run([str(HERE / "quantiles.py"), str(Path(root).resolve()), str(out)], Path(tmp), timeout)
+        seconds = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise RuntimeError(f"lerobot quantiles failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        return {**json.loads(out.read_text()), "seconds": seconds}
+
+
 def make_native_v30(root: str | Path, lengths: tuple[int, ...] = (40, 55), images: bool = False,
                     timeout: float = 600) -> dict:
     """Record a dataset with lerobot itself (make_native_v30.py) at `root`; returns its expectation."""

@@ -1,0 +1,104 @@
+"""bench/quantiles: exact quantiles from parquet, against lerobot 0.6.1's augment_dataset_quantile_stats.
+
+    python -m bench.quantiles [--frames 305425] [--episodes 681] [--work DIR] [--lerobot-frames 30000]
+                              [--memory-frames 10000000]
+
+1. The seed's case: 305,425 frames, 199 numeric dims over several features (163-dim state, 16-dim
+   action, 14-dim velocity, the 5 index columns, one timestamp-like channel): `lerodoc quantiles` wall time.
+2. lerobot's compute_quantile_stats_for_dataset on a smaller copy of the same kind (--lerobot-frames;
+   its per-episode Python loop is slow), and lerodoc on that copy, for the ratio; q01/q99 of both are
+   compared with numpy.quantile on all rows.
+3. Memory: `lerodoc quantiles` on --memory-frames rows (0 skips), its peak resident memory (process
+   and workers) read from /usr/bin/time or getrusage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from bench.dataset import numeric_v30
+from tests.lerobot_oracle import quantiles_with_lerobot
+
+SEED_DIMS = {"observation.state": 163, "action": 16, "observation.velocity": 14, "observation.ts": 1}
+
+
+def run_lerodoc(root: Path, *args: str) -> tuple[float, dict, int]:
+    """(wall seconds, JSON report, peak RSS in KiB of the process and its workers)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "lerodoc", "quantiles", str(root), "--json", *args],
+                          capture_output=True, text=True, check=True)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return seconds, json.loads(proc.stdout), max(peak, before)
+
+
+def numpy_quantiles(root: Path, feature: str) -> np.ndarray:
+    values = np.concatenate([np.asarray(pq.read_table(p, columns=[feature]).column(0).combine_chunks()
+                                        .flatten().to_numpy(zero_copy_only=False)).reshape(-1, SEED_DIMS[feature])
+                             for p in sorted(root.glob("data/*/*.parquet"))])
+    return np.quantile(values.astype(np.float64), [0.01, 0.99], axis=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--frames", type=int, default=305_425)
+    parser.add_argument("--episodes", type=int, default=681)
+    parser.add_argument("--lerobot-frames", type=int, default=30_000)
+    parser.add_argument("--memory-frames", type=int, default=10_000_000)
+    parser.add_argument("--work", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-bench-quantiles-"))
+    work.mkdir(parents=True, exist_ok=True)
+    summary: dict = {}
+
+    seed = numeric_v30(work / "seed_case", args.frames, args.episodes, SEED_DIMS)
+    seconds, report, _ = run_lerodoc(seed)
+    dims = sum(SEED_DIMS.values()) + 5
+    truth = numpy_quantiles(seed, "observation.state")
+    got = np.array([[c["q01"], c["q99"]] for c in report["channels"] if c["feature"] == "observation.state"]).T
+    summary["seed_case"] = {"frames": args.frames, "dims": dims, "seconds": seconds,
+                            "max_abs_error_vs_numpy": float(np.abs(got - truth).max())}
+    print(f"seed case: {args.frames} frames x {dims} dims: lerodoc quantiles {seconds:.2f} s (bar: < 5 s), "
+          f"max |q - numpy| = {summary['seed_case']['max_abs_error_vs_numpy']:.3g}")
+
+    small_episodes = max(1, args.episodes * args.lerobot_frames // args.frames)
+    small = numeric_v30(work / "small", args.lerobot_frames, small_episodes, SEED_DIMS, seed=1)
+    theirs = quantiles_with_lerobot(small)
+    ours, _, _ = run_lerodoc(small)
+    truth = numpy_quantiles(small, "observation.state")
+    their_error = float(np.abs(np.array([theirs["stats"]["observation.state"]["q01"],
+                                         theirs["stats"]["observation.state"]["q99"]]) - truth).max())
+    summary["versus_lerobot"] = {"frames": args.lerobot_frames, "episodes": small_episodes, "lerodoc_s": ours,
+                                 "lerobot_s": theirs["seconds"], "lerobot_compute_s": theirs["compute_s"],
+                                 "lerobot_max_abs_error_vs_numpy": their_error, "ratio": theirs["seconds"] / ours}
+    print(f"{args.lerobot_frames} frames, {small_episodes} episodes: lerobot {theirs['seconds']:.2f} s "
+          f"(compute {theirs['compute_s']:.2f} s, max |q - numpy| = {their_error:.3g}), lerodoc {ours:.2f} s: "
+          f"{theirs['seconds'] / ours:.1f}x")
+
+    if args.memory_frames:
+        big = numeric_v30(work / "big", args.memory_frames, max(1, args.memory_frames // 450),
+                          {"observation.state": 16, "action": 16})
+        shutil.rmtree(work / "seed_case")
+        seconds, report, peak_kib = run_lerodoc(big)
+        summary["memory"] = {"frames": args.memory_frames, "seconds": seconds, "peak_rss_mib": peak_kib / 1024,
+                             "passes": report["passes"]}
+        print(f"{args.memory_frames} frames x 37 dims: {seconds:.1f} s, {report['passes']} passes, peak RSS "
+              f"{peak_kib / 1024:.0f} MiB (bar: < 2048 MiB)")
+    (work / "bench_quantiles.json").write_text(json.dumps(summary, indent=2))
+    print(f"results in {work / 'bench_quantiles.json'}")
+
+
+if __name__ == "__main__":
+    main()
