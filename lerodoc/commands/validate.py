@@ -1,0 +1,56 @@
+"""`lerodoc validate`: every defect a training run would trip over, found up front."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from lerodoc import render
+from lerodoc.errors import ExitCode
+from lerodoc.ops.validate import catalogue, validate as validate_dataset
+from lerodoc.options import DatasetArg, JsonOpt
+
+
+def validate(
+    dataset: DatasetArg,
+    videos: Annotated[bool, typer.Option("--videos", help="Also check the video containers (no decoding).")] = False,
+    deep: Annotated[bool, typer.Option("--deep", help="Also decode the first and last frame of each episode.")] = False,
+    tolerance_s: Annotated[float, typer.Option(help="Timestamp tolerance, as lerobot's tolerance_s.")] = 1e-4,
+    list_checks: Annotated[bool, typer.Option("--list-checks", help="Print every check code and exit.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Check layout and schema, indices, timestamps, stats, tasks and (with --videos) videos.
+
+    Each finding has a stable code, a severity, where it is (file, episode, feature, channel), what is
+    wrong and how to fix it, and whether `lerodoc repair` fixes it. Exit 0 when there is no error
+    (warnings allowed), 1 when there are errors.
+    """
+    if list_checks:
+        rows = catalogue()
+        if json:
+            render.print_json(rows)
+        else:
+            render.out.print(render.table("checks", ["code", "family", "severity", "meaning", "fix", "repair"],
+                                          [[r["code"], r["family"], r["severity"], r["meaning"], r["fix"],
+                                            "yes" if r["repair"] else "-"] for r in rows]))
+        return
+    report = validate_dataset(dataset, videos=videos, deep=deep, tolerance_s=tolerance_s)
+    if json:
+        render.print_json(report.to_json())
+    else:
+        if report.findings:
+            render.out.print(render.table(
+                f"{len(report.findings)} findings", ["code", "severity", "where", "message", "fix"],
+                [[f.code, f.severity, _where(f), f.message, (f.hint or "") + (" [repair]" if f.fixable else "")]
+                 for f in report.findings]))
+        render.out.print(f"{report.dataset}: {report.errors} errors, {report.warnings} warnings "
+                         f"({report.seconds:.2f} s)")
+    if report.errors:
+        raise typer.Exit(int(ExitCode.FINDINGS))
+
+
+def _where(finding) -> str:
+    parts = [finding.file, None if finding.episode is None else f"episode {finding.episode}", finding.feature,
+             None if finding.channel is None else f"channel {finding.channel}"]
+    return ", ".join(p for p in parts if p)
