@@ -22,7 +22,7 @@ def read_parquet(path: Path | str, columns: list[str] | None = None, episode: in
         raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=episode) from None
 
 
-def _numpy_dtype(kind: pa.DataType) -> np.dtype | None:
+def numpy_dtype(kind: pa.DataType) -> np.dtype | None:
     """The numpy dtype of a fixed-width integer or float Arrow type, else None."""
     if pa.types.is_floating(kind):
         return np.dtype(f"f{kind.bit_width // 8}")
@@ -37,7 +37,7 @@ def to_numpy(array: pa.Array) -> np.ndarray:
     The view path avoids `Array.to_numpy`, whose first call imports pandas (a quarter second per
     worker process).
     """
-    dtype = _numpy_dtype(array.type)
+    dtype = numpy_dtype(array.type)
     if dtype is not None and array.null_count == 0:
         return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array) + array.offset)[array.offset:]
     return array.to_numpy(zero_copy_only=False)
@@ -45,7 +45,7 @@ def to_numpy(array: pa.Array) -> np.ndarray:
 
 def from_numpy(values: np.ndarray, kind: pa.DataType) -> pa.Array:
     """An integer or float Arrow array of type `kind` over numpy values (no pandas import, unlike `pa.array`)."""
-    values = np.ascontiguousarray(values, dtype=_numpy_dtype(kind))
+    values = np.ascontiguousarray(values, dtype=numpy_dtype(kind))
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 
 

@@ -22,13 +22,12 @@ from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import Info
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import column_digests, column_matrix, from_numpy, read_parquet
+from lerodoc.parquet_io import column_digests, column_matrix, from_numpy, numpy_dtype, read_parquet
 from lerodoc.stats import column_stats
 
 TARGETS = ("v2.1", "v3.0")
 MB = 1 << 20
 PER_JOB = 16   # -> v2.1: episode clips cut per worker task
-REWRITABLE = ("episode_index", "index", "task_index")
 Progress = Callable[[str, int], Callable[[int], None]]
 
 
@@ -52,6 +51,7 @@ class RowPiece:
     source_episode: int
     task_map: tuple[int, ...] | None
     all_stats: bool          # the source has no per-episode stats: compute them all
+    retime_fps: int | None = None   # also rewrite frame_index as 0..n-1 and timestamp as frame_index / fps
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,8 @@ def _blocks(pieces: list[RowPiece]) -> list[list[RowPiece]]:
     blocks: list[list[RowPiece]] = []
     for piece in pieces:
         last = blocks[-1][-1] if blocks else None
-        if last and (last.src_file, last.out_file, last.task_map) == (piece.src_file, piece.out_file, piece.task_map) \
+        if last and (last.src_file, last.out_file, last.task_map, last.retime_fps) == \
+                (piece.src_file, piece.out_file, piece.task_map, piece.retime_fps) \
                 and last.src_row + last.length == piece.src_row and last.from_index + last.length == piece.from_index:
             blocks[-1].append(piece)
         else:
@@ -94,10 +95,17 @@ def _blocks(pieces: list[RowPiece]) -> list[list[RowPiece]]:
 
 
 def renumber(rows: pa.Table, block: list[RowPiece]) -> tuple[pa.Table, set[str]]:
-    """Set the block's new `episode_index`, `index` and mapped `task_index`; return the columns changed."""
+    """Set the block's new `episode_index`, `index`, mapped `task_index` (and, when retiming, `frame_index`
+    and `timestamp`); return the columns whose values changed."""
     n, first = rows.num_rows, block[0]
     wanted = {"episode_index": np.repeat([p.episode for p in block], [p.length for p in block]).astype(np.int64),
               "index": np.arange(first.from_index, first.from_index + n, dtype=np.int64)}
+    if first.retime_fps:
+        frames = np.concatenate([np.arange(p.length) for p in block]).astype(np.int64)
+        wanted["frame_index"] = frames
+        if "timestamp" in rows.column_names:
+            kind = numpy_dtype(rows.schema.field("timestamp").type)
+            wanted["timestamp"] = (frames / first.retime_fps).astype(kind)
     if first.task_map is not None and "task_index" in rows.column_names:
         old = column_matrix(rows.column("task_index"), n)[:, 0]
         if old.size and (old.min() < 0 or old.max() >= len(first.task_map)):
