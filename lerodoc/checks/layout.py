@@ -1,0 +1,501 @@
+"""Layout and schema: the metadata opens, info.json is well-formed, every file the episodes reference
+is where the version's templates put it, and each data parquet's columns match the features.
+
+Also home of what the data families share: `finding_factory`, and `data_files`, which reads each
+referenced data parquet's footer and bookkeeping columns once per context.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lerodoc import formats
+from lerodoc.checks import ERROR, WARNING, Context, Finding
+from lerodoc.errors import LerodocError
+from lerodoc.formats import v21, v30
+from lerodoc.formats.hf import ARROW
+from lerodoc.formats.info import INDEX_FEATURES, NON_NUMERIC_DTYPES
+from lerodoc.parquet_io import column_matrix
+
+CODES = {
+    "LAY001": (ERROR, "a metadata file (or the dataset folder) is missing",
+               "point at the folder holding meta/info.json, or restore the file", False),
+    "LAY002": (ERROR, "a metadata file cannot be read (malformed JSON, truncated parquet, missing field)",
+               "restore the file from a good copy", False),
+    "LAY003": (ERROR, "info.json names a codebase_version lerodoc does not read",
+               "set codebase_version to v2.0, v2.1 or v3.0 to match the files", False),
+    "LAY010": (WARNING, "info.json fps is a float, not an integer",
+               "lerodoc repair writes fps as an integer", True),
+    "LAY011": (ERROR, "an info.json total is missing or not an integer",
+               "lerodoc repair writes the totals from the data", True),
+    "LAY012": (ERROR, "data_path/video_path is missing or its placeholders do not match the version",
+               "lerodoc repair writes the version's default templates", True),
+    "LAY013": (ERROR, "a feature's dtype or shape is malformed",
+               "give the feature a numpy dtype (or image/video/string) and a list of positive sizes", False),
+    "LAY014": (ERROR, "a bookkeeping feature (timestamp, frame_index, episode_index, index, task_index) "
+                      "is not declared", "declare it in info.json features with shape [1]", False),
+    "LAY015": (ERROR, "a feature name contains '/' (lerobot flattens stats keys with '/')",
+               "rename the feature", False),
+    "LAY016": (WARNING, "a feature's names are nested (list of lists or dict), not a flat list",
+               "lerodoc repair flattens names to a plain list", True),
+    "LAY017": (WARNING, "a feature's names are not a list of one name per channel",
+               "give one name per channel", False),
+    "LAY018": (WARNING, "camera names are not [height, width, channels]",
+               "lerodoc repair writes [\"height\", \"width\", \"channels\"]", True),
+    "LAY019": (ERROR, "camera names are missing (lerobot's policy features index names[2])",
+               "lerodoc repair writes [\"height\", \"width\", \"channels\"]", True),
+    "LAY020": (WARNING, "a feature's own fps differs from info.json fps",
+               "lerodoc repair unifies the fps fields", True),
+    "LAY030": (ERROR, "a data file the episodes reference is missing",
+               "restore the file; its episodes cannot be loaded", False),
+    "LAY031": (ERROR, "a data file cannot be read (truncated or corrupt parquet)",
+               "restore the file from a good copy", False),
+    "LAY032": (ERROR, "a feature has no column in a data file", "restore the column or drop the feature", False),
+    "LAY033": (ERROR, "a shape-(1,) feature is stored as a list column (lerobot: Couldn't cast list to ...)",
+               "lerodoc flatten (or repair) turns list[1] columns into scalars", True),
+    "LAY034": (ERROR, "a column's nesting or list size does not match the feature's shape",
+               "rewrite the column with shape[0] values per row, or fix the feature's shape", False),
+    "LAY035": (WARNING, "a column's numeric type differs from the feature dtype (lerobot casts on load)",
+               "store the column as the feature's dtype, or change the dtype", False),
+    "LAY036": (ERROR, "a column's type cannot hold the feature's dtype",
+               "rewrite the column with the feature's dtype", False),
+    "LAY037": (ERROR, "an image feature is not stored as struct{bytes, path}",
+               "store images as Hugging Face Image structs (PNG bytes)", False),
+    "LAY038": (ERROR, "a data column is not a declared feature (the load-time cast fails)",
+               "declare the column in info.json features, or drop it", False),
+    "LAY039": (WARNING, "a data file's Hugging Face metadata uses the datasets>=4 'List' type, which "
+                        "datasets<4 (openpi, lerobot<=0.3) cannot read (Feature type 'List' not found)",
+               "lerodoc flatten (or repair) rewrites the metadata as Sequence, which every version reads", True),
+    "LAY040": (ERROR, "a video file the episodes reference is missing",
+               "restore the file; its episodes cannot be decoded", False),
+    "LAY041": (ERROR, "a file is stored under a folder that does not follow the version's template",
+               "lerodoc repair moves it to the path the template gives", True),
+    "LAY042": (WARNING, "a file under data/ or videos/ that no episode references",
+               "delete it if it is a leftover", False),
+    "LAY043": (ERROR, "an unreferenced data parquet that lerobot v3.0 reads (it globs data/*/*.parquet)",
+               "move the file out of data/; it shifts every global row index", False),
+}
+
+
+# ---------------------------------------------------------------- shared by the data families
+
+def finding_factory(codes: dict) -> Callable[..., Finding]:
+    """A function making Findings of `codes`: severity, hint and fixable come from the table."""
+    def make(code: str, message: str, **where) -> Finding:
+        severity, _meaning, hint, fixable = codes[code]
+        return Finding(code, severity, message, hint=hint, fixable=fixable, **where)
+    return make
+
+
+_finding = finding_factory(CODES)
+
+
+def relative(root: Path, path: object) -> str | None:
+    """`path` relative to the dataset root when it lies inside it, else as given."""
+    if path is None:
+        return None
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+@dataclass
+class DataFile:
+    """One referenced data parquet: its schema and bookkeeping columns, or why it could not be read."""
+    path: str                        # relative to the root
+    schema: pa.Schema | None = None
+    columns: pa.Table | None = None  # the INDEX_FEATURES columns the file has
+    error: str | None = None         # "missing", or the reader's message
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _read_data_file(root: Path, path: str) -> DataFile:
+    full = root / path
+    if not full.is_file():
+        return DataFile(path, error="missing")
+    try:
+        parquet = pq.ParquetFile(full)
+        schema = parquet.schema_arrow
+        return DataFile(path, schema, parquet.read(columns=[c for c in INDEX_FEATURES if c in schema.names]))
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        return DataFile(path, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def data_files(ctx: Context) -> dict[str, DataFile]:
+    """Every referenced data file in global row order (sorted paths), read once per context."""
+    if "data_files" not in ctx.cache:
+        paths = sorted(ctx.dataset.data_files())
+        ctx.cache["data_files"] = {p: _read_data_file(ctx.root, p) for p in paths}
+    return ctx.cache["data_files"]
+
+
+def episode_meta_files(ctx: Context) -> list[str]:
+    """For each episode (by metadata position), the metadata file that lists it."""
+    if "episode_meta_files" not in ctx.cache:
+        ds = ctx.dataset
+        if ds.version == "v3.0":
+            files = []
+            for path in sorted(ctx.root.glob(v30.EPISODES_GLOB)):
+                files += [path.relative_to(ctx.root).as_posix()] * pq.ParquetFile(path).metadata.num_rows
+        else:
+            files = [v21.EPISODES_PATH]
+        ctx.cache["episode_meta_files"] = (files + files[-1:] * len(ds.episodes))[:len(ds.episodes)]
+    return ctx.cache["episode_meta_files"]
+
+
+def flat_column(table: pa.Table | None, name: str) -> np.ndarray | None:
+    """A numeric scalar (or list[1]) column as a flat numpy array (nulls become NaN); None when absent,
+    not numeric or not one value per row."""
+    if table is None or name not in table.column_names:
+        return None
+    if table.num_rows == 0:
+        return np.empty(0, dtype=np.int64)
+    try:
+        values = column_matrix(table.column(name), table.num_rows)
+    except (ValueError, pa.ArrowException):
+        return None
+    if values.dtype.kind not in "biuf" or values.ndim != 2 or values.shape[1] != 1:
+        return None
+    return values[:, 0]
+
+
+def valid_spec(spec: dict) -> bool:
+    """A feature spec with a known dtype and a shape of positive integers (else LAY013)."""
+    shape = spec.get("shape")
+    return _is_dtype(spec.get("dtype")) and isinstance(shape, list) and bool(shape) and \
+        all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape)
+
+
+# ---------------------------------------------------------------- the family
+
+def check(ctx: Context) -> list[Finding]:
+    if ctx.dataset is None:
+        return [_open_failure(ctx)]
+    raw = _raw_info(ctx)
+    return [*_info_fields(ctx, raw), *_feature_specs(ctx), *_data_file_findings(ctx), *_schemas(ctx),
+            *_hf_metadata(ctx), *_placement(ctx)]
+
+
+def _open_failure(ctx: Context) -> Finding:
+    """The one finding for a dataset whose metadata could not be read."""
+    error = ctx.open_error
+    if error is None:
+        return _finding("LAY002", "the dataset could not be opened")
+    file = relative(ctx.root, error.file)
+    if file == ".":   # the dataset folder itself
+        file, text = None, f"{ctx.root}: {error.message}"
+    else:
+        text = f"{file}: {error.message}" if file else error.message
+    where = dict(file=file, episode=error.episode)
+    if error.field == "codebase_version":
+        return _finding("LAY003", text, **where)
+    if error.file is not None and not Path(error.file).exists():
+        return _finding("LAY001", text, **where)
+    return _finding("LAY002", text + (f" ({error.hint})" if error.hint else ""), **where)
+
+
+def _raw_info(ctx: Context) -> dict:
+    try:
+        return formats.read_json(ctx.root / formats.INFO_PATH)
+    except LerodocError:   # it opened a moment ago; a file changing under us is not a data problem
+        return {}
+
+
+def _templates(version: str):
+    """The format module holding the version's path templates (v2.0 shares v2.1's)."""
+    return v30 if version == "v3.0" else v21
+
+
+def _placeholders(template: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def _info_fields(ctx: Context, raw: dict) -> list[Finding]:
+    ds, out = ctx.dataset, []
+    info_file = formats.INFO_PATH
+    fps = raw.get("fps")
+    if isinstance(fps, float):
+        out.append(_finding("LAY010", f"info.json fps is {fps!r}, a float; lerobot expects an integer",
+                            file=info_file))
+    totals = ["total_episodes", "total_frames", "total_tasks"]
+    if ds.version != "v3.0":
+        totals += ["total_videos", "total_chunks"]    # the v2.1 -> v3.0 converter deletes them: KeyError
+    for key in totals:
+        value = raw.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            out.append(_finding("LAY011", f"info.json {key} is {'missing' if key not in raw else repr(value)}, "
+                                          f"not an integer", file=info_file))
+    module = _templates(ds.version)
+    for key, default, needed in (("data_path", module.DATA_PATH, True),
+                                 ("video_path", module.VIDEO_PATH, bool(ds.info.video_keys))):
+        template = raw.get(key)
+        if not needed:
+            continue
+        expected = _placeholders(default)
+        if not isinstance(template, str) or _placeholders(template) != expected:
+            out.append(_finding("LAY012", f"info.json {key} is {template!r}; a {ds.version} template uses "
+                                          f"{{{', '.join(sorted(expected))}}}, e.g. {default!r}", file=info_file))
+    return out
+
+
+def _is_dtype(dtype: object) -> bool:
+    if dtype in NON_NUMERIC_DTYPES:
+        return True
+    try:
+        np.dtype(dtype)
+        return isinstance(dtype, str)
+    except (TypeError, ValueError):
+        return False
+
+
+def _feature_specs(ctx: Context) -> list[Finding]:
+    info, out = ctx.dataset.info, []
+    where = dict(file=formats.INFO_PATH)
+    for name, spec in info.features.items():
+        if not valid_spec(spec):
+            out.append(_finding("LAY013", f"feature {name!r} has dtype {spec.get('dtype')!r} and shape "
+                                          f"{spec.get('shape')!r}", feature=name, **where))
+            continue
+        if "/" in name:
+            out.append(_finding("LAY015", f"feature name {name!r} contains '/'", feature=name, **where))
+        out += _names_findings(name, spec, info.fps)
+    for name in INDEX_FEATURES:
+        if name not in info.features:
+            out.append(_finding("LAY014", f"info.json features lack {name!r}", feature=name, **where))
+    return out
+
+
+def _names_findings(name: str, spec: dict, fps: int) -> list[Finding]:
+    """names: flat, one per channel; cameras [height, width, channels]; the feature's own fps."""
+    where = dict(file=formats.INFO_PATH, feature=name)
+    names, shape, out = spec.get("names"), spec["shape"], []
+    if spec["dtype"] in ("image", "video"):
+        if names is None:
+            out.append(_finding("LAY019", f"camera {name!r} has names null", **where))
+        elif names != ["height", "width", "channels"]:
+            out.append(_finding("LAY018", f"camera {name!r} has names {names!r}", **where))
+    elif isinstance(names, dict) or (isinstance(names, list) and any(isinstance(n, (list, dict)) for n in names)):
+        out.append(_finding("LAY016", f"feature {name!r} has nested names ({_outline(names)}), not a flat list",
+                            **where))
+    elif names is not None and not (isinstance(names, list) and (len(shape) > 1 or len(names) == shape[0])):
+        out.append(_finding("LAY017", f"feature {name!r} has names {_outline(names)} for shape {shape}", **where))
+    own_fps = spec.get("fps")
+    if own_fps is not None and own_fps != fps:
+        out.append(_finding("LAY020", f"feature {name!r} has fps {own_fps!r}, info.json fps is {fps}", **where))
+    return out
+
+
+def _outline(names: object) -> str:
+    """A short picture of a nested names value: [[26 names]], {motors: [14 names]}."""
+    if isinstance(names, dict):
+        return "{" + ", ".join(f"{k}: {_outline(v)}" for k, v in list(names.items())[:3]) + "}"
+    if isinstance(names, list) and any(isinstance(n, (list, dict)) for n in names):
+        return "[" + ", ".join(_outline(n) for n in names[:3]) + (", ..." if len(names) > 3 else "") + "]"
+    return f"[{len(names)} names]" if isinstance(names, list) else repr(names)
+
+
+# ---------------------------------------------------------------- data files and their schemas
+
+def _episodes_by_file(ctx: Context) -> dict[str, list[int]]:
+    by_file: dict[str, list[int]] = {}
+    for ep in ctx.dataset.episodes:
+        by_file.setdefault(ep.data_file, []).append(ep.index)
+    return by_file
+
+
+def _only_episode(episodes: list[int]) -> int | None:
+    return episodes[0] if len(episodes) == 1 else None
+
+
+def _data_file_findings(ctx: Context) -> list[Finding]:
+    out, by_file = [], _episodes_by_file(ctx)
+    for path, data in data_files(ctx).items():
+        if data.ok or data.error == "missing" and _stray_for(ctx, path):
+            continue   # a misplaced file is reported by _placement
+        episodes = by_file.get(path, [])
+        where = dict(file=path, episode=_only_episode(episodes))
+        span = f"episode {episodes[0]}" if len(episodes) == 1 else f"episodes {episodes[0]}..{episodes[-1]}"
+        if data.error == "missing":
+            out.append(_finding("LAY030", f"{path} ({span}) does not exist", **where))
+        else:
+            out.append(_finding("LAY031", f"{path} ({span}) cannot be read: {data.error}", **where))
+    return out
+
+
+def _schemas(ctx: Context) -> list[Finding]:
+    """Column checks, once per distinct schema (named by its first file and how many share it)."""
+    groups: dict[str, list[DataFile]] = {}
+    for data in data_files(ctx).values():
+        if data.ok:
+            groups.setdefault(data.schema.remove_metadata().to_string(), []).append(data)
+    by_file, out = _episodes_by_file(ctx), []
+    for files in groups.values():
+        first = files[0]
+        others = f" (and {len(files) - 1} more files with this schema)" if len(files) > 1 else ""
+        where = dict(file=first.path, episode=_only_episode(by_file.get(first.path, [])))
+        for code, feature, text in _schema_problems(ctx.dataset.info.features, first.schema):
+            out.append(_finding(code, f"{first.path}: {text}{others}", feature=feature, **where))
+    return out
+
+
+def _uses_list_type(schema: pa.Schema) -> bool:
+    """Whether the schema's `huggingface` metadata has a datasets>=4 {"_type": "List"} feature."""
+    raw = (schema.metadata or {}).get(b"huggingface")
+    if not raw:
+        return False
+    try:
+        described = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+    def walk(node: object) -> bool:
+        if isinstance(node, dict):
+            return node.get("_type") == "List" or any(walk(v) for v in node.values())
+        return isinstance(node, list) and any(walk(v) for v in node)
+    return walk(described)
+
+
+def _hf_metadata(ctx: Context) -> list[Finding]:
+    files = [d.path for d in data_files(ctx).values() if d.ok and _uses_list_type(d.schema)]
+    if not files:
+        return []
+    others = f" (and {len(files) - 1} more files)" if len(files) > 1 else ""
+    return [_finding("LAY039", f"{files[0]}: the huggingface schema metadata uses 'List'{others}", file=files[0])]
+
+
+def _list_levels(kind: pa.DataType) -> tuple[list[int | None], pa.DataType]:
+    """The list sizes around a column's values (None for variable-length) and the value type."""
+    sizes = []
+    while pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        sizes.append(kind.list_size if pa.types.is_fixed_size_list(kind) else None)
+        kind = kind.value_type
+    return sizes, kind
+
+
+def _schema_problems(features: dict, schema: pa.Schema) -> list[tuple[str, str, str]]:
+    """(code, feature, message) for each column that does not match the features."""
+    out = []
+    for name, spec in features.items():
+        if spec.get("dtype") == "video":
+            continue
+        if name not in schema.names:
+            out.append(("LAY032", name, f"no column {name!r} (feature dtype {spec.get('dtype')})"))
+            continue
+        problem = _column_problem(spec, schema.field(name).type)
+        if problem:
+            out.append((problem[0], name, f"column {name!r} {problem[1]}"))
+    for name in schema.names:
+        if name not in features and not name.startswith("__index_level_"):
+            out.append(("LAY038", name, f"column {name!r} ({schema.field(name).type}) is not in info.json features"))
+    return out
+
+
+def _column_problem(spec: dict, kind: pa.DataType) -> tuple[str, str] | None:
+    dtype, shape = spec["dtype"], list(spec.get("shape") or [])
+    if dtype == "image":
+        if not (pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0):
+            return "LAY037", f"is {kind}, not struct<bytes, path>"
+        return None
+    if dtype not in ARROW:
+        return None
+    sizes, value = _list_levels(kind)
+    if shape == [1] and sizes:
+        if sizes == [None] or sizes == [1]:
+            return "LAY033", f"is {kind} for a shape [1] feature; lerobot needs a scalar {dtype} column"
+        return "LAY034", f"is {kind} for a shape [1] feature"
+    if len(shape) == 1 and shape != [1] and (len(sizes) != 1 or sizes[0] not in (None, shape[0])):
+        return "LAY034", f"is {kind} for shape {shape}; expected a list of {shape[0]} {dtype}"
+    if len(shape) > 1 and len(sizes) != len(shape):
+        return "LAY034", f"is {kind} for shape {shape}; expected {len(shape)} list levels"
+    expected = ARROW[dtype]
+    if value == expected or (dtype == "string" and pa.types.is_large_string(value)):
+        return None
+    numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) for t in (value, expected)]
+    if all(numeric):
+        return "LAY035", f"holds {value}, feature dtype is {dtype}"
+    return "LAY036", f"holds {value}, feature dtype is {dtype}"
+
+
+# ---------------------------------------------------------------- where files are on disk
+
+def _components(path: str) -> tuple[str, ...]:
+    return tuple(sorted(Path(path).parts[1:]))
+
+
+def _strays(ctx: Context) -> dict[str, list[str]]:
+    """Files under data/ and videos/ that no episode references, by top folder."""
+    if "strays" not in ctx.cache:
+        ds = ctx.dataset
+        referenced = set(ds.data_files()) | {f for key in ds.info.video_keys for f in ds.video_files(key)}
+        ctx.cache["strays"] = {
+            top: sorted(p.relative_to(ctx.root).as_posix() for p in (ctx.root / top).rglob(f"*{suffix}")
+                        if p.is_file() and p.relative_to(ctx.root).as_posix() not in referenced)
+            for top, suffix in (("data", ".parquet"), ("videos", ".mp4"))}
+    return ctx.cache["strays"]
+
+
+def _stray_for(ctx: Context, expected: str, key: str | None = None) -> str | None:
+    """The unreferenced file that is `expected` stored under another folder: the same path parts in
+    another order, else the same file name under a folder naming the camera `key`."""
+    top = Path(expected).parts[0]
+    candidates = _strays(ctx).get(top, [])
+    for stray in candidates:
+        if _components(stray) == _components(expected):
+            return stray
+    for stray in candidates:
+        if Path(stray).name == Path(expected).name and (key is None or key in Path(stray).parts):
+            return stray
+    return None
+
+
+def _placement(ctx: Context) -> list[Finding]:
+    """Missing or misplaced referenced files, and files nothing references."""
+    ds, out, placed = ctx.dataset, [], set()
+    for path, data in data_files(ctx).items():
+        stray = data.error == "missing" and _stray_for(ctx, path)
+        if stray:
+            placed.add(stray)
+            out.append(_finding("LAY041", f"data file {stray} belongs at {path}, where the episodes look for it",
+                                file=stray, episode=_only_episode(_episodes_by_file(ctx).get(path, []))))
+    for key in ds.info.video_keys:
+        first_episode = {}
+        for ep in ds.episodes:
+            if key in ep.videos:
+                first_episode.setdefault(ep.videos[key].file, ep.index)
+        for path, episode in first_episode.items():
+            if (ctx.root / path).is_file():
+                continue
+            stray = _stray_for(ctx, path, key)
+            where = dict(episode=episode, feature=key)
+            if stray:
+                placed.add(stray)
+                out.append(_finding("LAY041", f"video {stray} belongs at {path}, where the episodes look for it",
+                                    file=stray, **where))
+            else:
+                out.append(_finding("LAY040", f"video {path} (camera {key}, from episode {episode}) does not exist",
+                                    file=path, **where))
+    return out + _unreferenced(ctx, placed)
+
+
+def _unreferenced(ctx: Context, placed: set[str]) -> list[Finding]:
+    out = []
+    for top, paths in _strays(ctx).items():
+        for path in paths:
+            if path in placed:
+                continue
+            read_by_v30 = ctx.dataset.version == "v3.0" and top == "data" and len(Path(path).parts) == 3
+            code = "LAY043" if read_by_v30 else "LAY042"
+            out.append(_finding(code, f"{path} is on disk but no episode references it", file=path))
+    return out
