@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from lerodoc import __version__, render
-from lerodoc.commands import convert, flatten, info, merge, quantiles, select, validate
+from lerodoc.commands import convert, flatten, info, merge, quantiles, repair, select, validate
 from lerodoc.errors import ExitCode, LerodocError
 
 app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=False,
@@ -23,6 +23,7 @@ app.command(rich_help_panel="Edit")(flatten.flatten)
 app.command(rich_help_panel="Edit")(select.select)
 app.command(rich_help_panel="Stats")(quantiles.quantiles)
 app.command(rich_help_panel="Check")(validate.validate)
+app.command(rich_help_panel="Check")(repair.repair)
 
 
 def _version(value: bool) -> None:

@@ -59,9 +59,13 @@ class Dataset:
         root = Path(root)
         if not root.is_dir():
             raise LerodocError("no such dataset folder", file=root)
-        version = formats.detect_version(root)
-        info = Info.load(root / formats.INFO_PATH)
-        episodes, tasks, stats = formats.module(version).read(root, info)
+        try:
+            version = formats.detect_version(root)
+            info = Info.load(root / formats.INFO_PATH)
+            episodes, tasks, stats = formats.module(version).read(root, info)
+        except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
+            raise LerodocError(f"metadata is malformed ({type(exc).__name__}: {exc})", file=root / "meta",
+                               hint="lerodoc validate lists what is wrong") from None
         return cls(root=root, version=version, info=info, episodes=episodes, tasks=tasks, stats=stats)
 
     @property

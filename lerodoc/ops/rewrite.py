@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lerodoc import video
@@ -163,16 +164,28 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
 
 
 def _cast(rows: pa.Table, schema: pa.Schema, piece: RowPiece) -> pa.Table:
+    """The rows in the target schema; a list column of single values becomes the scalar the schema wants."""
     if rows.schema.equals(schema, check_metadata=False):
         return rows.replace_schema_metadata(schema.metadata)
     if set(rows.column_names) != set(schema.names):
         missing = set(schema.names) ^ set(rows.column_names)
         raise LerodocError(f"columns differ from the first data file: {sorted(missing)}",
                            file=piece.src_file, episode=piece.source_episode, field=sorted(missing)[0])
+    rows = rows.select(schema.names)
+    for name in schema.names:
+        kind, target = rows.schema.field(name).type, schema.field(name).type
+        listed = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+        if listed and not (pa.types.is_list(target) or pa.types.is_fixed_size_list(target)):
+            column = rows.column(name).combine_chunks()
+            if column.null_count or pc.max(pc.list_value_length(column)).as_py() != 1 \
+                    or pc.min(pc.list_value_length(column)).as_py() != 1:
+                raise LerodocError("holds lists that are not all of one value, so it cannot become a scalar",
+                                   file=piece.src_file, episode=piece.source_episode, field=name)
+            rows = rows.set_column(rows.column_names.index(name), name, pc.list_flatten(column))
     try:
-        return rows.select(schema.names).cast(schema)
+        return rows.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise LerodocError(f"cannot be cast to the first data file's schema ({exc})",
+        raise LerodocError(f"cannot be cast to the target schema ({exc})",
                            file=piece.src_file, episode=piece.source_episode) from None
 
 
@@ -292,7 +305,7 @@ def _data_bytes(ds: Dataset, ep: Episode) -> int:
     return ds.path(ep.data_file).stat().st_size * ep.length // max(ds.rows_in_file(ep.data_file), 1)
 
 
-def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float, float]
+def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float, float], retime: bool = False
          ) -> tuple[list[Episode], list[list[RowPiece]], list[VideoJob]]:
     """New episodes (numbered 0..N-1 in pick order), row jobs and video jobs for writing `to` under `out`.
 
@@ -317,7 +330,8 @@ def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float
         ep.data_row = ep.from_index - first_row.setdefault(ep.data_file, ep.from_index)
     pieces = [RowPiece(str(p.dataset.path(p.episode.data_file)), p.episode.data_row, p.episode.length,
                        str(out / new.data_file), new.index, new.from_index, p.episode.index, p.task_map,
-                       all_stats=not p.episode.stats) for p, new in zip(picks, new_eps)]
+                       all_stats=not p.episode.stats, retime_fps=info.fps if retime else None)
+              for p, new in zip(picks, new_eps)]
     # -> v3.0: one job per output file; -> v2.1: one job per source file (read once).
     key_of = (lambda p: p.out_file) if to == "v3.0" else (lambda p: p.src_file)
     row_jobs: dict[str, list[RowPiece]] = {}
@@ -371,16 +385,18 @@ def check_files(picks: list[Pick]) -> None:
 
 
 def write(picks: list[Pick], info: Info, tasks: list[str], to: str, tmp: Path, schema: pa.Schema, *,
-          caps_mb: tuple[float, float], workers: int = 1, progress: Progress | None = None) -> Result:
+          caps_mb: tuple[float, float], workers: int = 1, progress: Progress | None = None,
+          retime: bool = False) -> Result:
     """Write the picked episodes' rows and videos as a `to` layout into the staging folder `tmp`.
 
     Returns the new episodes (files, windows, per-episode stats); the caller writes the metadata with
-    `formats.module(to).write_meta` and then calls `verify`.
+    `formats.module(to).write_meta` and then calls `verify`. `retime` rewrites frame_index and timestamp
+    from the frame order.
     """
     if to not in TARGETS:
         raise LerodocError(f"cannot write {to}; lerodoc writes {', '.join(TARGETS)}")
     check_files(picks)
-    new_eps, row_jobs, video_jobs = plan(picks, info, to, tmp, caps_mb)
+    new_eps, row_jobs, video_jobs = plan(picks, info, to, tmp, caps_mb, retime)
     result = Result(new_eps)
     # One pool for both kinds of job, video first (the longest), so rows and videos overlap.
     jobs = [(write_videos, (job, info.fps)) for job in video_jobs] + [(write_rows, (job, schema)) for job in row_jobs]

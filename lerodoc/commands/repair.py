@@ -1,0 +1,46 @@
+"""`lerodoc repair`: rebuild what validate finds wrong from what the files really hold."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from lerodoc import render
+from lerodoc.commands.flatten import OptionalOutput
+from lerodoc.errors import ExitCode
+from lerodoc.ops.repair import repair as repair_dataset
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
+
+
+def repair(
+    dataset: DatasetArg,
+    output: OptionalOutput = None,
+    in_place: InPlaceOpt = False,
+    drop_broken: Annotated[bool, typer.Option(help="Drop episodes whose rows cannot be found or read.")] = False,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    force: ForceOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Repair DATASET into -o OUTPUT (or --in-place): metadata rebuilt from the data and video files.
+
+    Totals, data file pointers, episode ranges, video windows (from real packet timestamps), index,
+    frame_index and timestamp (frame_index / fps), stats (exact, placeholders dropped, shapes aligned),
+    names and codec spellings, list[1] columns and misplaced files are fixed; the result is validated
+    and what still needs a human is listed. Exit 1 when errors remain.
+    """
+    report = repair_dataset(dataset, output, in_place=in_place, workers=workers, force=force,
+                            drop_broken=drop_broken)
+    if json:
+        render.print_json(report.to_json())
+    else:
+        for change in report.changes:
+            render.out.print(f"fixed: {change}")
+        gone = {c: n for c, n in report.before.items() if c not in report.after}
+        render.out.print(f"findings before: {sum(report.before.values())}, after: {sum(report.after.values())}"
+                         + (f"; gone: {', '.join(sorted(gone))}" if gone else ""))
+        for finding in report.remaining:
+            render.out.print(f"needs a human: {finding['code']} {finding['message']}")
+        render.out.print(f"written to {report.output} ({report.seconds:.2f} s)")
+    if any(f["severity"] == "error" for f in report.remaining):
+        raise typer.Exit(int(ExitCode.FINDINGS))

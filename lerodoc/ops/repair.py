@@ -1,0 +1,198 @@
+"""Repair a dataset: rebuild its metadata from what the files really hold, then write it anew.
+
+Ground truth is the data itself: which rows each parquet file holds (its `episode_index` column) and
+which frames each mp4 holds (its sample tables). From those, episode lengths, data file pointers,
+`dataset_from/to_index`, video windows (from real packet timestamps), `index`, `frame_index` and
+`timestamp` (frame_index / fps), totals and stats (exact, from the rows) are recomputed, names and
+codecs written in canonical form, count=0 placeholder stats dropped, stats reshaped to their feature,
+list[1] columns flattened, and every file written where the version's templates say. The output is
+validated again; what is still wrong is reported as needing a human.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from lerodoc import formats, mp4
+from lerodoc.dataset import Dataset, Episode, VideoSpan
+from lerodoc.errors import LerodocError
+from lerodoc.formats.hf import schema_for
+from lerodoc.ops import rewrite
+from lerodoc.ops.merge import _canonical, _normalise_stats
+from lerodoc.ops.quantiles import compute
+from lerodoc.ops.validate import validate
+from lerodoc.parquet_io import column_matrix, read_parquet
+from lerodoc.staging import staged_output
+from lerodoc.stats import aggregate
+
+CAMERA_NAMES = ["height", "width", "channels"]
+
+
+@dataclass
+class RepairReport:
+    dataset: str
+    output: str | None
+    before: dict = field(default_factory=dict)      # code -> count
+    after: dict = field(default_factory=dict)
+    changes: list[str] = field(default_factory=list)
+    remaining: list[dict] = field(default_factory=list)   # findings still present (need a human)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _counts(findings) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in findings:
+        out[f.code] = out.get(f.code, 0) + 1
+    return out
+
+
+def locate_rows(ds: Dataset) -> dict[int, tuple[str, int, int]]:
+    """episode_index -> (data file, first row, rows), read from the data files themselves."""
+    found: dict[int, tuple[str, int, int]] = {}
+    for path in sorted(ds.root.glob("data/**/*.parquet")):
+        table = read_parquet(path, ["episode_index"])
+        values = column_matrix(table.column(0), table.num_rows)[:, 0]
+        if not len(values):
+            continue
+        starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+        ends = np.r_[starts[1:], len(values)]
+        for start, end in zip(starts, ends):
+            episode = int(values[start])
+            if episode in found:
+                raise LerodocError(f"rows of episode {episode} appear in two places ({found[episode][0]} and "
+                                   f"{path.relative_to(ds.root)}); which one is right needs a human",
+                                   file=path, episode=episode)
+            found[episode] = (path.relative_to(ds.root).as_posix(), int(start), int(end - start))
+    return found
+
+
+def _find_video(ds: Dataset, relative: str, key: str) -> str | None:
+    """The file the metadata names, or a file of that name under videos/ in a folder naming the camera."""
+    if ds.path(relative).is_file():
+        return relative
+    name = Path(relative).name
+    hits = [p for p in ds.root.glob(f"videos/**/{name}") if key in p.relative_to(ds.root).parts]
+    return hits[0].relative_to(ds.root).as_posix() if len(hits) == 1 else None
+
+
+def _windows(ds: Dataset, file: str, lengths: list[int]) -> list[tuple[float, float]] | None:
+    """Consecutive windows of `lengths` frames in presentation order, from the file's sample tables."""
+    try:
+        track = mp4.read_track(ds.path(file))
+    except mp4.Unsupported:
+        return None
+    if len(track.pts) != sum(lengths):
+        return None
+    order = np.argsort(track.pts, kind="stable")
+    pts, end = track.pts[order], (track.pts + track.delta)[order]
+    tb, bounds = Fraction(1, track.timescale), np.cumsum([0] + lengths)
+    return [(float(pts[a] * tb), float(end[b - 1] * tb)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], list[str]]:
+    """Episodes re-derived from the files; and what changed, in words. An episode without rows is an
+    error unless `drop_broken`, which drops it."""
+    rows, changes = locate_rows(ds), []
+    episodes = []
+    for ep in ds.episodes:
+        if ep.index not in rows:
+            if not drop_broken:
+                raise LerodocError("has no rows in any data file (missing or unreadable)", file=ds.path(ep.data_file),
+                                   episode=ep.index, hint="restore the file, or pass --drop-broken to drop the episode")
+            changes.append(f"episode {ep.index} has no rows in any data file: dropped")
+            continue
+        file, first, length = rows[ep.index]
+        if (file, first, length) != (ep.data_file, ep.data_row, ep.length):
+            changes.append(f"episode {ep.index}: rows are in {file} at row {first} ({length} rows); the metadata "
+                           f"said {ep.data_file} at row {ep.data_row} ({ep.length} rows)")
+        episodes.append(replace(ep, data_file=file, data_row=first, length=length, videos=dict(ep.videos)))
+    for key in ds.info.video_keys:
+        by_file: dict[str, list[Episode]] = {}
+        for ep in episodes:
+            by_file.setdefault(ep.videos[key].file, []).append(ep)
+        for relative, group in by_file.items():
+            found = _find_video(ds, relative, key)
+            if found is None:
+                continue          # the missing file stays missing; validate reports it
+            if found != relative:
+                changes.append(f"{key}: {found} is read as {relative} (stored under the wrong folder)")
+            windows = _windows(ds, found, [e.length for e in group]) if ds.version == "v3.0" else None
+            for ep, window in zip(group, windows or [None] * len(group)):
+                span = ep.videos[key]
+                new = VideoSpan(found, *window) if window else VideoSpan(found, span.from_timestamp, span.to_timestamp)
+                if window and not np.allclose(window, (span.from_timestamp, span.to_timestamp), atol=1e-9):
+                    changes.append(f"episode {ep.index} {key}: window [{span.from_timestamp:.4f}, "
+                                   f"{span.to_timestamp:.4f}) -> [{window[0]:.4f}, {window[1]:.4f}) from the packets")
+                ep.videos[key] = new
+    return episodes, changes
+
+
+def _canonical_features(features: dict) -> dict:
+    out = {}
+    for name, spec in features.items():
+        spec = _canonical(spec)
+        if spec["dtype"] in ("video", "image") and len(spec.get("names") or []) == 3:
+            spec["names"] = CAMERA_NAMES
+        out[name] = spec
+    return out
+
+
+def _clean_stats(stats: dict, features: dict) -> dict:
+    """Stats without count=0 placeholders or NaN, reshaped to their feature."""
+    kept = {name: by_stat for name, by_stat in stats.items()
+            if name in features and int(np.ravel(by_stat.get("count", [1]))[0]) > 0
+            and all(np.all(np.isfinite(np.asarray(v, dtype=np.float64))) for v in by_stat.values())}
+    return _normalise_stats(kept, features)[0]
+
+
+def repair(src: Path, out: Path | None = None, *, in_place: bool = False, workers: int = 1,
+           force: bool = False, drop_broken: bool = False) -> RepairReport:
+    """Write a repaired copy of `src` to `out` (or swap it in place), and say what changed and what is left."""
+    started = time.perf_counter()
+    if in_place == (out is not None):
+        raise LerodocError("give either -o OUTPUT or --in-place")
+    before = validate(src, videos=True)
+    ds = Dataset.open(src)
+    report = RepairReport(dataset=str(ds.root), output=None, before=_counts(before.findings))
+    episodes, report.changes = reconstruct(ds, drop_broken)
+    if not episodes:
+        raise LerodocError("no episode has rows in the data files; nothing to repair", file=ds.root)
+    tasks = list(dict.fromkeys(ds.tasks))
+    task_map = tuple(tasks.index(t) for t in ds.tasks)
+    if len(tasks) != len(ds.tasks):
+        report.changes.append(f"{len(ds.tasks) - len(tasks)} duplicate task texts merged")
+    info = replace(ds.info, features=_canonical_features(ds.info.features), extra=dict(ds.info.extra))
+    for ep in episodes:
+        ep.stats = _clean_stats(ep.stats, info.features)
+    picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
+    schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds))
+    caps = (info.data_files_size_in_mb, info.video_files_size_in_mb)
+    info.data_files_size_in_mb = max(1, math.ceil(info.data_files_size_in_mb))
+    target = Path(ds.root if in_place else out)
+    to = "v2.1" if ds.version == "v2.0" else ds.version
+    with staged_output(target, force=force or in_place) as tmp:
+        result = rewrite.write(picks, info, tasks, to, tmp, schema, caps_mb=caps, workers=workers, retime=True)
+        module = formats.module(to)
+        module.write_meta(tmp, info, result.episodes, tasks, _clean_stats(ds.stats or {}, info.features))
+        fixed = Dataset.open(tmp)
+        numeric, per_episode, _ = compute(fixed, fixed.info.numeric_keys, workers=workers)
+        for ep in fixed.episodes:
+            ep.stats.update(per_episode[ep.index])
+        carried = {**aggregate([ep.stats for ep in fixed.episodes]), **(fixed.stats or {})}
+        module.write_stats(tmp, fixed.info, fixed.episodes, {**carried, **numeric})
+        rewrite.verify(tmp, to, result.episodes)
+    after = validate(target, videos=True)
+    report.output = str(target.absolute())
+    report.after = _counts(after.findings)
+    report.remaining = [f.to_json() for f in after.findings]
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
