@@ -108,6 +108,13 @@ def quantiles(chunks: Chunks, levels: list[float], *, count: int, width: int, dt
     return _interpolate(found[[at[r] for r in low]], found[[at[r] for r in high]], fraction[:, None]), passes
 
 
+def _key_slices(chunks: Chunks, rows: int = 1 << 17) -> Iterable[np.ndarray]:
+    """Order-preserving keys of the data, a bounded number of rows at a time (temporaries stay small)."""
+    for chunk in chunks():
+        for start in range(0, len(chunk), rows):
+            yield float_keys(chunk[start:start + rows])
+
+
 def _select(chunks: Chunks, ranks: np.ndarray, width: int, collect: int) -> tuple[np.ndarray, int]:
     """The values of the given ranks (0-based, ascending order) in each of `width` channels."""
     targets = len(ranks)
@@ -123,20 +130,23 @@ def _select(chunks: Chunks, ranks: np.ndarray, width: int, collect: int) -> tupl
         shift = np.uint64(64 - fixed - DIGIT_BITS) if fixed < 64 else np.uint64(0)
         counts = np.zeros((targets, width, BUCKETS), dtype=np.int64)
         gathered: dict[tuple[int, int], list[np.ndarray]] = {}
-        for chunk in chunks():
-            keys = float_keys(chunk)
+        for keys in _key_slices(chunks):
+            bucket = channel * BUCKETS + ((keys >> shift) & np.uint64(BUCKETS - 1)).astype(np.int64)
+            if fixed == 0:       # nothing fixed yet: every target counts the same first digit
+                counts[0] += np.bincount(bucket.ravel(), minlength=width * BUCKETS).reshape(width, BUCKETS)
+                continue
+            high = keys >> np.uint64(64 - fixed)
             for t in range(targets):
                 if done[t].all():
                     continue
-                inside = (keys >> np.uint64(64 - fixed)) == (prefix[t] >> np.uint64(64 - fixed)) if fixed \
-                    else np.ones(keys.shape, dtype=bool)
+                inside = high == (prefix[t] >> np.uint64(64 - fixed))
                 for c in np.nonzero(gather[t])[0]:
                     gathered.setdefault((t, c), []).append(keys[inside[:, c], c])
                 counting = inside & ~gather[t] & ~done[t]
                 if counting.any() and fixed < 64:
-                    digit = ((keys >> shift) & np.uint64(BUCKETS - 1)).astype(np.int64)
-                    flat = (channel * BUCKETS + digit)[counting]
-                    counts[t] += np.bincount(flat, minlength=width * BUCKETS).reshape(width, BUCKETS)
+                    counts[t] += np.bincount(bucket[counting], minlength=width * BUCKETS).reshape(width, BUCKETS)
+        if fixed == 0:
+            counts[1:] = counts[0]
         passes += 1
         for (t, c), parts in gathered.items():
             keys = np.sort(np.concatenate(parts))
