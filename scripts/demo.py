@@ -7,6 +7,7 @@ Each step prints the command it runs; the outputs stay in WORKDIR (default: ./le
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -19,31 +20,53 @@ sys.path.insert(0, str(REPO))
 from tests.fixtures.factory import make_dataset  # noqa: E402
 
 
-def lerodoc(*args) -> None:
+def lerodoc(*args, ok_codes: tuple[int, ...] = (0,)) -> None:
     command = [sys.executable, "-m", "lerodoc", *map(str, args)]
     print(f"\n$ lerodoc {shlex.join(map(str, args))}", flush=True)
-    subprocess.run(command, check=True)
+    code = subprocess.run(command).returncode
+    if code not in ok_codes:
+        raise SystemExit(f"lerodoc exited {code}")
+
+
+def break_totals(root: Path) -> None:
+    """What a hand-edited export looks like: info.json claims frames that are not there."""
+    info = json.loads((root / "meta/info.json").read_text())
+    info["total_frames"] += 12
+    (root / "meta/info.json").write_text(json.dumps(info, indent=4))
 
 
 def main() -> None:
     work = Path(sys.argv[1] if len(sys.argv) > 1 else "lerodoc-demo").absolute()
     shutil.rmtree(work, ignore_errors=True)
     print(f"writing a two-part sample dataset under {work}")
-    part_a = make_dataset(work / "part_a_v21", version="v2.1", dataset_id=1, episodes=4, codec="h264",
-                          cameras=("observation.images.top", "observation.images.wrist"))
-    part_b = make_dataset(work / "part_b_v21", version="v2.1", dataset_id=2, episodes=3, codec="h264",
-                          cameras=("observation.images.top", "observation.images.wrist"))
-    print(f"  part A: {len(part_a.lengths)} episodes, {part_a.total_frames} frames, h264")
-    print(f"  part B: {len(part_b.lengths)} episodes, {part_b.total_frames} frames, h264")
+    cameras = ("observation.images.top", "observation.images.wrist")
+    part_a = make_dataset(work / "part_a_v21", version="v2.1", dataset_id=1, episodes=4, cameras=cameras,
+                          state_dim=8, action_dim=8)
+    part_b = make_dataset(work / "part_b_v21", version="v2.1", dataset_id=2, episodes=3, cameras=cameras,
+                          state_dim=8, action_dim=8, vector_storage="list")
+    print(f"  part A: {len(part_a.lengths)} episodes, {part_a.total_frames} frames, h264, vectors as fixed-size lists")
+    print(f"  part B: {len(part_b.lengths)} episodes, {part_b.total_frames} frames, h264, vectors as plain lists")
     lerodoc("info", part_a.root)
     lerodoc("convert", part_a.root, "-o", work / "part_a_v30")
     lerodoc("convert", work / "part_a_v30", "-o", work / "part_a_back_v21", "--to", "v2.1")
-    lerodoc("merge", part_a.root, part_b.root, "-o", work / "merged_v30", "--exclude", "A:1")
+    lerodoc("flatten", part_b.root, "-o", work / "part_b_flat")
+    lerodoc("merge", part_a.root, work / "part_b_flat", "-o", work / "merged_v30", "--exclude", "A:1")
+    lerodoc("validate", work / "merged_v30", "--videos")
     lerodoc("quantiles", work / "merged_v30", "--in-place", "--openpi-norm-stats", work / "norm_stats.json")
-    lerodoc("info", work / "merged_v30")
-    print(f"\ndone: part A converted to v3.0 ({work}/part_a_v30) and back to v2.1 ({work}/part_a_back_v21);"
-          f"\n      A (without its episode 1) and B merged into {work}/merged_v30, with exact q01..q99 stats"
-          f"\n      and openpi norm stats in {work}/norm_stats.json")
+    lerodoc("select", work / "merged_v30", "-o", work / "merged_selected", "--state", "observation.state[0:6]",
+            "--state", "observation.state[j7]", "--action", "action[0:6]")
+    shutil.copytree(work / "merged_v30", work / "broken_v30")
+    break_totals(work / "broken_v30")
+    lerodoc("validate", work / "broken_v30", ok_codes=(1,))
+    lerodoc("repair", work / "broken_v30", "-o", work / "repaired_v30")
+    lerodoc("info", work / "merged_selected")
+    print(f"\ndone under {work}:"
+          f"\n  part_a_v30, part_a_back_v21  A converted to v3.0 and back to v2.1"
+          f"\n  part_b_flat                  B with its list columns flattened"
+          f"\n  merged_v30                   A (without episode 1) + B, validated, exact q01..q99 stats;"
+          f"\n                               openpi norm stats in norm_stats.json"
+          f"\n  merged_selected              state/action cut to the chosen channels"
+          f"\n  broken_v30 -> repaired_v30   a copy with wrong totals, found by validate and repaired")
 
 
 if __name__ == "__main__":
