@@ -78,6 +78,17 @@ class Info:
     def numeric_keys(self) -> list[str]:
         return [k for k, f in self.features.items() if f["dtype"] not in NON_NUMERIC_DTYPES]
 
+    def describe(self, version: str, data_path: str, video_path: str, episodes: list, tasks: int,
+                 foreign: tuple[str, ...]) -> None:
+        """Point info at a version's path templates, set its totals from `episodes`, and drop the
+        `foreign` keys that belong to other versions."""
+        self.codebase_version = version
+        self.data_path, self.video_path = data_path, (video_path if self.video_keys else None)
+        self.total_episodes, self.total_frames, self.total_tasks = len(episodes), sum(e.length for e in episodes), tasks
+        self.splits = {"train": f"0:{len(episodes)}"}
+        for key in foreign:
+            self.extra.pop(key, None)
+
     def to_dict(self, order: tuple[str, ...], derived: dict | None = None) -> dict:
         """Serialise in `order` (a version's key order), then derived values, then unknown keys."""
         values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}

@@ -82,12 +82,8 @@ def read(root: Path, info: Info, *, episode_stats: bool = True):
 def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str], stats: dict | None) -> None:
     """Write info.json and the jsonl files for episodes that are already on disk."""
     n = len(episodes)
-    info.codebase_version = VERSION
-    info.data_path, info.video_path = DATA_PATH, (VIDEO_PATH if info.video_keys else None)
-    info.total_episodes, info.total_frames, info.total_tasks = n, sum(e.length for e in episodes), len(tasks)
-    info.splits = {"train": f"0:{n}"}
-    for key in ("data_files_size_in_mb", "video_files_size_in_mb"):
-        info.extra.pop(key, None)
+    info.describe(VERSION, DATA_PATH, VIDEO_PATH, episodes, len(tasks),
+                  foreign=("data_files_size_in_mb", "video_files_size_in_mb"))
     derived = {"total_videos": n * len(info.video_keys),
                "total_chunks": (max(e.index for e in episodes) // info.chunks_size + 1) if n else 0}
     info.write(root / "meta/info.json", INFO_ORDER, derived)

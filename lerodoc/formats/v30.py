@@ -147,13 +147,7 @@ def _stats_columns(episodes: list[Episode]) -> dict[str, list]:
 
 def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str], stats: dict | None) -> None:
     """Write info.json, tasks.parquet, the episodes parquet and stats.json for files already on disk."""
-    n = len(episodes)
-    info.codebase_version = VERSION
-    info.data_path, info.video_path = DATA_PATH, (VIDEO_PATH if info.video_keys else None)
-    info.total_episodes, info.total_frames, info.total_tasks = n, sum(e.length for e in episodes), len(tasks)
-    info.splits = {"train": f"0:{n}"}
-    for key in ("total_videos", "total_chunks"):
-        info.extra.pop(key, None)
+    info.describe(VERSION, DATA_PATH, VIDEO_PATH, episodes, len(tasks), foreign=("total_videos", "total_chunks"))
     info.write(root / "meta/info.json", INFO_ORDER)
 
     tasks_table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()),
