@@ -11,6 +11,7 @@ import pytest
 
 from lerodoc.checks import ERROR, WARNING, Context, open_context, run_checks
 from lerodoc.checks import timestamps, videos
+from lerodoc.ops.repair import repair
 from tests.fixtures import defects_media as defects
 from tests.fixtures.factory import make_dataset
 
@@ -146,8 +147,10 @@ def test_truncated_file_names_every_episode_it_holds(clean, tmp_path):
 def test_wrong_codec_is_a_warning(clean, tmp_path):
     root, _ = plant(clean, tmp_path, "v2.1-h264", lambda r: defects.set_video_info(r, CAM, codec="av1"))
     (found,) = check(root)
-    assert (found.code, found.severity, found.feature, found.fixable) == ("VID002", WARNING, CAM, False)
+    assert (found.code, found.severity, found.feature, found.fixable) == ("VID002", WARNING, CAM, True)
     assert "codec h264, info.json says av1" in found.message
+    repair(root, tmp_path / "repaired")                 # repair writes the files' codec into info.json
+    assert check(tmp_path / "repaired") == []
 
 
 def test_wrong_frame_rate(clean, tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lerodoc import formats, mp4
+from lerodoc import formats, mp4, video
 from lerodoc.dataset import Dataset, Episode, VideoSpan
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
@@ -136,12 +136,19 @@ def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], 
     return episodes, changes
 
 
-def _canonical_features(features: dict) -> dict:
+def _canonical_features(ds: Dataset, episodes: list[Episode]) -> dict:
+    """Features with flat names, canonical codec names, camera names (height, width, channels), and each
+    camera's codec, pixel format and size as its first video file says."""
     out = {}
-    for name, spec in features.items():
+    for name, spec in ds.info.features.items():
         spec = _canonical(spec)
         if spec["dtype"] in ("video", "image") and len(spec.get("names") or []) == 3:
             spec["names"] = CAMERA_NAMES
+        if spec["dtype"] == "video" and episodes and ds.path(episodes[0].videos[name].file).is_file():
+            probe = video.probe(ds.path(episodes[0].videos[name].file))
+            spec["shape"] = [probe.height, probe.width, spec["shape"][2] if len(spec["shape"]) == 3 else 3]
+            spec["info"] = {**(spec.get("info") or {}), "video.codec": probe.codec, "video.pix_fmt": probe.pix_fmt,
+                            "video.height": probe.height, "video.width": probe.width}
         out[name] = spec
     return out
 
@@ -170,7 +177,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     task_map = tuple(tasks.index(t) for t in ds.tasks)
     if len(tasks) != len(ds.tasks):
         report.changes.append(f"{len(ds.tasks) - len(tasks)} duplicate task texts merged")
-    info = replace(ds.info, features=_canonical_features(ds.info.features), extra=dict(ds.info.extra))
+    info = replace(ds.info, features=_canonical_features(ds, episodes), extra=dict(ds.info.extra))
     for ep in episodes:
         ep.stats = _clean_stats(ep.stats, info.features)
     picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
