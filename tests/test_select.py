@@ -104,3 +104,17 @@ def test_selected_dataset_loads_in_lerobot_with_the_sliced_values(tmp_path):
                         "action": {"expr": value + " + k/100 + 0.5"}}
     check_with_lerobot(tmp_path / "out", {"fps": 30, "episodes": episodes,
                                           "stats_keys": {"observation.state": ["q01", "q99"]}}, backend="pyav")
+
+
+def test_outputs_of_flatten_select_and_quantiles_validate_clean(tmp_path):
+    from lerodoc.checks import ERROR, open_context, run_checks
+    from lerodoc.ops.flatten import flatten
+    from lerodoc.ops.quantiles import quantiles
+
+    fixture = make_dataset(tmp_path / "src", version="v3.0", episodes=3, vector_storage="list")
+    flatten(fixture.root, tmp_path / "flat")
+    select(tmp_path / "flat", tmp_path / "sel", state=["observation.state[0:4]"], action=["action[0:4]"])
+    quantiles(tmp_path / "sel", tmp_path / "q")
+    for name in ("flat", "sel", "q"):
+        found = run_checks(open_context(tmp_path / name, videos=True))
+        assert [f.code for f in found if f.severity == ERROR] == [], name
