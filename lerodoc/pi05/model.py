@@ -1,0 +1,427 @@
+"""pi0.5 in one file: SigLIP + Gemma over images and prompt, an adaRMS action expert that shares attention with
+it in every layer, the flow-matching loss, and Euler sampling over a cached prefix.
+
+References: openpi `src/openpi/models/{pi0,gemma,siglip}.py` and lerobot 0.6.1 `policies/pi05` (see
+../shared/research/openpi.md). The module tree uses lerobot's attribute paths, so `state_dict()` keys are
+lerobot's PI05Policy names (weights.py handles its two lm_heads).
+
+Shapes: B batch, N image tokens per camera, L prompt tokens, P prefix tokens, H action horizon, T tokens of a
+call, h query heads, kv key/value heads, d head dim, A max action dim.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class SiglipConfig:
+    image_size: int
+    patch_size: int
+    width: int
+    depth: int
+    mlp_dim: int
+    num_heads: int
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+
+@dataclass(frozen=True)
+class GemmaConfig:
+    width: int
+    depth: int
+    mlp_dim: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True)
+class PI05Config:
+    vision: SiglipConfig
+    vlm: GemmaConfig          # prefix: images + prompt
+    expert: GemmaConfig       # suffix: noisy actions
+    vocab_size: int
+    action_dim: int           # the robot's action dims: the loss and sample_actions use these
+    max_action_dim: int = 32  # actions are zero-padded to this width for action_in/out_proj
+    action_horizon: int = 50
+    num_steps: int = 10       # Euler steps of sample_actions
+
+    def __post_init__(self):
+        v, e = self.vlm, self.expert
+        if (v.depth, v.num_heads, v.num_kv_heads, v.head_dim) != (e.depth, e.num_heads, e.num_kv_heads, e.head_dim):
+            raise ValueError("the VLM and the expert share attention: depth, heads and head_dim must match")
+        if not 0 < self.action_dim <= self.max_action_dim:
+            raise ValueError(f"action_dim {self.action_dim} must be in 1..{self.max_action_dim}")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# SigLIP vision tower: patches -> pre-LN transformer -> post-LN
+
+
+class SiglipAttention(nn.Module):
+    def __init__(self, c: SiglipConfig):
+        super().__init__()
+        self.num_heads = c.num_heads
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(c.width, c.width) for _ in range(4))
+
+    def forward(self, x):
+        B, N, D = x.shape
+        q, k, v = (p(x).view(B, N, self.num_heads, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        y = F.scaled_dot_product_attention(q, k, v)  # (B, h, N, d)
+        return self.out_proj(y.transpose(1, 2).reshape(B, N, D))
+
+
+class SiglipMLP(nn.Module):
+    def __init__(self, c: SiglipConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(c.width, c.mlp_dim)
+        self.fc2 = nn.Linear(c.mlp_dim, c.width)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+
+class SiglipLayer(nn.Module):
+    def __init__(self, c: SiglipConfig):
+        super().__init__()
+        self.layer_norm1 = nn.LayerNorm(c.width, eps=1e-6)
+        self.self_attn = SiglipAttention(c)
+        self.layer_norm2 = nn.LayerNorm(c.width, eps=1e-6)
+        self.mlp = SiglipMLP(c)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.layer_norm1(x))
+        return x + self.mlp(self.layer_norm2(x))
+
+
+class Siglip(nn.Module):
+    """(B, 3, S, S) images in [-1, 1] -> (B, N, width) tokens; no pooling head."""
+
+    def __init__(self, c: SiglipConfig):
+        super().__init__()
+        self.vision_model = nn.ModuleDict(dict(
+            embeddings=nn.ModuleDict(dict(
+                patch_embedding=nn.Conv2d(3, c.width, c.patch_size, stride=c.patch_size),
+                position_embedding=nn.Embedding(c.num_patches, c.width))),
+            encoder=nn.ModuleDict(dict(layers=nn.ModuleList(SiglipLayer(c) for _ in range(c.depth)))),
+            post_layernorm=nn.LayerNorm(c.width, eps=1e-6)))
+
+    def forward(self, images):
+        m = self.vision_model
+        x = m.embeddings.patch_embedding(images).flatten(2).transpose(1, 2)  # (B, N, width)
+        x = x + m.embeddings.position_embedding.weight
+        for layer in m.encoder.layers:
+            x = layer(x)
+        return m.post_layernorm(x)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Gemma: RMSNorm (1 + w) or adaRMS, GQA with rotary positions, GeGLU MLP
+
+
+class RMSNorm(nn.Module):
+    """Gemma's x / rms(x) * (1 + weight), or with `cond_dim` adaRMS: a dense layer turns the condition into
+    (scale, shift, gate) and the output is x / rms(x) * (1 + scale) + shift. Returns (output, gate or None)."""
+
+    def __init__(self, dim: int, cond_dim: int | None = None):
+        super().__init__()
+        if cond_dim is None:
+            self.weight = nn.Parameter(torch.zeros(dim))
+        else:
+            self.dense = nn.Linear(cond_dim, 3 * dim)
+
+    def forward(self, x, cond=None):
+        y = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)  # float32, like openpi
+        if cond is None:
+            return (y * (1 + self.weight.float())).type_as(x), None
+        scale, shift, gate = self.dense(cond)[:, None].chunk(3, dim=-1)  # (B, 1, dim) each
+        return (y * (1 + scale.float()) + shift.float()).type_as(x), gate.type_as(x)
+
+
+class GemmaAttention(nn.Module):
+    """Projections only: the attention itself runs jointly over all streams in `run_layers`."""
+
+    def __init__(self, c: GemmaConfig):
+        super().__init__()
+        self.head_dim = c.head_dim
+        self.q_proj = nn.Linear(c.width, c.num_heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.width, c.num_kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.width, c.num_kv_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.num_heads * c.head_dim, c.width, bias=False)
+
+    def qkv(self, x):
+        """(B, T, width) -> q (B, h, T, d), k and v (B, kv, T, d)."""
+        B, T, _ = x.shape
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        return tuple(p(x).view(B, T, -1, self.head_dim).transpose(1, 2) for p in projections)
+
+
+class GemmaMLP(nn.Module):
+    def __init__(self, c: GemmaConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.width, c.mlp_dim, bias=False)
+        self.up_proj = nn.Linear(c.width, c.mlp_dim, bias=False)
+        self.down_proj = nn.Linear(c.mlp_dim, c.width, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+def gated_residual(x, y, gate):
+    return x + y if gate is None else x + y * gate
+
+
+class GemmaLayer(nn.Module):
+    def __init__(self, c: GemmaConfig, cond_dim: int | None):
+        super().__init__()
+        self.input_layernorm = RMSNorm(c.width, cond_dim)
+        self.self_attn = GemmaAttention(c)
+        self.post_attention_layernorm = RMSNorm(c.width, cond_dim)
+        self.mlp = GemmaMLP(c)
+
+    def attention_inputs(self, x, cond):
+        """Pre-norm and projections of one stream: q, k, v and the residual gate."""
+        h, gate = self.input_layernorm(x, cond)
+        return (*self.self_attn.qkv(h), gate)
+
+    def attention_outputs(self, x, y, gate, cond):
+        """Output projection of the joint attention y (B, T, h*d), then the MLP block; both residuals gated."""
+        x = gated_residual(x, self.self_attn.o_proj(y), gate)
+        h, gate = self.post_attention_layernorm(x, cond)
+        return gated_residual(x, self.mlp(h), gate)
+
+
+class Gemma(nn.Module):
+    """A Gemma stack: the VLM has `embed_tokens`; the expert has adaRMS norms (`cond_dim`) and no embedding."""
+
+    def __init__(self, c: GemmaConfig, vocab_size: int | None = None, cond_dim: int | None = None):
+        super().__init__()
+        if vocab_size is not None:
+            self.embed_tokens = nn.Embedding(vocab_size, c.width)
+        self.layers = nn.ModuleList(GemmaLayer(c, cond_dim) for _ in range(c.depth))
+        self.norm = RMSNorm(c.width, cond_dim)
+
+
+def rotary(positions, head_dim: int, dtype, theta: float = 10_000.0):
+    """cos and sin (B, 1, T, d) for integer positions (B, T); rotate-half layout over the whole head."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim)
+    angles = positions[..., None].float() * inv_freq
+    angles = torch.cat([angles, angles], dim=-1)[:, None]
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def run_layers(towers, xs, conds, positions, mask, cache=None):
+    """Run streams xs (one per tower: [prefix, suffix], [prefix] or [suffix]) through all layers. In each layer
+    every stream projects q/k/v with its own weights and one attention runs over the concatenated streams (plus
+    the cached (k, v) of earlier tokens, if given). The prefix reaches the actions only through its keys and
+    values, so its last layer stops there. Returns the suffix after the expert's final norm (None when only the
+    prefix runs) and this call's per-layer (k, v) after RoPE."""
+    cos, sin = rotary(positions, towers[0].layers[0].self_attn.head_dim, xs[0].dtype)
+    new_cache = []
+    depth = len(towers[0].layers)
+    for i in range(depth):
+        layers = [t.layers[i] for t in towers]
+        q, k, v, gates = zip(*(layer.attention_inputs(x, c) for layer, x, c in zip(layers, xs, conds)))
+        q, k, v = (torch.cat(t, dim=2) for t in (q, k, v))  # (B, h|kv, T, d)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        new_cache.append((k, v))
+        if cache is not None:
+            k, v = torch.cat([cache[i][0], k], dim=2), torch.cat([cache[i][1], v], dim=2)
+        lengths, layer_mask = [x.shape[1] for x in xs], mask
+        if i == depth - 1:  # only the suffix (the stream with a condition) goes on
+            if conds[-1] is None:
+                return None, new_cache
+            n = lengths[-1]
+            q, layer_mask, lengths = q[:, :, -n:], mask[:, :, -n:], [n]
+            layers, xs, conds, gates = layers[-1:], xs[-1:], conds[-1:], gates[-1:]
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=layer_mask, enable_gqa=True)  # (B, h, T, d)
+        ys = y.transpose(1, 2).flatten(2).split(lengths, dim=1)
+        xs = [layer.attention_outputs(x, y, g, c) for layer, x, y, g, c in zip(layers, xs, ys, gates, conds)]
+    return towers[-1].norm(xs[-1], conds[-1])[0], new_cache
+
+
+def attention_layout(prefix_valid, horizon: int):
+    """The pi0.5 mask (B, 1, S, S) and RoPE positions (B, S) over S = P + H tokens: prefix tokens attend to valid
+    prefix tokens, action tokens to valid prefix tokens and to each other; padding takes no position. Each token
+    also sees itself, so no row is empty (only padding rows change: they are never read)."""
+    B, P = prefix_valid.shape
+    S = P + horizon
+    valid = F.pad(prefix_valid, (0, horizon), value=True)
+    is_action = torch.arange(S, device=valid.device) >= P
+    mask = valid[:, None, :] & (is_action[:, None] | ~is_action[None, :])  # [query, key]
+    mask = mask | torch.eye(S, dtype=torch.bool, device=valid.device)
+    return mask[:, None], valid.cumsum(-1) - 1
+
+
+def time_embedding(t, dim: int, min_period: float = 4e-3, max_period: float = 4.0):
+    """Sinusoidal embedding (B, dim) of flow times t (B,), computed in float64 as openpi does."""
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=t.device)
+    period = min_period * (max_period / min_period) ** fraction
+    angles = (1.0 / period * 2 * math.pi)[None] * t[:, None]
+    return torch.cat([angles.sin(), angles.cos()], dim=-1).to(t.dtype)
+
+
+def sample_time(batch: int, device) -> torch.Tensor:
+    """t ~ Beta(1.5, 1) * 0.999 + 0.001: t = 1 is noise, t = 0 is data."""
+    return torch.distributions.Beta(1.5, 1.0).sample((batch,)).to(device) * 0.999 + 0.001
+
+
+# ------------------------------------------------------------------------------------------------------------
+# pi0.5
+
+
+class PI05(nn.Module):
+    """pi0.5 with lerobot's parameter names (`model.paligemma_with_expert.paligemma.model.*` for SigLIP, the
+    projector and Gemma; `model.paligemma_with_expert.gemma_expert.model.*` for the expert; `model.action_*`,
+    `model.time_mlp_*`). The VLM's last-layer q/o projections, post-attention norm and MLP and its final norm
+    cannot affect the actions (openpi computes them and drops the result): they are frozen, and run_layers
+    skips all of them but q_proj."""
+
+    def __init__(self, config: PI05Config):
+        super().__init__()
+        self.config = c = config
+        width = c.expert.width
+        paligemma = nn.ModuleDict(dict(
+            vision_tower=Siglip(c.vision),
+            multi_modal_projector=nn.ModuleDict(dict(linear=nn.Linear(c.vision.width, c.vlm.width))),
+            language_model=Gemma(c.vlm, vocab_size=c.vocab_size)))
+        self.model = nn.ModuleDict(dict(
+            paligemma_with_expert=nn.ModuleDict(dict(
+                paligemma=nn.ModuleDict(dict(model=paligemma)),
+                gemma_expert=nn.ModuleDict(dict(model=Gemma(c.expert, cond_dim=width))))),
+            action_in_proj=nn.Linear(c.max_action_dim, width),
+            action_out_proj=nn.Linear(width, c.max_action_dim),
+            time_mlp_in=nn.Linear(width, width),
+            time_mlp_out=nn.Linear(width, width)))
+        self.apply(init_weights)
+        vlm = self.paligemma.language_model
+        for unused in (vlm.layers[-1].self_attn.q_proj, vlm.layers[-1].self_attn.o_proj,
+                       vlm.layers[-1].post_attention_layernorm, vlm.layers[-1].mlp, vlm.norm):
+            unused.requires_grad_(False)  # never reach the actions (run_layers skips them); kept for the names
+
+    @property
+    def paligemma(self) -> nn.ModuleDict:
+        return self.model.paligemma_with_expert.paligemma.model
+
+    @property
+    def expert(self) -> Gemma:
+        return self.model.paligemma_with_expert.gemma_expert.model
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def embed_prefix(self, images, image_masks, tokens, token_masks):
+        """Images (list of (B, 3, S, S) in [-1, 1], masks (B,)) and prompt (B, L) -> prefix (B, P, D) and its
+        validity (B, P). A camera that no sample of the batch shows is skipped; otherwise its tokens are
+        masked per sample."""
+        pg = self.paligemma
+        shown = [(image, mask) for image, mask in zip(images, image_masks) if mask.any()]
+        embs, valid = [], []
+        if shown:
+            features = pg.multi_modal_projector.linear(pg.vision_tower(torch.cat([image for image, _ in shown])))
+            for f, (_, mask) in zip(features.chunk(len(shown)), shown):  # (B, N, D) per camera
+                embs.append(f)
+                valid.append(mask[:, None].expand(-1, f.shape[1]))
+        embs.append(pg.language_model.embed_tokens(tokens) * math.sqrt(self.config.vlm.width))
+        valid.append(token_masks)
+        return torch.cat(embs, dim=1), torch.cat(valid, dim=1)
+
+    def embed_suffix(self, x_t, t):
+        """Noisy actions (B, H, A) and times (B,) -> action tokens (B, H, De) and the adaRMS condition (B, De)."""
+        m = self.model
+        cond = time_embedding(t, self.config.expert.width)
+        cond = F.silu(m.time_mlp_out(F.silu(m.time_mlp_in(cond))))
+        return m.action_in_proj(x_t), cond
+
+    def velocity(self, prefix, prefix_valid, x_t, t):
+        """Predicted velocity (B, H, A) from one joint pass over [prefix; actions]."""
+        suffix, cond = self.embed_suffix(x_t, t)
+        mask, positions = attention_layout(prefix_valid, suffix.shape[1])
+        out, _ = run_layers([self.paligemma.language_model, self.expert], [prefix, suffix], [None, cond],
+                            positions, mask)
+        return self.model.action_out_proj(out)
+
+    def forward(self, images, image_masks, tokens, token_masks, actions, action_is_pad=None, noise=None, time=None):
+        """Flow-matching loss (a scalar): mean squared velocity error over the real action dims, and over the
+        steps that are not padding when `action_is_pad` (B, H) is given. actions: (B, H, action_dim)."""
+        c = self.config
+        actions = F.pad(actions, (0, c.max_action_dim - c.action_dim))
+        noise = torch.randn_like(actions) if noise is None else noise
+        time = sample_time(actions.shape[0], actions.device) if time is None else time
+        t = time[:, None, None]
+        x_t = t * noise + (1 - t) * actions
+        prefix, prefix_valid = self.embed_prefix(images, image_masks, tokens, token_masks)
+        v_t = self.velocity(prefix, prefix_valid, x_t, time)
+        err = (v_t.float() - (noise - actions))[..., :c.action_dim].pow(2)  # (B, H, action_dim)
+        if action_is_pad is None:
+            return err.mean()
+        keep = (~action_is_pad)[..., None].to(err.dtype)
+        return (err * keep).sum() / (keep.sum() * c.action_dim).clamp_min(1)
+
+    @torch.no_grad()
+    def sample_actions(self, images, image_masks, tokens, token_masks, noise=None):
+        """Euler integration from noise (t = 1) to actions (t = 0) -> (B, H, action_dim). The prefix runs once;
+        each step runs only the expert, attending to the cached prefix keys and values."""
+        c = self.config
+        prefix, prefix_valid = self.embed_prefix(images, image_masks, tokens, token_masks)
+        B, P, _ = prefix.shape
+        mask, positions = attention_layout(prefix_valid, c.action_horizon)
+        _, cache = run_layers([self.paligemma.language_model], [prefix], [None], positions[:, :P], mask[:, :, :P, :P])
+        if noise is None:
+            noise = torch.randn(B, c.action_horizon, c.max_action_dim, device=prefix.device, dtype=prefix.dtype)
+        x, dt = noise, -1.0 / c.num_steps
+        for step in range(c.num_steps):
+            t = torch.full((B,), 1.0 + step * dt, device=x.device, dtype=x.dtype)
+            suffix, cond = self.embed_suffix(x, t)
+            out, _ = run_layers([self.expert], [suffix], [cond], positions[:, P:], mask[:, :, P:], cache)
+            x = x + dt * self.model.action_out_proj(out)
+        return x[..., :c.action_dim]
+
+
+def init_weights(module: nn.Module):
+    """Normal(0, 0.02) matrices and zero biases; the adaRMS dense layers start at zero (identity modulation,
+    closed gates), as in openpi. RMSNorm weights start at zero (a gain of 1), LayerNorms at (1, 0)."""
+    if isinstance(module, (nn.Linear, nn.Conv2d, nn.Embedding)):
+        nn.init.normal_(module.weight, std=0.02)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
+    if isinstance(module, RMSNorm) and hasattr(module, "dense"):
+        nn.init.zeros_(module.dense.weight)
+
+
+def flops_per_sample(config: PI05Config, prompt_len: int, cameras: int) -> float:
+    """Training FLOPs of one sample: 6 x multiply-accumulates (2 forward, 4 backward). Linears count
+    params x tokens: SigLIP (patch embedding, layers) and the projector x N tokens per camera, VLM layers x
+    P = cameras * N + prompt_len, expert layers and action_in/out_proj x H, the time MLP and adaRMS dense layers
+    x 1 (once per sample). Attention counts QK^T and AV over the full square: 2 h d T^2 per layer, with
+    T = N in SigLIP and T = P + H in the joint layers. Embedding lookups and norms are free; the masked
+    prefix rows and the last layer's unused prefix rows are counted as computed by openpi."""
+    v, g, e = config.vision, config.vlm, config.expert
+    N, H = v.num_patches, config.action_horizon
+    P = cameras * N + prompt_len
+    siglip_layer = 4 * v.width**2 + 2 * v.width * v.mlp_dim
+    vision = cameras * N * (3 * v.patch_size**2 * v.width + v.depth * siglip_layer + v.width * g.width)
+    vision_attention = cameras * v.depth * 2 * v.width * N**2
+
+    def gemma_layer(c: GemmaConfig) -> int:
+        attention = 2 * c.width * (c.num_heads + c.num_kv_heads) * c.head_dim  # q and o, k and v
+        return attention + 3 * c.width * c.mlp_dim
+
+    vlm = P * g.depth * gemma_layer(g)
+    expert = H * (e.depth * gemma_layer(e) + 2 * config.max_action_dim * e.width)
+    per_sample = 2 * e.width**2 + (2 * e.depth + 1) * 3 * e.width**2
+    joint_attention = g.depth * 2 * g.num_heads * g.head_dim * (P + H) ** 2
+    return 6.0 * (vision + vision_attention + vlm + expert + per_sample + joint_attention)
