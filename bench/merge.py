@@ -54,9 +54,10 @@ def main() -> None:
     seed = seed_dataset(work)
     sources = []
     for offset, name in enumerate("ab"):
-        tiled = tile_v21(seed, work / f"{name}_v21", args.episodes, args.cameras, dataset_offset=offset)
-        convert(tiled, work / f"{name}_v30", to="v3.0", workers=2)
-        shutil.rmtree(tiled)
+        if not (work / f"{name}_v30").is_dir():      # inputs of an earlier run in the same --work are reused
+            tiled = tile_v21(seed, work / f"{name}_v21", args.episodes, args.cameras, dataset_offset=offset)
+            convert(tiled, work / f"{name}_v30", to="v3.0", workers=2)
+            shutil.rmtree(tiled)
         sources.append(work / f"{name}_v30")
     size = sum(p.stat().st_size for s in sources for p in s.rglob("*") if p.is_file())
     frames = sum(Dataset.open(s).total_frames for s in sources)
@@ -75,6 +76,7 @@ def main() -> None:
             runs[name].append(timed(fn))
     results = {name: statistics.median(times) for name, times in runs.items()}
     os.sync()
+    shutil.rmtree(work / "lerobot", ignore_errors=True)
     results["lerobot 0.6.1 aggregate_datasets"] = aggregate_with_lerobot(sources, work / "lerobot").seconds
 
     expect = expectation(seed, seed_episodes(seed, args.episodes) + seed_episodes(seed, args.episodes, 1),

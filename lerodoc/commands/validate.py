@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
 from lerodoc import render
 from lerodoc.errors import ExitCode
 from lerodoc.ops.validate import catalogue, validate as validate_dataset
-from lerodoc.options import DatasetArg, JsonOpt
+from lerodoc.options import JsonOpt
 
 
 def validate(
-    dataset: DatasetArg,
+    dataset: Annotated[Optional[Path], typer.Argument(help="Dataset root (the folder holding meta/).", exists=True,
+                                                      file_okay=False, dir_okay=True)] = None,
     videos: Annotated[bool, typer.Option("--videos", help="Also check the video containers (no decoding).")] = False,
     deep: Annotated[bool, typer.Option("--deep", help="Also decode the first and last frame of each episode.")] = False,
     tolerance_s: Annotated[float, typer.Option(help="Timestamp tolerance, as lerobot's tolerance_s.")] = 1e-4,
@@ -35,6 +37,8 @@ def validate(
                                           [[r["code"], r["family"], r["severity"], r["meaning"], r["fix"],
                                             "yes" if r["repair"] else "-"] for r in rows]))
         return
+    if dataset is None:
+        raise typer.BadParameter("give a DATASET (or --list-checks)", param_hint="DATASET")
     report = validate_dataset(dataset, videos=videos, deep=deep, tolerance_s=tolerance_s)
     if json:
         render.print_json(report.to_json())
