@@ -8,7 +8,7 @@
 # Progress goes to stderr; stdout carries only the python path.
 set -euo pipefail
 
-LEROBOT_SPEC='lerobot[dataset]==0.6.1'
+LEROBOT_SPEC='lerobot[dataset,pi]==0.6.1'   # pi: transformers, for the PI05 equivalence test
 VENV="${LERODOC_LEROBOT_VENV:-$HOME/.cache/lerodoc/lerobot-0.6.1}"
 PY="$VENV/bin/python"
 MARKER="$VENV/.lerodoc-ready"
@@ -16,10 +16,10 @@ MARKER="$VENV/.lerodoc-ready"
 log() { echo "lerobot-venv: $*" >&2; }
 
 is_ready() {
-    [[ -f "$MARKER" && -x "$PY" ]] && return 0
+    [[ -x "$PY" && -f "$MARKER" ]] && grep -qxF "$LEROBOT_SPEC" "$MARKER" && return 0
     # A venv made by hand (no marker yet): accept it if lerobot 0.6.1 imports.
     [[ -x "$PY" ]] && "$PY" - >/dev/null 2>&1 <<'EOF' || return 1
-import importlib.metadata as md, lerobot.datasets.lerobot_dataset  # noqa: F401
+import importlib.metadata as md, lerobot.datasets.lerobot_dataset, transformers  # noqa: F401
 assert md.version("lerobot") == "0.6.1"
 EOF
     echo "$LEROBOT_SPEC" >"$MARKER"
@@ -55,10 +55,11 @@ BASE="$(find_python312)" || {
     log "lerobot 0.6.1 requires Python 3.12; install one (e.g. 'pyenv install 3.12' or 'uv python install 3.12')."
     exit 2
 }
-log "creating $VENV with $BASE"
-rm -rf "$VENV"
-"$BASE" -m venv "$VENV"
-log "installing $LEROBOT_SPEC (a few minutes: torch, torchcodec, av, datasets)"
+if [[ ! -x "$PY" ]]; then      # an existing venv (e.g. made for an older spec) is topped up, not rebuilt
+    log "creating $VENV with $BASE"
+    "$BASE" -m venv "$VENV"
+fi
+log "installing $LEROBOT_SPEC (a few minutes: torch, torchcodec, av, datasets, transformers)"
 "$PY" -m pip install -q "$LEROBOT_SPEC" >&2
 is_ready || { log "ERROR: $LEROBOT_SPEC installed but 'import lerobot.datasets.lerobot_dataset' fails in $VENV"; exit 3; }
 log "ready"
