@@ -8,18 +8,15 @@ alternating runs for the copies and lerodoc, one run of lerobot's converter) and
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-from bench.dataset import seed_dataset, tile_v21
+from bench.dataset import parser, seed_dataset, tile_v21, work_dir
 from lerodoc.dataset import Dataset
 from tests.lerobot_oracle import convert_with_lerobot
 
@@ -31,15 +28,10 @@ def timed(fn) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=200)
-    parser.add_argument("--cameras", type=int, default=3)
-    parser.add_argument("--work", type=Path, default=None)
-    parser.add_argument("--skip-lerobot", action="store_true")
-    parser.add_argument("--rounds", type=int, default=3, help="timed runs of each fast tool (median reported)")
-    args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
+    options = parser(__doc__, episodes=200)
+    options.add_argument("--skip-lerobot", action="store_true")
+    args = options.parse_args()
+    work = work_dir(args, "lerodoc-bench-convert-")
     src = tile_v21(seed_dataset(work), work / "src_v21", args.episodes, args.cameras)
     size = sum(p.stat().st_size for p in src.rglob("*") if p.is_file())
     ds = Dataset.open(src)

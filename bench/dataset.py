@@ -6,8 +6,10 @@ byte size and packet structure of real recordings without hours of encoding.
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,22 @@ import pyarrow.parquet as pq
 from tests.fixtures.factory import make_dataset
 
 SHARED_G1 = Path(__file__).resolve().parents[2] / "shared" / "data" / "g1_v21"
+
+
+def parser(doc: str, episodes: int) -> argparse.ArgumentParser:
+    """The options every tiled-dataset bench takes."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--episodes", type=int, default=episodes)
+    p.add_argument("--cameras", type=int, default=3)
+    p.add_argument("--work", type=Path, default=None)
+    p.add_argument("--rounds", type=int, default=3, help="timed runs of the fast tools (median reported)")
+    return p
+
+
+def work_dir(args: argparse.Namespace, prefix: str) -> Path:
+    work = args.work or Path(tempfile.mkdtemp(prefix=prefix))
+    work.mkdir(parents=True, exist_ok=True)
+    return work
 
 
 def seed_dataset(work: Path) -> Path:

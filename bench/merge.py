@@ -11,18 +11,16 @@ tool's output is aligned.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from bench.dataset import expectation, seed_dataset, seed_episodes, tile_v21
+from bench.dataset import expectation, parser, seed_dataset, seed_episodes, tile_v21, work_dir
 from lerodoc.dataset import Dataset
 from lerodoc.ops.convert import convert
 from tests.lerobot_oracle import aggregate_with_lerobot, check_with_lerobot
@@ -42,15 +40,10 @@ def aligned(root: Path, expect: dict, frames: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=300)
-    parser.add_argument("--cameras", type=int, default=3)
-    parser.add_argument("--work", type=Path, default=None)
-    parser.add_argument("--check-frames", default="2")
-    parser.add_argument("--rounds", type=int, default=3, help="timed runs of copy and lerodoc (median reported)")
-    args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-bench-merge-"))
-    work.mkdir(parents=True, exist_ok=True)
+    options = parser(__doc__, episodes=300)
+    options.add_argument("--check-frames", default="2")
+    args = options.parse_args()
+    work = work_dir(args, "lerodoc-bench-merge-")
     seed = seed_dataset(work)
     sources = []
     for offset, name in enumerate("ab"):
