@@ -44,18 +44,22 @@ def staged_output(out: Path, *, force: bool = False):
         tmp.rename(out)
 
 
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Hard-link `src` at `dst` (a copy across file systems): the same bytes, none copied."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 def link_tree(src: Path, dst: Path, skip: set[str]) -> None:
     """Mirror `src` into `dst` by hard links (copies across file systems), leaving out `skip` paths."""
     for path in sorted(Path(src).rglob("*")):
         rel = path.relative_to(src).as_posix()
         if path.is_dir() or rel in skip:
             continue
-        target = dst / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.link(path, target)
-        except OSError:
-            shutil.copy2(path, target)
+        link_or_copy(path, dst / rel)
 
 
 @contextmanager

@@ -7,8 +7,6 @@ durations. Decoding happens only for the rare cut that does not start on a keyfr
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -16,6 +14,7 @@ from pathlib import Path
 import av
 
 from lerodoc.errors import LerodocError
+from lerodoc.staging import link_or_copy
 
 ENCODERS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265", "mpeg4": "mpeg4"}
 # Re-encoded clips are lossless in the decoded (YUV) domain, so a cut changes no pixel.
@@ -229,10 +228,7 @@ def link(clips: list[Clip], out: Path, fps: int, episodes: list[int]) -> list[Wr
         return None
     if [p.start for p in parts] != [0] + [p.stop for p in parts[:-1]] or parts[-1].stop != len(track.pts):
         return None      # the clips do not tile the file
-    try:
-        os.link(source, out)
-    except OSError:
-        shutil.copyfile(source, out)
+    link_or_copy(source, out)
     tb = Fraction(1, track.timescale)
     return [Written(float(track.pts[p.start:p.stop].min() * tb),
                     float((track.pts[p.start:p.stop] + track.delta[p.start:p.stop]).max() * tb),

@@ -180,5 +180,9 @@ def test_whole_v30_video_files_are_reused_not_rewritten(tmp_path):
     assert len(files) == 3    # A's first file as is, A's episode 2 alone, B's file as is
     assert (tmp_path / "out" / files[0]).stat().st_ino == (a.root / Dataset.open(a.root).video_files(key)[0]).stat().st_ino
     assert (tmp_path / "out" / files[2]).stat().st_ino == (b.root / Dataset.open(b.root).video_files(key)[0]).stat().st_ino
+    data = out.data_files()   # A's first data file keeps its rows and numbering: reused; B's is renumbered
+    assert (tmp_path / "out" / data[0]).stat().st_ino == (a.root / Dataset.open(a.root).data_files()[0]).stat().st_ino
+    assert all((tmp_path / "out" / f).stat().st_nlink == 1 for f in data[1:])
     expect = {"fps": 30, "episodes": expect_episodes(a, [0, 1, 2]) + expect_episodes(b)}
     check_with_lerobot(tmp_path / "out", expect, backend="pyav")
+    assert_stats_from_scratch(tmp_path / "out", [(a, [0, 1, 2]), (b, [0, 1, 2])])

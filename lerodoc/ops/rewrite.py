@@ -24,6 +24,7 @@ from lerodoc.formats import v21, v30
 from lerodoc.formats.info import Info
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_digests, column_matrix, from_numpy, numpy_dtype, read_parquet
+from lerodoc.staging import link_or_copy
 from lerodoc.stats import column_stats
 
 TARGETS = ("v2.1", "v3.0")
@@ -53,6 +54,7 @@ class RowPiece:
     task_map: tuple[int, ...] | None
     all_stats: bool          # the source has no per-episode stats: compute them all
     retime_fps: int | None = None   # also rewrite frame_index as 0..n-1 and timestamp as frame_index / fps
+    link: bool = False              # the whole source file is reused as it is (hard link)
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,8 @@ def _blocks(pieces: list[RowPiece]) -> list[list[RowPiece]]:
     blocks: list[list[RowPiece]] = []
     for piece in pieces:
         last = blocks[-1][-1] if blocks else None
-        if last and (last.src_file, last.out_file, last.task_map, last.retime_fps) == \
-                (piece.src_file, piece.out_file, piece.task_map, piece.retime_fps) \
+        if last and (last.src_file, last.out_file, last.task_map, last.retime_fps, last.link) == \
+                (piece.src_file, piece.out_file, piece.task_map, piece.retime_fps, piece.link) \
                 and last.src_row + last.length == piece.src_row and last.from_index + last.length == piece.from_index:
             blocks[-1].append(piece)
         else:
@@ -132,6 +134,10 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
     try:
         for block in _blocks(pieces):
             first, n = block[0], sum(p.length for p in block)
+            if first.link:     # an unchanged whole file: the same bytes, so nothing to check either
+                link_or_copy(Path(first.src_file), Path(first.out_file))
+                results += [{"episode": p.episode, "changed": [], "stats": {}} for p in block]
+                continue
             if first.src_file not in cache:
                 cache.clear()
                 cache[first.src_file] = read_parquet(first.src_file, episode=first.source_episode)
@@ -233,30 +239,8 @@ def write_videos(args: tuple[VideoJob, int]) -> list[tuple[str, video.Written]]:
             placed.append((out_file, video.cut(clip, Path(out_file), fps, episode)))
         return placed
     signatures = [video.signature(c.path, e) for c, e in zip(job.clips, job.episodes)]
-    groups: list[tuple[str, list[int]]] = []
-    linked = {start: stop for start, stop in job.whole_files}
-    pending: list[int] = []
-
-    def flush() -> None:
-        for group in _group_by_size([job.sizes[i] for i in pending], job.cap_bytes):
-            current = [pending[group[0]]]
-            for i in (pending[g] for g in group[1:]):     # split further where the stream parameters change
-                if signatures[i] != signatures[current[-1]]:
-                    groups.append(("concat", current))
-                    current = []
-                current.append(i)
-            groups.append(("concat", current))
-        pending.clear()
-    i = 0
-    while i < len(job.clips):
-        if i in linked:
-            flush()
-            groups.append(("link", list(range(i, linked[i]))))
-            i = linked[i]
-        else:
-            pending.append(i)
-            i += 1
-    flush()
+    groups = file_groups(list(job.sizes), job.cap_bytes, job.whole_files,
+                         joinable=lambda a, b: signatures[a] == signatures[b])
     chunk, file, placed = 0, 0, []
     for kind, group in groups:
         out_file = str(Path(job.out_root) / v30.video_file(job.key, chunk, file))
@@ -267,6 +251,38 @@ def write_videos(args: tuple[VideoJob, int]) -> list[tuple[str, video.Written]]:
         placed += [(out_file, w) for w in written]
         chunk, file = v30.next_file(chunk, file, job.chunks_size)
     return placed
+
+
+def file_groups(sizes: list[int], cap: float, whole: tuple[tuple[int, int], ...] = (),
+                joinable: Callable[[int, int], bool] = lambda a, b: True) -> list[tuple[str, list[int]]]:
+    """How consecutive items become v3.0 files: each `whole` [start, stop) run is one file reused as it is
+    ("link"); the items between runs are joined ("concat") into files of at most `cap` bytes, and a new
+    file starts where two neighbours are not `joinable`."""
+    groups: list[tuple[str, list[int]]] = []
+    runs = dict(whole)
+    pending: list[int] = []
+
+    def flush() -> None:
+        for group in _group_by_size([sizes[i] for i in pending], cap):
+            current = [pending[group[0]]]
+            for i in (pending[g] for g in group[1:]):
+                if not joinable(current[-1], i):
+                    groups.append(("concat", current))
+                    current = []
+                current.append(i)
+            groups.append(("concat", current))
+        pending.clear()
+    i = 0
+    while i < len(sizes):
+        if i in runs:
+            flush()
+            groups.append(("link", list(range(i, runs[i]))))
+            i = runs[i]
+        else:
+            pending.append(i)
+            i += 1
+    flush()
+    return groups
 
 
 def _group_by_size(sizes: list[int], cap: int) -> list[list[int]]:
@@ -316,11 +332,15 @@ def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float
         new_eps.append(Episode(index=number, length=pick.episode.length, tasks=list(pick.episode.tasks),
                                data_file="", data_row=0, from_index=cursor, stats=dict(pick.episode.stats)))
         cursor += pick.episode.length
+    linked: set[int] = set()
     if to == "v3.0":
         chunk, file = 0, 0
-        for group in _group_by_size([_data_bytes(p.dataset, p.episode) for p in picks], caps_mb[0] * MB):
+        whole = () if retime else _unchanged_data_files(picks, new_eps)
+        for kind, group in file_groups([_data_bytes(p.dataset, p.episode) for p in picks], caps_mb[0] * MB, whole):
             for i in group:
                 new_eps[i].data_file = v30.data_file(chunk, file)
+            if kind == "link":
+                linked.update(group)
             chunk, file = v30.next_file(chunk, file, info.chunks_size)
     else:
         for ep in new_eps:
@@ -330,8 +350,8 @@ def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float
         ep.data_row = ep.from_index - first_row.setdefault(ep.data_file, ep.from_index)
     pieces = [RowPiece(str(p.dataset.path(p.episode.data_file)), p.episode.data_row, p.episode.length,
                        str(out / new.data_file), new.index, new.from_index, p.episode.index, p.task_map,
-                       all_stats=not p.episode.stats, retime_fps=info.fps if retime else None)
-              for p, new in zip(picks, new_eps)]
+                       all_stats=not p.episode.stats, retime_fps=info.fps if retime else None, link=i in linked)
+              for i, (p, new) in enumerate(zip(picks, new_eps))]
     # -> v3.0: one job per output file; -> v2.1: one job per source file (read once).
     key_of = (lambda p: p.out_file) if to == "v3.0" else (lambda p: p.src_file)
     row_jobs: dict[str, list[RowPiece]] = {}
@@ -360,19 +380,39 @@ def _run(job: tuple[Callable, tuple]):
     return fn(args)
 
 
-def _whole_files(picks: list[Pick], key: str) -> tuple[tuple[int, int], ...]:
-    """Runs of consecutive picks that hold every episode of one v3.0 video file, in its order: such a
-    file can be reused as it is."""
+def _whole_runs(picks: list[Pick], file_of: Callable[[Episode], str]) -> list[tuple[int, int]]:
+    """Runs [start, stop) of consecutive picks that hold every episode of one v3.0 file, in its order."""
     runs, i = [], 0
     while i < len(picks):
-        ds, span = picks[i].dataset, picks[i].episode.videos[key]
+        ds, name = picks[i].dataset, file_of(picks[i].episode)
         j = i
-        while j < len(picks) and picks[j].dataset is ds and picks[j].episode.videos[key].file == span.file:
+        while j < len(picks) and picks[j].dataset is ds and file_of(picks[j].episode) == name:
             j += 1
-        in_file = [e.index for e in ds.episodes if e.videos[key].file == span.file]
+        in_file = [e.index for e in ds.episodes if file_of(e) == name]
         if ds.version == "v3.0" and [p.episode.index for p in picks[i:j]] == in_file:
             runs.append((i, j))
         i = j
+    return runs
+
+
+def _whole_files(picks: list[Pick], key: str) -> tuple[tuple[int, int], ...]:
+    """Video files that can be reused as they are: they hold exactly a run of picks."""
+    return tuple(_whole_runs(picks, lambda e: e.videos[key].file))
+
+
+def _unchanged_data_files(picks: list[Pick], new_eps: list[Episode]) -> tuple[tuple[int, int], ...]:
+    """Data files that can be reused as they are: a whole-file run whose rows keep their episode_index,
+    index and task_index, whose episodes have stats, and whose file holds just those rows."""
+    runs = []
+    for i, j in _whole_runs(picks, lambda e: e.data_file):
+        pick = picks[i]
+        same_ids = all((p.episode.index, p.episode.from_index) == (n.index, n.from_index)
+                       for p, n in zip(picks[i:j], new_eps[i:j]))
+        same_tasks = pick.task_map is None or list(pick.task_map) == list(range(len(pick.task_map)))
+        rows = pq.ParquetFile(pick.dataset.path(pick.episode.data_file)).metadata.num_rows
+        if same_ids and same_tasks and all(p.episode.stats for p in picks[i:j]) \
+                and rows == sum(p.episode.length for p in picks[i:j]):
+            runs.append((i, j))
     return tuple(runs)
 
 
