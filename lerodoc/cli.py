@@ -9,11 +9,11 @@ from typing import Annotated
 import typer
 
 from lerodoc import __version__, render
-from lerodoc.commands import convert, flatten, info, merge, quantiles, repair, select, validate
+from lerodoc.commands import convert, flatten, info, merge, quantiles, repair, select, train, validate
 from lerodoc.errors import ExitCode, LerodocError
 
 app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=False,
-                  help="Prepare, convert and repair LeRobot datasets (v2.0, v2.1, v3.0).",
+                  help="Prepare, convert, repair and train on LeRobot datasets (v2.0, v2.1, v3.0).",
                   epilog="Exit codes: 0 ok, 1 findings, 2 usage, 3 bad input, 4 verification failed, "
                          "130 interrupted.")
 app.command(rich_help_panel="Format")(info.info)
@@ -24,6 +24,7 @@ app.command(rich_help_panel="Edit")(select.select)
 app.command(rich_help_panel="Stats")(quantiles.quantiles)
 app.command(rich_help_panel="Check")(validate.validate)
 app.command(rich_help_panel="Check")(repair.repair)
+app.add_typer(train.app, rich_help_panel="Train")
 
 
 def _version(value: bool) -> None:
