@@ -18,25 +18,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.fixtures.factory import make_dataset
+from tests.fixtures.tokenizer import train_tokenizer
 from tests.helpers import run_cli
 
 pytest.importorskip("torch")
 pytest.importorskip("sentencepiece")
 
 COMMON = ("--preset", "tiny", "--lr", "1e-3", "--log-every", "5", "--workers", "1")
-
-
-def train_tokenizer(folder: Path) -> Path:
-    """A tiny SentencePiece model over pi0.5 prompts of the fixture tasks (a stand-in for PaliGemma's)."""
-    import sentencepiece as spm
-    states = [" ".join(str((7 * i + j) % 256) for j in range(6)) for i in range(64)]
-    lines = [f"Task: {task}, State: {s};\nAction: " for task in ("pick up the cube", "place the cube") for s in states]
-    corpus = folder / "corpus.txt"
-    corpus.write_text("\n".join(lines))
-    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(folder / "tok"), vocab_size=120,
-                                   hard_vocab_limit=False, character_coverage=1.0, pad_id=0, bos_id=1, eos_id=2,
-                                   unk_id=3, minloglevel=2)
-    return folder / "tok.model"
 
 
 @pytest.fixture(scope="module")

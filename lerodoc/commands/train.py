@@ -65,11 +65,16 @@ def pi05(
                                        "instead of DDP.", rich_help_panel=PERF)] = False,
     workers: Annotated[int, typer.Option(min=0, help="DataLoader processes decoding video, per GPU.",
                                          rich_help_panel=PERF)] = 8,
-    save_every: Annotated[int, typer.Option(min=1, help="Checkpoint every N steps (and at the end).",
+    save_every: Annotated[int, typer.Option(min=0, help="Checkpoint every N steps and at the end (0: never).",
                                             rich_help_panel=RUN)] = 1000,
     keep: Annotated[int, typer.Option(min=1, help="Complete checkpoints to keep.", rich_help_panel=RUN)] = 2,
     log_every: Annotated[int, typer.Option(min=1, help="Steps per metrics flush (one GPU sync each).",
                                            rich_help_panel=RUN)] = 10,
+    sweep: Annotated[bool, typer.Option("--sweep", help="Measure increasing --sweep-batches per device (step time, "
+                                        "samples/s, peak memory, MFU) until one runs out of memory; no "
+                                        "checkpoints.", rich_help_panel=PERF)] = False,
+    sweep_batches: Annotated[str, typer.Option(help="Batches per device that --sweep tries, in order.",
+                                               rich_help_panel=PERF)] = "1,2,4,8,16,24,32,48,64",
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --output from its newest "
                                          "checkpoint, exactly.", rich_help_panel=RUN)] = False,
     json: JsonOpt = False,
@@ -81,7 +86,7 @@ def pi05(
     clip, bf16 autocast on GPU. Under torchrun every process runs this same command (DDP, or --fsdp).
     """
     from lerodoc.pi05.data import DataSpec
-    from lerodoc.pi05.train import RunConfig, train
+    from lerodoc.pi05.train import RunConfig, sweep as run_sweep, train
 
     if precision not in ("auto", "bf16", "fp32"):
         raise typer.BadParameter("auto, bf16 or fp32", param_hint="--precision")
@@ -94,6 +99,9 @@ def pi05(
                     weight_decay=weight_decay, clip=clip, ema=ema, seed=seed, precision=precision, device=device,
                     compile=compile, gradient_checkpointing=gradient_checkpointing, fsdp=fsdp, workers=workers,
                     save_every=save_every, keep=keep, log_every=log_every, data=data)
+    if sweep:
+        render_sweep(run_sweep(run, _batches(sweep_batches)), json)
+        return
     summary = train(run, resume=resume, progress=not json)
     if summary["rank"] != 0:
         return
@@ -102,4 +110,39 @@ def pi05(
         return
     render.out.print(f"trained {summary['steps']} steps: loss {summary['first_loss']:.4f} -> "
                      f"{summary['final_loss']:.4f}, {summary['samples_per_s']:.1f} samples/s, data wait "
-                     f"{100 * summary['data_wait']:.1f}% of the time; checkpoint {summary['checkpoint']}")
+                     f"{100 * summary['data_wait']:.1f}% of the time; checkpoint {summary['checkpoint'] or 'none'}")
+
+
+def _batches(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise typer.BadParameter("a comma-separated list of positive integers", param_hint="--sweep-batches")
+    return values
+
+
+def render_sweep(rows: list[dict], as_json: bool) -> None:
+    import os
+    if os.environ.get("RANK", "0") != "0":
+        return
+    fits = [r for r in rows if not r.get("oom")]
+    best = max(fits, key=lambda r: r["samples_per_s"], default=None)
+    if as_json:
+        render.print_json({"runs": rows, "largest_batch": fits[-1]["batch_per_device"] if fits else None,
+                           "best_batch": best["batch_per_device"] if best else None})
+        return
+
+    def cell(value, fmt):
+        return "-" if value is None else format(value, fmt)
+
+    render.out.print(render.table("batch sweep (per device)", ["batch", "step s", "samples/s", "per device",
+                                                               "peak GiB", "MFU", "data wait"],
+                                  [[r["batch_per_device"], "out of memory"] if r.get("oom") else
+                                   [r["batch_per_device"], cell(r["step_s"], ".3f"), cell(r["samples_per_s"], ".1f"),
+                                    cell(r["samples_per_s_per_device"], ".1f"), cell(r["peak_gib"], ".1f"),
+                                    cell(r["mfu"], ".1%"), cell(r["data_wait"], ".1%")] for r in rows]))
+    if best:
+        render.out.print(f"largest batch that fits: {fits[-1]['batch_per_device']}; fastest: "
+                         f"{best['batch_per_device']} ({best['samples_per_s']:.1f} samples/s)")

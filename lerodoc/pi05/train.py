@@ -215,11 +215,12 @@ class Setup:
     weights: Path | None
 
 
-def prepare(run: RunConfig, resume: bool) -> Setup:
+def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
     """Preflight (before any GPU work) and the data spec: the dataset validates and has usable stats, the
-    tokenizer and weights exist, the run folder is free (or holds the run to resume)."""
+    tokenizer and weights exist, the run folder is free (or holds the run to resume) when the run `writes`."""
     output = Path(run.output)
-    preflight.check_run_folder(output, resume)
+    if writes:
+        preflight.check_run_folder(output, resume)
     if resume:
         saved = RunConfig.from_json(json.loads((output / "config.json").read_text()))
         changed = [k for k in CURVE_OPTIONS if k != "data" and getattr(saved, k) != getattr(run, k)]
@@ -281,10 +282,111 @@ def to_device(batch: dict, device: torch.device) -> dict:
     return dict(images=[im.float() / 127.5 - 1 for im in images],
                 image_masks=[torch.ones(B, dtype=torch.bool, device=device)] * len(images),
                 tokens=moved["tokens"], token_masks=moved["token_masks"], actions=moved["actions"],
-                action_is_pad=moved["action_is_pad"], noise=moved["noise"], time=moved["time"])
+                action_is_pad=moved["action_is_pad"], noise=moved["noise"], time=moved["time"],
+                real_steps=moved["real_steps"])
 
 
 # ------------------------------------------------------------------------------------------------ the loop
+
+
+def train_step(step_fn, wrapped: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict, setup: Setup,
+               bf16: bool, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward, backward, clip, AdamW. Returns this rank's loss share (the global loss is their sum) and the
+    gradient norm before clipping, both still on the device."""
+    run, procs = setup.run, setup.procs
+    inputs = to_device(batch, procs.device)
+    # a tensor, not a Python float: torch.compile would specialise on (and recompile for) each value
+    denominator = inputs.pop("real_steps").float() * (setup.config.action_dim / procs.world)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    with torch.autocast(procs.device.type, dtype=torch.bfloat16, enabled=bf16 and not run.fsdp):
+        loss = step_fn(**inputs, denominator=denominator)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(wrapped.parameters(), run.clip)
+    if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
+        grad_norm = grad_norm.full_tensor()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach() / procs.world, grad_norm
+
+
+@dataclass
+class Parts:
+    """The model and what trains it: `wrapped` is DDP/FSDP's view, `step_fn` the (compiled) callable."""
+    model: PI05
+    ema: EMA | None
+    wrapped: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    step_fn: object
+    bf16: bool
+
+    def __iter__(self):
+        return iter((self.model, self.ema, self.wrapped, self.optimizer, self.step_fn, self.bf16))
+
+
+def build(setup: Setup) -> Parts:
+    run, procs = setup.run, setup.procs
+    bf16 = run.precision == "bf16" or (run.precision == "auto" and procs.device.type == "cuda")
+    model = build_model(setup.config, run, procs, setup.weights)
+    if run.ema and run.fsdp:
+        raise LerodocError("--ema is not supported with --fsdp", hint="drop one of them")
+    ema = EMA(model, run.ema) if run.ema else None
+    wrapped = parallelise(model, run, procs, bf16)
+    optimizer = make_optimizer(wrapped, run, procs.device)
+    return Parts(model, ema, wrapped, optimizer, torch.compile(wrapped) if run.compile else wrapped, bf16)
+
+
+PEAK_BF16_FLOPS = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12}   # dense tensor-core spec sheets
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+
+
+def sweep(run: RunConfig, batches: list[int], steps: int = 8, warmup: int = 3) -> list[dict]:
+    """Increasing batches per device until one runs out of memory: median step time, samples/s, peak memory,
+    MFU and data wait of each (real data, no checkpoints). The model trains a few steps per batch size."""
+    setup = prepare(run, resume=False, writes=False)
+    procs = setup.procs
+    parts = build(setup)
+    flops = flops_per_sample(setup.config, setup.run.data.max_token_len, len(setup.run.data.cameras))
+    peak = peak_flops(procs.device)
+    cuda = procs.device.type == "cuda"
+    results = []
+    for batch_size in batches:
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(procs.device)
+        times, waits = [], []
+        try:
+            stream = iter(loader(setup, 0, warmup + steps, batch_per_device=batch_size))
+            for i in range(warmup + steps):
+                started = time.perf_counter()
+                batch = next(stream)
+                waited = time.perf_counter() - started
+                train_step(parts.step_fn, parts.wrapped, parts.optimizer, batch, setup, parts.bf16, run.lr)
+                if cuda:
+                    torch.cuda.synchronize(procs.device)
+                if i >= warmup:
+                    times.append(time.perf_counter() - started)
+                    waits.append(waited)
+        except torch.OutOfMemoryError:
+            parts.optimizer.zero_grad(set_to_none=True)
+            results.append({"batch_per_device": batch_size, "oom": True})
+            break
+        step_s = float(np.median(times))
+        samples = batch_size * procs.world / step_s
+        results.append({"batch_per_device": batch_size, "step_s": step_s, "samples_per_s": samples,
+                        "samples_per_s_per_device": samples / procs.world,
+                        "peak_gib": torch.cuda.max_memory_allocated(procs.device) / 2**30 if cuda else None,
+                        "mfu": flops * samples / procs.world / peak if peak else None,
+                        "data_wait": sum(waits) / sum(times)})
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return results
 
 
 def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
@@ -292,13 +394,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
     setup = prepare(run, resume)
     run, procs = setup.run, setup.procs
     output = Path(run.output)
-    bf16 = run.precision == "bf16" or (run.precision == "auto" and procs.device.type == "cuda")
-    model = build_model(setup.config, run, procs, setup.weights)
-    ema = EMA(model, run.ema) if run.ema else None
-    if ema and run.fsdp:
-        raise LerodocError("--ema is not supported with --fsdp", hint="drop one of them")
-    wrapped = parallelise(model, run, procs, bf16)
-    optimizer = make_optimizer(wrapped, run, procs.device)
+    model, ema, wrapped, optimizer, step_fn, bf16 = build(setup)
     start = 0
     if resume:
         start = checkpoint.load_latest(output, wrapped, optimizer, ema, procs.device)
@@ -311,7 +407,6 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
     if start >= run.steps:
         raise LerodocError(f"is complete: its newest checkpoint is step {start} of {run.steps}", file=output,
                            hint="pass a new --output to train again")
-    step_fn = torch.compile(wrapped) if run.compile else wrapped
     G = run.batch_per_device * procs.world
     flops = flops_per_sample(setup.config, run.data.max_token_len, len(run.data.cameras))
     if procs.main:
@@ -320,7 +415,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
                          f"{G} = {run.batch_per_device} per device x {procs.world}; prompt {run.data.max_token_len} "
                          f"tokens, {len(run.data.cameras)} camera(s), horizon {setup.config.action_horizon}; "
                          f"steps {start}..{run.steps}")
-    log = Metrics(output, procs, run, G, flops)
+    log = Metrics(output, procs, run, G, flops, peak_flops(procs.device))
     batches = iter(loader(setup, start, run.steps))
     with log.live(progress and procs.main, start) as tick:
         for step in range(start, run.steps):
@@ -328,23 +423,12 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
             batch = next(batches)
             waited = time.perf_counter() - waited
             assert int(batch["step"]) == step, (int(batch["step"]), step)
-            real = float(batch["real_steps"]) * setup.config.action_dim
-            inputs = to_device(batch, procs.device)
-            for group in optimizer.param_groups:
-                group["lr"] = run.lr_at(step)
-            with torch.autocast(procs.device.type, dtype=torch.bfloat16, enabled=bf16 and not run.fsdp):
-                loss = step_fn(**inputs, denominator=real / procs.world)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(wrapped.parameters(), run.clip)
-            if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
-                grad_norm = grad_norm.full_tensor()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            loss, grad_norm = train_step(step_fn, wrapped, optimizer, batch, setup, bf16, run.lr_at(step))
             if ema:
                 ema.update()
-            log.add(step, loss.detach() / procs.world, grad_norm, run.lr_at(step), waited)
+            log.add(step, loss, grad_norm, run.lr_at(step), waited)
             tick(step + 1, log)
-            if (step + 1) % run.save_every == 0 or step + 1 == run.steps:
+            if run.save_every and ((step + 1) % run.save_every == 0 or step + 1 == run.steps):
                 log.flush()
                 checkpoint.save(output, step + 1, wrapped, optimizer, ema, setup, keep=run.keep)
     log.flush()
@@ -352,7 +436,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
         plot_losses(output / "metrics.jsonl", output / "loss.png")
     if dist.is_initialized():
         dist.destroy_process_group()
-    return log.summary() | {"output": str(output), "checkpoint": str(checkpoint.path_of(output, run.steps)),
+    return log.summary() | {"output": str(output), "checkpoint": str(checkpoint.path_of(output, run.steps)) if run.save_every else None,
                             "params": model.num_params(), "rank": procs.rank, "world_size": procs.world,
                             "global_batch": G, "max_token_len": run.data.max_token_len}
 
@@ -361,8 +445,10 @@ class Metrics:
     """Per-step losses kept on the device until `flush` (one sync per flush), written to metrics.jsonl by rank 0;
     the live line shows loss, samples/s and the share of wall time spent waiting for data."""
 
-    def __init__(self, output: Path, procs: Processes, run: RunConfig, global_batch: int, flops: float):
-        self.output, self.procs, self.run, self.global_batch, self.flops = output, procs, run, global_batch, flops
+    def __init__(self, output: Path, procs: Processes, run: RunConfig, global_batch: int, flops: float,
+                 peak: float | None):
+        self.output, self.procs, self.run, self.global_batch = output, procs, run, global_batch
+        self.flops, self.peak = flops, peak
         self.pending: list[tuple[int, torch.Tensor, torch.Tensor, float, float, float]] = []
         self.last_time = time.perf_counter()
         self.window_wait = 0.0
@@ -392,7 +478,7 @@ class Metrics:
                          "data_wait_s": waited})
         samples_per_s = self.global_batch * len(rows) / wall
         window = {"samples_per_s": samples_per_s, "data_wait": sum(r["data_wait_s"] for r in rows) / wall,
-                  "mfu_flops_per_s": samples_per_s * self.flops / self.procs.world}
+                  "mfu": samples_per_s * self.flops / self.procs.world / self.peak if self.peak else None}
         rows[-1] |= window
         self.rows.extend(rows)
         self.latest = rows[-1] | window
@@ -408,6 +494,7 @@ class Metrics:
                 "first_loss": self.rows[0]["loss"] if self.rows else None,
                 "samples_per_s": float(np.mean([w["samples_per_s"] for w in later])) if later else None,
                 "data_wait": float(np.mean([w["data_wait"] for w in later])) if later else None,
+                "mfu": float(np.mean([w["mfu"] for w in later])) if later and self.peak else None,
                 "flops_per_sample": self.flops}
 
     def live(self, enabled: bool, start: int):
