@@ -219,10 +219,14 @@ def hub_errors(repo: str, a: Asset | None = None):
     except errors.RemoteEntryNotFoundError:
         raise HubError("the repository lacks a requested file", file=repo,
                        hint="pass --repo with a repository that holds it") from None
-    except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled):
-        raise HubError("is not in the cache and downloads are off (HF_HUB_OFFLINE=1) or the hub is unreachable",
-                       file=repo, hint=f"unset HF_HUB_OFFLINE on a machine with access, set HF_ENDPOINT to a "
-                                       f"mirror, or use {retry}") from None
+    except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled) as exc:
+        if offline():
+            raise HubError("is not in the cache and downloads are off (HF_HUB_OFFLINE=1)", file=repo,
+                           hint=f"run this on a machine with access and copy HF_HOME over, or use {retry}") from None
+        cause = exc.__cause__ or exc.__context__ or exc
+        raise HubError(f"the hub failed or could not be reached ({type(cause).__name__}); what arrived so far is "
+                       "kept", file=repo, hint=f"run the same command again to resume, set HF_ENDPOINT to a mirror, "
+                                               f"or use {retry}") from None
     except errors.HfHubHTTPError as exc:
         raise HubError(f"the hub answered {exc.response.status_code}; what arrived so far is kept", file=repo,
                        hint="run the same command again to resume") from None
