@@ -68,7 +68,7 @@ class HubServer:
         return self.repos[(repo_type, repo_id)]
 
     def gets(self, suffix: str) -> list[Request]:
-        """GET requests whose path ends with `suffix`."""
+        """GET requests whose unquoted path (query included) ends with `suffix`."""
         return [r for r in self.log if r.method == "GET" and unquote(r.path).endswith(suffix)]
 
     def close(self) -> None:

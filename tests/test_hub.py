@@ -202,3 +202,31 @@ def test_push_refuses_a_dataset_with_errors(tmp_path, hub, env):
     proc = cli({**env, "HF_TOKEN": "hf_test"}, "push", tmp_path / "ds", "lab/broken")
     assert proc.returncode == ExitCode.BAD_INPUT and "nothing was pushed" in proc.stderr
     assert ("dataset", "lab/broken") not in hub.repos
+
+
+def test_modelscope_dataset_cut_mid_file_resumes_and_validates(tmp_path, hub, env):
+    pytest.importorskip("modelscope_hub")
+    make_dataset(tmp_path / "src", version="v2.1", episodes=2)
+    source = folder_files(tmp_path / "src")
+    data = "data/chunk-000/episode_000001.parquet"
+    hub.add("dataset", "lab/ds", source)
+    hub.cut[data] = 5000
+    proc = cli(env, "download", "dataset", "lab/ds", "--source", "modelscope", "-o", tmp_path / "out", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r.headers.get("range") for r in hub.gets(f"FilePath={data}")] == [None, "bytes=5000-"]
+    assert visible(tmp_path / "out") == source
+    assert json.loads(proc.stdout)["verified"].startswith("validate: 0 errors")   # v2.1 stats lack quantiles
+
+
+def test_modelscope_tokenizer_from_the_mirror_is_found_offline(tmp_path, hub, env):
+    pytest.importorskip("modelscope_hub")
+    tok = tokenizer_model()
+    hub.add("model", "AI-ModelScope/paligemma-3b-pt-224", {"tokenizer.model": tok, "config.json": b"{}"})
+    proc = cli(env, "download", "tokenizer", "paligemma", "--source", "modelscope", "--json")
+    assert proc.returncode == 0, proc.stderr
+    path = Path(json.loads(proc.stdout)["path"])
+    assert path == tmp_path / "hf" / "modelscope" / "AI-ModelScope" / "paligemma-3b-pt-224" / "tokenizer.model"
+    code = "from lerodoc.hub import locate; print(locate('tokenizer', 'paligemma'))"
+    found = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env, "HF_HUB_OFFLINE": "1"},
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(found) == path and path.read_bytes() == tok
