@@ -100,13 +100,16 @@ def test_interrupted_download_fetches_only_what_is_missing(tmp_path, hub, env):
     assert "lab/ds" in first.stderr and "run the same command again" in first.stderr
     assert "Traceback" not in first.stderr
 
+    kept = {p.relative_to(snap).as_posix() for snap in (tmp_path / "hf" / "hub").glob("datasets--lab--ds/snapshots/*")
+            for p in snap.rglob("*") if p.is_file()}
+    assert video not in kept
     hub.fail.clear()
     hub.log.clear()
     second = cli(env, "download", "dataset", "lab/ds", "--json")
     assert second.returncode == 0, second.stderr
-    fetched = [r.path.split("/resolve/", 1)[1].split("/", 1)[1] for r in hub.log
-               if r.method == "GET" and "/resolve/" in r.path]
-    assert fetched == [video]
+    fetched = {r.path.split("/resolve/", 1)[1].split("/", 1)[1] for r in hub.log
+               if r.method == "GET" and "/resolve/" in r.path}
+    assert fetched == set(source) - kept
     root = Path(json.loads(second.stdout)["path"])
     assert root.is_relative_to(tmp_path / "hf" / "hub")
     assert visible(root) == source and validate(root).errors == 0
