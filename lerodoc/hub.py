@@ -222,7 +222,8 @@ def hub_errors(repo: str, a: Asset | None = None):
     except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled) as exc:
         if offline():
             raise HubError("is not in the cache and downloads are off (HF_HUB_OFFLINE=1)", file=repo,
-                           hint=f"run this on a machine with access and copy HF_HOME over, or use {retry}") from None
+                           hint="unset HF_HUB_OFFLINE where huggingface.co, an HF_ENDPOINT mirror or ModelScope "
+                                f"({retry}) is reachable, or copy HF_HOME from a machine that has it") from None
         cause = exc.__cause__ or exc.__context__ or exc
         raise HubError(f"the hub failed or could not be reached ({type(cause).__name__}); what arrived so far is "
                        "kept", file=repo, hint=f"run the same command again to resume, set HF_ENDPOINT to a mirror, "
