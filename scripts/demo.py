@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.fixtures.factory import make_dataset  # noqa: E402
+from tests.fixtures.tokenizer import train_tokenizer  # noqa: E402
 
 
 def lerodoc(*args, ok_codes: tuple[int, ...] = (0,)) -> None:
@@ -33,6 +34,21 @@ def break_totals(root: Path) -> None:
     info = json.loads((root / "meta/info.json").read_text())
     info["total_frames"] += 12
     (root / "meta/info.json").write_text(json.dumps(info, indent=4))
+
+
+def train_tiny(work: Path) -> None:
+    """A few CPU steps of the tiny pi0.5 on the selected dataset, with a SentencePiece model trained here
+    (the real run passes PaliGemma's: `lerodoc download tokenizer paligemma`)."""
+    try:
+        import sentencepiece  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError:
+        print("\nskipping `lerodoc train pi05`: install the train extra (pip install -e '.[train]')")
+        return
+    tokenizer = train_tokenizer(work / "tokenizer")
+    lerodoc("train", "pi05", work / "merged_selected", "-o", work / "run_tiny", "--preset", "tiny", "--tokenizer",
+            tokenizer, "--steps", "40", "--batch-per-device", "8", "--lr", "1e-3", "--save-every", "20",
+            "--workers", "2")
 
 
 def main() -> None:
@@ -60,13 +76,16 @@ def main() -> None:
     lerodoc("validate", work / "broken_v30", ok_codes=(1,))
     lerodoc("repair", work / "broken_v30", "-o", work / "repaired_v30")
     lerodoc("info", work / "merged_selected")
+    train_tiny(work)
     print(f"\ndone under {work}:"
           f"\n  part_a_v30, part_a_back_v21  A converted to v3.0 and back to v2.1"
           f"\n  part_b_flat                  B with its list columns flattened"
           f"\n  merged_v30                   A (without episode 1) + B, validated, exact q01..q99 stats;"
           f"\n                               openpi norm stats in norm_stats.json"
           f"\n  merged_selected              state/action cut to the chosen channels"
-          f"\n  broken_v30 -> repaired_v30   a copy with wrong totals, found by validate and repaired")
+          f"\n  broken_v30 -> repaired_v30   a copy with wrong totals, found by validate and repaired"
+          f"\n  run_tiny                     pi0.5 (tiny preset) trained on merged_selected: checkpoints,"
+          f"\n                               metrics.jsonl, loss.png (skipped without torch)")
 
 
 if __name__ == "__main__":
