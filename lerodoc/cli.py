@@ -9,13 +9,14 @@ from typing import Annotated
 import typer
 
 from lerodoc import __version__, render
-from lerodoc.commands import convert, flatten, info, merge, quantiles, repair, select, validate
+from lerodoc.commands import (convert, download, flatten, info, merge, push, quantiles, repair, select, train,
+                              validate)
 from lerodoc.errors import ExitCode, LerodocError
 
 app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=False,
-                  help="Prepare, convert and repair LeRobot datasets (v2.0, v2.1, v3.0).",
+                  help="Prepare, convert, repair and train on LeRobot datasets (v2.0, v2.1, v3.0).",
                   epilog="Exit codes: 0 ok, 1 findings, 2 usage, 3 bad input, 4 verification failed, "
-                         "130 interrupted.")
+                         "5 hub unreachable or refused, 130 interrupted.")
 app.command(rich_help_panel="Format")(info.info)
 app.command(rich_help_panel="Format")(convert.convert)
 app.command(rich_help_panel="Edit")(merge.merge)
@@ -24,6 +25,9 @@ app.command(rich_help_panel="Edit")(select.select)
 app.command(rich_help_panel="Stats")(quantiles.quantiles)
 app.command(rich_help_panel="Check")(validate.validate)
 app.command(rich_help_panel="Check")(repair.repair)
+app.add_typer(train.app, rich_help_panel="Train")
+app.add_typer(download.app, name="download", rich_help_panel="Hub")
+app.command(rich_help_panel="Hub")(push.push)
 
 
 def _version(value: bool) -> None:

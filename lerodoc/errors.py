@@ -11,6 +11,7 @@ class ExitCode(IntEnum):
     USAGE = 2             # bad command line (Typer's own code)
     BAD_INPUT = 3         # the dataset or an argument is unusable; nothing was written
     VERIFY_FAILED = 4     # the output failed verification and was not promoted
+    NETWORK = 5           # the hub could not be reached or refused; files already fetched are kept
     INTERRUPTED = 130
 
 

@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # torch first, pinned: this machine kind has its CPU build on disk (an unpinned torch pulls a CUDA build)
 python3 -m pip install -q torch==2.13.0
-python3 -m pip install -q -e '.[dev,train]'
+python3 -m pip install -q -e '.[dev,train,hub]'
 if ! command -v ffmpeg >/dev/null 2>&1; then
   # lerobot's torchcodec backend needs system FFmpeg; without it the oracle tests use PyAV only.
   (apt-get install -y -q ffmpeg >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q ffmpeg >/dev/null 2>&1)) \

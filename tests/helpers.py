@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +15,10 @@ import pyarrow.parquet as pq
 from tests.fixtures.identity import Identity, decode_identity
 
 
-def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """`python -m lerodoc ARGS` in a subprocess, as a user runs it."""
-    proc = subprocess.run([sys.executable, "-m", "lerodoc", *map(str, args)], capture_output=True, text=True)
+def run_cli(*args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python -m lerodoc ARGS` in a subprocess, as a user runs it (`env` is added to the environment)."""
+    proc = subprocess.run([sys.executable, "-m", "lerodoc", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"lerodoc {' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stderr}")
     return proc

@@ -114,12 +114,15 @@ class Siglip(nn.Module):
             encoder=nn.ModuleDict(dict(layers=nn.ModuleList(SiglipLayer(c) for _ in range(c.depth)))),
             post_layernorm=nn.LayerNorm(c.width, eps=1e-6)))
 
-    def forward(self, images):
+    def forward(self, images, checkpoint: bool = False):
         m = self.vision_model
         x = m.embeddings.patch_embedding(images).flatten(2).transpose(1, 2)  # (B, N, width)
         x = x + m.embeddings.position_embedding.weight
         for layer in m.encoder.layers:
-            x = layer(x)
+            if checkpoint and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)
+            else:
+                x = layer(x)
         return m.post_layernorm(x)
 
 
@@ -223,34 +226,50 @@ def apply_rotary(x, cos, sin):
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
-def run_layers(towers, xs, conds, positions, mask, cache=None):
+def run_layers(towers, xs, conds, positions, mask, cache=None, checkpoint: bool = False):
     """Run streams xs (one per tower: [prefix, suffix], [prefix] or [suffix]) through all layers. In each layer
     every stream projects q/k/v with its own weights and one attention runs over the concatenated streams (plus
     the cached (k, v) of earlier tokens, if given). The prefix reaches the actions only through its keys and
     values, so its last layer stops there. Returns the suffix after the expert's final norm (None when only the
-    prefix runs) and this call's per-layer (k, v) after RoPE."""
+    prefix runs) and this call's per-layer (k, v) after RoPE. `checkpoint` recomputes each layer in backward."""
     cos, sin = rotary(positions, towers[0].layers[0].self_attn.head_dim, xs[0].dtype)
     new_cache = []
     depth = len(towers[0].layers)
     for i in range(depth):
         layers = [t.layers[i] for t in towers]
-        q, k, v, gates = zip(*(layer.attention_inputs(x, c) for layer, x, c in zip(layers, xs, conds)))
-        q, k, v = (torch.cat(t, dim=2) for t in (q, k, v))  # (B, h|kv, T, d)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        new_cache.append((k, v))
-        if cache is not None:
-            k, v = torch.cat([cache[i][0], k], dim=2), torch.cat([cache[i][1], v], dim=2)
-        lengths, layer_mask = [x.shape[1] for x in xs], mask
-        if i == depth - 1:  # only the suffix (the stream with a condition) goes on
-            if conds[-1] is None:
-                return None, new_cache
-            n = lengths[-1]
-            q, layer_mask, lengths = q[:, :, -n:], mask[:, :, -n:], [n]
-            layers, xs, conds, gates = layers[-1:], xs[-1:], conds[-1:], gates[-1:]
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=layer_mask, enable_gqa=True)  # (B, h, T, d)
-        ys = y.transpose(1, 2).flatten(2).split(lengths, dim=1)
-        xs = [layer.attention_outputs(x, y, g, c) for layer, x, y, g, c in zip(layers, xs, ys, gates, conds)]
+        past = None if cache is None else cache[i]
+        last = i == depth - 1
+        if last and conds[-1] is None:  # prefix only: the last layer is needed for its keys and values
+            new_cache.append(joint_layer(layers, xs, conds, cos, sin, mask, past, keys_only=True))
+            return None, new_cache
+        if checkpoint and torch.is_grad_enabled():
+            xs, kv = torch.utils.checkpoint.checkpoint(joint_layer, layers, xs, conds, cos, sin, mask, past, last,
+                                                       use_reentrant=False)
+        else:
+            xs, kv = joint_layer(layers, xs, conds, cos, sin, mask, past, last)
+        new_cache.append(kv)
     return towers[-1].norm(xs[-1], conds[-1])[0], new_cache
+
+
+def joint_layer(layers, xs, conds, cos, sin, mask, past=None, last=False, keys_only=False):
+    """One layer over all streams: per-stream projections, one attention, per-stream outputs. `last` keeps only
+    the suffix stream (the prefix's last outputs are never read); `keys_only` returns just this call's (k, v)."""
+    q, k, v, gates = zip(*(layer.attention_inputs(x, c) for layer, x, c in zip(layers, xs, conds)))
+    q, k, v = (torch.cat(t, dim=2) for t in (q, k, v))  # (B, h|kv, T, d)
+    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+    kv = (k, v)
+    if keys_only:
+        return kv
+    if past is not None:
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+    lengths = [x.shape[1] for x in xs]
+    if last:
+        n = lengths[-1]
+        q, mask, lengths = q[:, :, -n:], mask[:, :, -n:], [n]
+        layers, xs, conds, gates = layers[-1:], xs[-1:], conds[-1:], gates[-1:]
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)  # (B, h, T, d)
+    ys = y.transpose(1, 2).flatten(2).split(lengths, dim=1)
+    return [layer.attention_outputs(x, y, g, c) for layer, x, y, g, c in zip(layers, xs, ys, gates, conds)], kv
 
 
 def attention_layout(prefix_valid, horizon: int):
@@ -306,6 +325,7 @@ class PI05(nn.Module):
             action_out_proj=nn.Linear(width, c.max_action_dim),
             time_mlp_in=nn.Linear(width, width),
             time_mlp_out=nn.Linear(width, width)))
+        self.gradient_checkpointing = False   # recompute each layer in backward: less memory, ~1/3 more compute
         self.apply(init_weights)
         vlm = self.paligemma.language_model
         for unused in (vlm.layers[-1].self_attn.q_proj, vlm.layers[-1].self_attn.o_proj,
@@ -331,7 +351,8 @@ class PI05(nn.Module):
         shown = [(image, mask) for image, mask in zip(images, image_masks) if mask.any()]
         embs, valid = [], []
         if shown:
-            features = pg.multi_modal_projector.linear(pg.vision_tower(torch.cat([image for image, _ in shown])))
+            tower = pg.vision_tower(torch.cat([image for image, _ in shown]), self.gradient_checkpointing)
+            features = pg.multi_modal_projector.linear(tower)
             for f, (_, mask) in zip(features.chunk(len(shown)), shown):  # (B, N, D) per camera
                 embs.append(f)
                 valid.append(mask[:, None].expand(-1, f.shape[1]))
@@ -351,25 +372,29 @@ class PI05(nn.Module):
         suffix, cond = self.embed_suffix(x_t, t)
         mask, positions = attention_layout(prefix_valid, suffix.shape[1])
         out, _ = run_layers([self.paligemma.language_model, self.expert], [prefix, suffix], [None, cond],
-                            positions, mask)
+                            positions, mask, checkpoint=self.gradient_checkpointing)
         return self.model.action_out_proj(out)
 
-    def forward(self, images, image_masks, tokens, token_masks, actions, action_is_pad=None, noise=None, time=None):
-        """Flow-matching loss (a scalar): mean squared velocity error over the real action dims, and over the
-        steps that are not padding when `action_is_pad` (B, H) is given. actions: (B, H, action_dim)."""
+    def forward(self, images, image_masks, tokens, token_masks, actions, action_is_pad=None, noise=None, time=None,
+                denominator=None):
+        """Flow-matching loss (a scalar): the squared velocity error summed over the real action dims (and the
+        steps that are not padding when `action_is_pad` (B, H) is given), divided by their count, or by
+        `denominator` (so that shards of one batch on several ranks add up to the batch's loss).
+        actions: (B, H, action_dim); noise (B, H, max_action_dim) and time (B,) are drawn when None."""
         c = self.config
         actions = F.pad(actions, (0, c.max_action_dim - c.action_dim))
-        noise = torch.randn_like(actions) if noise is None else noise
-        time = sample_time(actions.shape[0], actions.device) if time is None else time
+        noise = torch.randn_like(actions) if noise is None else noise.to(actions.dtype)
+        time = sample_time(actions.shape[0], actions.device) if time is None else time.to(actions.dtype)
         t = time[:, None, None]
         x_t = t * noise + (1 - t) * actions
         prefix, prefix_valid = self.embed_prefix(images, image_masks, tokens, token_masks)
         v_t = self.velocity(prefix, prefix_valid, x_t, time)
         err = (v_t.float() - (noise - actions))[..., :c.action_dim].pow(2)  # (B, H, action_dim)
-        if action_is_pad is None:
-            return err.mean()
-        keep = (~action_is_pad)[..., None].to(err.dtype)
-        return (err * keep).sum() / (keep.sum() * c.action_dim).clamp_min(1)
+        if action_is_pad is not None:
+            err = err * (~action_is_pad)[..., None]
+        if denominator is None:
+            denominator = err.numel() if action_is_pad is None else (~action_is_pad).sum() * c.action_dim
+        return err.sum() / denominator
 
     @torch.no_grad()
     def sample_actions(self, images, image_masks, tokens, token_masks, noise=None):

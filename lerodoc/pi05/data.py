@@ -1,0 +1,237 @@
+"""Training batches for pi0.5 from a LeRobot dataset (v2.1 or v3.0), deterministic by step.
+
+- Numbers: state, action, timestamps and task indices of every frame are read once (only those parquet
+  columns) and quantile-normalised to [-1, 1] with the dataset's q01/q99.
+- Order: the run's sample stream is a concatenation of seeded permutations of all frames; global batch `s`
+  is its slice [s G, (s + 1) G), sorted, and rank r takes the r-th part. Flow-matching noise and times are
+  drawn for the whole global batch from a generator seeded by (seed, s). A batch is therefore a function of
+  (seed, s) alone: resuming at step s, or splitting G over any number of ranks, sees the same samples.
+- Targets: the `action_horizon` actions from each frame on; steps past the episode's end repeat its last
+  action and are marked in `action_is_pad`.
+- Prompt (openpi's pi05): `Task: {task}, State: {s0 s1 ...};\\nAction: ` with the normalised state
+  digitised into 256 bins, or `Task: {task};\\nAction: ` without state; SentencePiece with BOS, right-padded.
+- Images: each camera's frame at the row's timestamp, decoded in DataLoader workers (lerodoc.pi05.frames),
+  resized with padding, carried as uint8 (B, cameras, S, S, 3).
+Worker w of n makes the steps s with (s - start) % n == w, so the DataLoader yields them in order.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
+from lerodoc.parquet_io import column_matrix, read_parquet
+from lerodoc.pi05.frames import FrameReader
+
+STATE_BINS = 256
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """What the model sees of a dataset; saved with a run so a resume reads the data the same way."""
+    action_key: str
+    state_key: str | None
+    cameras: tuple[str, ...]
+    action_horizon: int
+    image_size: int
+    state_in_prompt: bool
+    max_token_len: int
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"cameras": list(self.cameras)}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> DataSpec:
+        return cls(**(raw | {"cameras": tuple(raw["cameras"])}))
+
+
+def normalise(values: np.ndarray, q01: np.ndarray, q99: np.ndarray) -> np.ndarray:
+    """2 (x - q01) / (q99 - q01) - 1 in float32, as lerobot's QUANTILES normaliser."""
+    span = np.asarray(q99, np.float64) - np.asarray(q01, np.float64)
+    return ((values - q01) * (2.0 / np.where(span == 0, 1e-8, span)) - 1.0).astype(np.float32)
+
+
+@dataclass
+class Frames:
+    """Per-frame numbers of the whole dataset, rows in episode order."""
+    action: np.ndarray          # (N, A) normalised
+    state: np.ndarray | None    # (N, S) normalised
+    timestamp: np.ndarray       # (N,) seconds from the episode's start
+    task: np.ndarray            # (N,) task_index
+    episode: np.ndarray         # (N,) position of the frame's episode in dataset.episodes
+    episode_end: np.ndarray     # (N,) exclusive end row of the frame's episode
+
+    def __len__(self) -> int:
+        return len(self.action)
+
+
+def load_frames(dataset: Dataset, spec: DataSpec) -> Frames:
+    """Read the needed columns once per data file and normalise them with the dataset's quantiles."""
+    columns = [spec.action_key, "timestamp", "task_index"] + ([spec.state_key] if spec.state_key else [])
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in columns}
+    tables: dict[str, object] = {}
+    for ep in dataset.episodes:
+        if ep.data_file not in tables:
+            tables = {ep.data_file: read_parquet(dataset.path(ep.data_file), columns, ep.index)}
+        table = tables[ep.data_file].slice(ep.data_row, ep.length)
+        if table.num_rows != ep.length:
+            raise LerodocError(f"holds fewer rows than the episode's {ep.length}", file=ep.data_file,
+                               episode=ep.index)
+        for name in columns:
+            parts[name].append(column_matrix(table.column(name), ep.length))
+    values = {name: np.concatenate(parts[name]) for name in columns}
+    lengths = np.array([ep.length for ep in dataset.episodes])
+    ends = np.cumsum(lengths)
+
+    def normalised(key: str) -> np.ndarray:
+        stats = dataset.stats[key]
+        return normalise(values[key].reshape(len(values[key]), -1), np.ravel(stats["q01"]), np.ravel(stats["q99"]))
+
+    return Frames(action=normalised(spec.action_key),
+                  state=normalised(spec.state_key) if spec.state_key else None,
+                  timestamp=values["timestamp"].reshape(-1).astype(np.float64),
+                  task=values["task_index"].reshape(-1).astype(np.int64),
+                  episode=np.repeat(np.arange(len(lengths)), lengths),
+                  episode_end=np.repeat(ends, lengths))
+
+
+def prompt_text(task: str, state: np.ndarray | None) -> str:
+    """openpi's pi05 prompt; the state (normalised) is digitised into 256 bins over [-1, 1], clipped."""
+    cleaned = task.strip().replace("_", " ").replace("\n", " ")
+    if state is None:
+        return f"Task: {cleaned};\nAction: "
+    bins = np.clip(np.digitize(state, np.linspace(-1, 1, STATE_BINS + 1)[:-1]) - 1, 0, STATE_BINS - 1)
+    return f"Task: {cleaned}, State: {' '.join(map(str, bins))};\nAction: "
+
+
+class Tokenizer:
+    """A SentencePiece model, loaded on first use (each DataLoader worker loads its own)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._sp = None
+
+    @property
+    def sp(self):
+        if self._sp is None:
+            import sentencepiece
+            self._sp = sentencepiece.SentencePieceProcessor(model_file=str(self.path))
+        return self._sp
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        return self.sp.encode(texts, add_bos=True)
+
+    def __getstate__(self):
+        return {"path": self.path, "_sp": None}
+
+
+def longest_prompt(frames: Frames, tasks: list[str], tokenizer: Tokenizer, state_in_prompt: bool,
+                   sample: int = 4096, seed: int = 0) -> int:
+    """Token count of the longest prompt over every task and `sample` random frames (all when fewer)."""
+    rows = np.arange(len(frames))
+    if len(rows) > sample:
+        rows = np.random.default_rng(seed).choice(rows, sample, replace=False)
+    texts = [prompt_text(tasks[frames.task[i]], frames.state[i] if state_in_prompt else None) for i in rows]
+    texts += [prompt_text(task, None) for task in tasks]
+    return max(len(ids) for ids in tokenizer.encode(texts))
+
+
+@functools.lru_cache(maxsize=2)
+def _permutation(seed: int, epoch: int, total: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(total)
+
+
+def batch_rows(step: int, global_batch: int, total: int, seed: int) -> np.ndarray:
+    """The sorted frame rows of global batch `step`: a slice of concatenated seeded permutations."""
+    start, need, parts = step * global_batch, global_batch, []
+    while need:
+        epoch, offset = divmod(start, total)
+        take = min(need, total - offset)
+        parts.append(_permutation(seed, epoch, total)[offset:offset + take])
+        start, need = start + take, need - take
+    return np.sort(np.concatenate(parts))
+
+
+def step_noise(step: int, seed: int, global_batch: int, horizon: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flow-matching noise (G, H, width) and times (G,) of global batch `step`, t ~ Beta(1.5, 1) * 0.999 + 0.001."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    noise = torch.randn(global_batch, horizon, width, generator=g)
+    u = torch.rand(global_batch, 2, generator=g, dtype=torch.float64)
+    # Beta(1.5, 1) has CDF x^1.5: inverse transform sampling with the first uniform
+    time = (u[:, 0] ** (1 / 1.5) * 0.999 + 0.001).float()
+    return noise, time
+
+
+class TrainingBatches(torch.utils.data.IterableDataset):
+    """This rank's batches for steps [start, stop), each a dict of tensors (see the module docstring)."""
+
+    def __init__(self, dataset: Dataset, frames: Frames, spec: DataSpec, tokenizer: Tokenizer, *, seed: int,
+                 batch_per_device: int, rank: int, world: int, start: int, stop: int, noise_width: int):
+        super().__init__()
+        self.root, self.frames, self.spec, self.tokenizer = dataset.root, frames, spec, tokenizer
+        self.tasks = dataset.tasks
+        self.videos = [[(ep.videos[k].file, ep.videos[k].from_timestamp) for k in spec.cameras]
+                       for ep in dataset.episodes]
+        self.seed, self.batch, self.rank, self.world = seed, batch_per_device, rank, world
+        self.start, self.stop, self.noise_width = start, stop, noise_width
+        self.tolerance_s = 0.5 / dataset.info.fps
+        self.reader: FrameReader | None = None
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        self.reader = FrameReader(self.spec.image_size, self.tolerance_s)
+        try:
+            for step in range(self.start + worker, self.stop, workers):
+                yield self.make(step)
+        finally:
+            self.reader.close()
+
+    def make(self, step: int) -> dict[str, torch.Tensor]:
+        G, H, f = self.batch * self.world, self.spec.action_horizon, self.frames
+        rows = batch_rows(step, G, len(f), self.seed)
+        chunk = rows[:, None] + np.arange(H)                         # (G, H) rows of the targets
+        is_pad = chunk >= f.episode_end[rows][:, None]
+        real_steps = int((~is_pad).sum())
+        noise, time = step_noise(step, self.seed, G, H, self.noise_width)
+        part = slice(self.rank * self.batch, (self.rank + 1) * self.batch)
+        rows, chunk, is_pad = rows[part], chunk[part], is_pad[part]
+        chunk = np.minimum(chunk, f.episode_end[rows][:, None] - 1)
+        texts = [prompt_text(self.tasks[f.task[i]], f.state[i] if self.spec.state_in_prompt else None) for i in rows]
+        tokens = np.zeros((len(rows), self.spec.max_token_len), np.int64)
+        lengths = np.zeros(len(rows), np.int64)
+        for i, ids in enumerate(self.tokenizer.encode(texts)):
+            lengths[i] = min(len(ids), self.spec.max_token_len)  # longer prompts are cut (longest_prompt sizes it)
+            tokens[i, :lengths[i]] = ids[:lengths[i]]
+        return {"step": torch.tensor(step),
+                "images": torch.from_numpy(self.images(rows)),
+                "tokens": torch.from_numpy(tokens),
+                "token_masks": torch.from_numpy(np.arange(self.spec.max_token_len)[None] < lengths[:, None]),
+                "actions": torch.from_numpy(f.action[chunk]),
+                "action_is_pad": torch.from_numpy(is_pad),
+                "noise": noise[part], "time": time[part],
+                "real_steps": torch.tensor(real_steps)}
+
+    def images(self, rows: np.ndarray) -> np.ndarray:
+        """(B, cameras, S, S, 3) uint8; each file's frames are read in one sorted pass."""
+        S, cams = self.spec.image_size, len(self.spec.cameras)
+        out = np.zeros((len(rows), cams, S, S, 3), np.uint8)
+        wanted: dict[str, list[tuple[int, int, float]]] = {}
+        for b, row in enumerate(rows):
+            for c, (file, offset) in enumerate(self.videos[self.frames.episode[row]]):
+                wanted.setdefault(file, []).append((b, c, offset + float(self.frames.timestamp[row])))
+        for file, items in wanted.items():
+            decoded = self.reader.read(self.root / file, np.array([t for _, _, t in items]))
+            for (b, c, _), image in zip(items, decoded):
+                out[b, c] = image
+        return out

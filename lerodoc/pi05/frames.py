@@ -1,0 +1,130 @@
+"""Decode video frames at given times for training: few seeks, uint8 out, resized with padding.
+
+A reader keeps a few containers open. For the sorted times asked of one file it decodes forward from the
+last frame it returned whenever no keyframe lies between that frame and the next target (so frames of one
+episode in a batch cost one seek), and seeks otherwise. Keyframe times come from the mp4 sample tables
+(`lerodoc.mp4`); files it cannot parse fall back to seeking when the target is over a second ahead.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+
+import av
+import numpy as np
+
+from lerodoc import mp4
+from lerodoc.errors import LerodocError
+
+FALLBACK_GAP_S = 1.0
+
+
+def resize_with_pad(frame: av.VideoFrame, size: int) -> np.ndarray:
+    """(size, size, 3) uint8: the frame scaled to fit, aspect kept (bilinear), centred on black (openpi's
+    resize_with_pad)."""
+    scale = size / max(frame.width, frame.height)
+    width, height = max(1, round(frame.width * scale)), max(1, round(frame.height * scale))
+    image = frame.reformat(width=width, height=height, format="rgb24", interpolation="BILINEAR").to_ndarray()
+    out = np.zeros((size, size, 3), np.uint8)
+    top, left = (size - height) // 2, (size - width) // 2
+    out[top:top + height, left:left + width] = image
+    return out
+
+
+class _Open:
+    """One open file: its container, stream, keyframe times and the time of the last decoded frame."""
+
+    def __init__(self, path: Path):
+        try:
+            self.container = av.open(str(path))
+            self.stream = self.container.streams.video[0]
+        except (av.FFmpegError, OSError, IndexError) as exc:
+            raise LerodocError(f"cannot open video for training ({exc})", file=path) from None
+        self.stream.thread_type = "AUTO"
+        try:
+            track = mp4.read_track(path)
+            self.keyframes = np.sort(track.pts[track.sync]) / track.timescale
+        except mp4.Unsupported:
+            self.keyframes = None
+        self.frames = None          # the decode iterator after the last seek
+        self.position: float | None = None         # time of `last`
+        self.last: av.VideoFrame | None = None      # the last frame decoded at or before a target
+        self.pending: av.VideoFrame | None = None   # a decoded frame past the last target, kept for the next
+
+    def must_seek(self, target: float) -> bool:
+        if self.position is None or target < self.position:
+            return True
+        if self.keyframes is None:
+            return target - self.position > FALLBACK_GAP_S
+        return bool(np.any((self.keyframes > self.position + 1e-6) & (self.keyframes <= target + 1e-6)))
+
+    def seek(self, target: float) -> None:
+        self.container.seek(max(0, int(target / self.stream.time_base)), stream=self.stream, backward=True)
+        self.frames = self.container.decode(self.stream)
+        self.pending, self.position, self.last = None, None, None
+
+    def next_frame(self) -> av.VideoFrame | None:
+        if self.pending is not None:
+            frame, self.pending = self.pending, None
+            return frame
+        return next(self.frames, None)
+
+
+class FrameReader:
+    """Frames of mp4 files at given times; `size` None keeps the native size."""
+
+    def __init__(self, size: int | None, tolerance_s: float, open_files: int = 16):
+        self.size, self.tolerance_s, self.open_files = size, tolerance_s, open_files
+        self._open: OrderedDict[Path, _Open] = OrderedDict()
+
+    def _file(self, path: Path) -> _Open:
+        if path in self._open:
+            self._open.move_to_end(path)
+        else:
+            self._open[path] = _Open(path)
+            if len(self._open) > self.open_files:
+                self._open.popitem(last=False)[1].container.close()
+        return self._open[path]
+
+    def read(self, path: Path, times: np.ndarray) -> np.ndarray:
+        """(len(times), H, W, 3) uint8: for each time (seconds in the file), the frame shown then."""
+        order = np.argsort(times, kind="stable")
+        out: list[np.ndarray | None] = [None] * len(times)
+        f = self._file(path)
+        for i in order:
+            target = float(times[i])
+            if f.must_seek(target):
+                f.seek(target)
+            frame = self._decode_to(f, target, path)
+            out[i] = resize_with_pad(frame, self.size) if self.size else frame.to_ndarray(format="rgb24")
+        return np.stack(out) if out else np.zeros((0, self.size or 0, self.size or 0, 3), np.uint8)
+
+    def _decode_to(self, f: _Open, target: float, path: Path) -> av.VideoFrame:
+        """Decode forward to the frame shown at `target` (the last one starting at or before it, within the
+        tolerance); the frame after it is kept for the next call."""
+        best = f.last
+        try:
+            while (frame := f.next_frame()) is not None:
+                t = float(frame.time)
+                if t > target + self.tolerance_s:
+                    f.pending = frame
+                    break
+                best, f.last, f.position = frame, frame, t
+        except av.FFmpegError as exc:
+            raise LerodocError(f"cannot decode the frame at {target:.4f} s ({exc})", file=path) from None
+        if best is None or abs(float(best.time) - target) > max(self.tolerance_s, 1.5 / self._fps(f)):
+            raise LerodocError(f"no frame at {target:.4f} s (the nearest decoded one is at "
+                               f"{'none' if best is None else f'{float(best.time):.4f} s'})", file=path,
+                               hint="lerodoc validate --videos DATASET checks the video windows")
+        return best
+
+    @staticmethod
+    def _fps(f: _Open) -> float:
+        rate = f.stream.average_rate or f.stream.guessed_rate
+        return float(rate) if rate else 30.0
+
+    def close(self) -> None:
+        for f in self._open.values():
+            f.container.close()
+        self._open.clear()

@@ -1,0 +1,529 @@
+"""Fine-tune pi0.5 on a LeRobot dataset: one process, or many under torchrun (DDP, or FSDP2 with --fsdp).
+
+The loop: AdamW over fp32 master weights, bf16 autocast on GPU, linear warmup then cosine decay, gradient
+clipping, optional EMA. Every batch is a function of (seed, step) (lerodoc.pi05.data), and the step itself
+draws no random numbers, so a resumed run repeats the uninterrupted run's losses, and the same global batch
+split over N ranks gives the one-process curve (each rank's loss is its error sum over the global count of
+real targets, so the gradient all-reduce averages to the global loss's gradient).
+
+Only rank 0 writes (checkpoints, metrics.jsonl, loss.png); every rank reads the checkpoint to resume.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import warnings
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from lerodoc import render
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
+from lerodoc.formats.jsonl import write_json
+from lerodoc.pi05 import checkpoint, preflight
+from lerodoc.pi05.data import DataSpec, Frames, Tokenizer, TrainingBatches, load_frames, longest_prompt
+from lerodoc.pi05.model import PI05, PI05Config, flops_per_sample
+from lerodoc.pi05.plot import plot_losses
+from lerodoc.pi05.presets import PRESETS
+
+# options that change the loss curve: a resume must use the values the run started with
+CURVE_OPTIONS = ("dataset", "preset", "steps", "batch_per_device", "lr", "min_lr", "warmup_steps", "weight_decay",
+                 "clip", "ema", "seed", "weights", "precision", "data")
+
+
+@dataclass
+class RunConfig:
+    dataset: str
+    output: str
+    tokenizer: str
+    preset: str = "tiny"
+    weights: str | None = None
+    steps: int = 1000
+    batch_per_device: int = 4
+    lr: float = 2.5e-5
+    min_lr: float = 2.5e-6
+    warmup_steps: int | None = None       # None: 10% of the steps, at most 1000
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    ema: float | None = None
+    seed: int = 0
+    precision: str = "auto"               # bf16 autocast on GPU, fp32 on CPU
+    device: str = "auto"
+    compile: bool = False
+    gradient_checkpointing: bool = False
+    fsdp: bool = False
+    workers: int = 4
+    save_every: int = 1000
+    keep: int = 2
+    log_every: int = 10
+    data: DataSpec | None = None
+    world_size: int = 1
+
+    def to_json(self) -> dict:
+        return asdict(self) | {"data": self.data.to_json() if self.data else None}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> RunConfig:
+        return cls(**(raw | {"data": DataSpec.from_json(raw["data"]) if raw.get("data") else None}))
+
+    @property
+    def warmup(self) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else min(1000, self.steps // 10)
+
+    def lr_at(self, step: int) -> float:
+        """Linear warmup to `lr`, then cosine decay to `min_lr` at the last step."""
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        progress = (step - self.warmup) / max(1, self.steps - self.warmup)
+        return self.min_lr + 0.5 * (self.lr - self.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+# ------------------------------------------------------------------------------------------------ processes
+
+
+@dataclass
+class Processes:
+    """This process's place in the job, from the variables torchrun (or a platform) sets."""
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def start_processes(device: str) -> Processes:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise LerodocError("--device cuda, but torch sees no GPU", hint="use --device cpu")
+        torch.cuda.set_device(local_rank)
+        where = torch.device("cuda", local_rank)
+    else:
+        where = torch.device(device)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if where.type == "cuda" else "gloo", device_id=where if where.type == "cuda"
+                                else None)
+    return Processes(rank, world, local_rank, where)
+
+
+def all_sum(value: torch.Tensor, procs: Processes) -> torch.Tensor:
+    if procs.world > 1:
+        dist.all_reduce(value)
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ the model
+
+
+def build_model(config: PI05Config, run: RunConfig, procs: Processes, weights: Path | None) -> PI05:
+    """fp32 master weights on the device, from `weights` or the seeded initialisation."""
+    torch.manual_seed(run.seed)
+    if weights is None:
+        with torch.device(procs.device):
+            model = PI05(config)
+    else:
+        with torch.device("meta"):
+            model = PI05(config)
+        from lerodoc.pi05.weights import load_weights
+        load_weights(model, weights)
+        model = model.to(device=procs.device, dtype=torch.float32)
+    model.gradient_checkpointing = run.gradient_checkpointing
+    return model
+
+
+def parallelise(model: PI05, run: RunConfig, procs: Processes, bf16: bool) -> torch.nn.Module:
+    """FSDP2 (one unit per transformer layer, bf16 compute, fp32 reduce) or DDP; the model itself for one
+    process without --fsdp."""
+    if run.fsdp:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
+        if not dist.is_initialized():  # one process: FSDP still needs a process group
+            dist.init_process_group("nccl" if procs.device.type == "cuda" else "gloo", store=dist.HashStore(),
+                                    rank=0, world_size=1)
+        # joint_layer and embed_prefix return views (q/k/v, concatenations); nothing writes to them in place
+        warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else torch.float32, reduce_dtype=torch.float32)
+        pg = model.paligemma
+        for layer in pg.vision_tower.vision_model.encoder.layers:
+            fully_shard(layer, mp_policy=policy)
+        for tower in (pg.language_model, model.expert):
+            for layer in tower.layers:
+                fully_shard(layer, mp_policy=policy)
+                for method in ("attention_inputs", "attention_outputs"):
+                    register_fsdp_forward_method(layer, method)
+        fully_shard(model, mp_policy=policy)
+        for method in ("embed_prefix", "velocity"):
+            register_fsdp_forward_method(model, method)
+        return model
+    if procs.world > 1:
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=[procs.device] if procs.device.type == "cuda"
+                                                         else None)
+    return model
+
+
+def make_optimizer(model: torch.nn.Module, run: RunConfig, device: torch.device) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=run.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=run.weight_decay,
+                             fused=device.type == "cuda")
+
+
+class EMA:
+    """An fp32 exponential moving average of the trainable parameters."""
+
+    def __init__(self, model: PI05, decay: float):
+        self.decay = decay
+        self.names = [n for n, p in model.named_parameters() if p.requires_grad]
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.shadow = [p.detach().clone() for p in self.params]
+
+    @torch.no_grad()
+    def update(self) -> None:
+        torch._foreach_lerp_(self.shadow, [p.detach() for p in self.params], 1 - self.decay)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return dict(zip(self.names, self.shadow))
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for name, tensor in zip(self.names, self.shadow):
+            tensor.copy_(state[name])
+
+
+# ------------------------------------------------------------------------------------------------ setup
+
+
+@dataclass
+class Setup:
+    """Everything the loop needs, made once before it."""
+    run: RunConfig
+    procs: Processes
+    dataset: Dataset
+    frames: Frames
+    tokenizer: Tokenizer
+    config: PI05Config
+    weights: Path | None
+
+
+def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
+    """Preflight (before any GPU work) and the data spec: the dataset validates and has usable stats, the
+    tokenizer and weights exist, the run folder is free (or holds the run to resume) when the run `writes`."""
+    output = Path(run.output)
+    if writes:
+        preflight.check_run_folder(output, resume)
+    if resume:
+        saved = RunConfig.from_json(json.loads((output / "config.json").read_text()))
+        changed = [k for k in CURVE_OPTIONS if k != "data" and getattr(saved, k) != getattr(run, k)]
+        if changed:
+            raise LerodocError("differs from the run being resumed in " + ", ".join(
+                f"--{k.replace('_', '-')} ({getattr(run, k)} now, {getattr(saved, k)} then)" for k in changed),
+                file=output / "config.json", hint="resume with the options the run started with")
+        run = replace(run, data=saved.data)
+    dataset = preflight.check_dataset(Path(run.dataset))
+    data = run.data or DataSpec(action_key="action", state_key="observation.state", cameras=(), action_horizon=0,
+                                image_size=0, state_in_prompt=True, max_token_len=0)
+    if not data.cameras:
+        data = replace(data, cameras=tuple(dataset.info.video_keys))
+    if data.state_key == "observation.state" and data.state_key not in dataset.info.features:
+        data = replace(data, state_key=None, state_in_prompt=False)
+    preflight.check_features(dataset, data.action_key, data.state_key, data.cameras)
+    tokenizer = Tokenizer(preflight.locate_asset("tokenizer", run.tokenizer))
+    weights = preflight.locate_asset("weights", run.weights) if run.weights else None
+    preset = PRESETS.get(run.preset)
+    if preset is None:
+        raise LerodocError(f"unknown preset {run.preset!r}", hint=f"choose one of {', '.join(PRESETS)}")
+    action_dim = int(np.prod(dataset.info.features[data.action_key].get("shape") or [1]))
+    overrides = {"action_dim": action_dim}
+    if data.action_horizon:
+        overrides["action_horizon"] = data.action_horizon
+    if run.preset == "tiny":
+        overrides["vocab_size"] = tokenizer.vocab_size
+    elif tokenizer.vocab_size > preset().vocab_size:
+        raise LerodocError(f"has {tokenizer.vocab_size} tokens; the {run.preset} model embeds {preset().vocab_size}",
+                           file=tokenizer.path, hint="use the PaliGemma tokenizer (lerodoc download tokenizer)")
+    config = preset(**overrides)
+    frames = load_frames(dataset, replace(data, action_horizon=config.action_horizon))
+    data = replace(data, action_horizon=config.action_horizon, image_size=config.vision.image_size,
+                   state_in_prompt=data.state_in_prompt and frames.state is not None)
+    if not data.max_token_len:
+        longest = longest_prompt(frames, dataset.tasks, tokenizer, data.state_in_prompt)
+        data = replace(data, max_token_len=-(-longest // 8) * 8)
+    procs = start_processes(run.device)
+    return Setup(replace(run, data=data, world_size=procs.world), procs, dataset, frames, tokenizer, config, weights)
+
+
+def loader(setup: Setup, start: int, stop: int, batch_per_device: int | None = None) -> torch.utils.data.DataLoader:
+    run, procs = setup.run, setup.procs
+    batches = TrainingBatches(setup.dataset, setup.frames, run.data, setup.tokenizer, seed=run.seed,
+                              batch_per_device=batch_per_device or run.batch_per_device, rank=procs.rank,
+                              world=procs.world, start=start, stop=stop, noise_width=setup.config.max_action_dim)
+    workers = run.workers
+    return torch.utils.data.DataLoader(batches, batch_size=None, num_workers=workers,
+                                       pin_memory=procs.device.type == "cuda",
+                                       prefetch_factor=4 if workers else None, persistent_workers=False,
+                                       multiprocessing_context="fork" if workers else None)
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    """Model inputs from a loader batch: uint8 images to [-1, 1] float per camera, on the device."""
+    moved = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    images = moved.pop("images").permute(1, 0, 4, 2, 3)  # (cameras, B, 3, S, S)
+    B = images.shape[1]
+    return dict(images=[im.float() / 127.5 - 1 for im in images],
+                image_masks=[torch.ones(B, dtype=torch.bool, device=device)] * len(images),
+                tokens=moved["tokens"], token_masks=moved["token_masks"], actions=moved["actions"],
+                action_is_pad=moved["action_is_pad"], noise=moved["noise"], time=moved["time"],
+                real_steps=moved["real_steps"])
+
+
+# ------------------------------------------------------------------------------------------------ the loop
+
+
+def train_step(step_fn, wrapped: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict, setup: Setup,
+               bf16: bool, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward, backward, clip, AdamW. Returns this rank's loss share (the global loss is their sum) and the
+    gradient norm before clipping, both still on the device."""
+    run, procs = setup.run, setup.procs
+    inputs = to_device(batch, procs.device)
+    # a tensor, not a Python float: torch.compile would specialise on (and recompile for) each value
+    denominator = inputs.pop("real_steps").float() * (setup.config.action_dim / procs.world)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    with torch.autocast(procs.device.type, dtype=torch.bfloat16, enabled=bf16 and not run.fsdp):
+        loss = step_fn(**inputs, denominator=denominator)
+    loss.backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(wrapped.parameters(), run.clip)
+    if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
+        grad_norm = grad_norm.full_tensor()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach() / procs.world, grad_norm
+
+
+@dataclass
+class Parts:
+    """The model and what trains it: `wrapped` is DDP/FSDP's view, `step_fn` the (compiled) callable."""
+    model: PI05
+    ema: EMA | None
+    wrapped: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    step_fn: object
+    bf16: bool
+
+    def __iter__(self):
+        return iter((self.model, self.ema, self.wrapped, self.optimizer, self.step_fn, self.bf16))
+
+
+def build(setup: Setup) -> Parts:
+    run, procs = setup.run, setup.procs
+    bf16 = run.precision == "bf16" or (run.precision == "auto" and procs.device.type == "cuda")
+    model = build_model(setup.config, run, procs, setup.weights)
+    if run.ema and run.fsdp:
+        raise LerodocError("--ema is not supported with --fsdp", hint="drop one of them")
+    ema = EMA(model, run.ema) if run.ema else None
+    wrapped = parallelise(model, run, procs, bf16)
+    optimizer = make_optimizer(wrapped, run, procs.device)
+    return Parts(model, ema, wrapped, optimizer, torch.compile(wrapped) if run.compile else wrapped, bf16)
+
+
+PEAK_BF16_FLOPS = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12}   # dense tensor-core spec sheets
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+
+
+def sweep(run: RunConfig, batches: list[int], steps: int = 8, warmup: int = 3) -> list[dict]:
+    """Increasing batches per device until one runs out of memory: median step time, samples/s, peak memory,
+    MFU and data wait of each (real data, no checkpoints). The model trains a few steps per batch size."""
+    setup = prepare(run, resume=False, writes=False)
+    procs = setup.procs
+    parts = build(setup)
+    flops = flops_per_sample(setup.config, setup.run.data.max_token_len, len(setup.run.data.cameras))
+    peak = peak_flops(procs.device)
+    cuda = procs.device.type == "cuda"
+    results = []
+    for batch_size in batches:
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(procs.device)
+        times, waits = [], []
+        try:
+            stream = iter(loader(setup, 0, warmup + steps, batch_per_device=batch_size))
+            for i in range(warmup + steps):
+                started = time.perf_counter()
+                batch = next(stream)
+                waited = time.perf_counter() - started
+                train_step(parts.step_fn, parts.wrapped, parts.optimizer, batch, setup, parts.bf16, run.lr)
+                if cuda:
+                    torch.cuda.synchronize(procs.device)
+                if i >= warmup:
+                    times.append(time.perf_counter() - started)
+                    waits.append(waited)
+        except torch.OutOfMemoryError:
+            parts.optimizer.zero_grad(set_to_none=True)
+            results.append({"batch_per_device": batch_size, "oom": True})
+            break
+        step_s = float(np.median(times))
+        samples = batch_size * procs.world / step_s
+        results.append({"batch_per_device": batch_size, "step_s": step_s, "samples_per_s": samples,
+                        "samples_per_s_per_device": samples / procs.world,
+                        "peak_gib": torch.cuda.max_memory_allocated(procs.device) / 2**30 if cuda else None,
+                        "mfu": flops * samples / procs.world / peak if peak else None,
+                        "data_wait": sum(waits) / sum(times)})
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return results
+
+
+def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
+    """Train to `run.steps`; returns a summary (final loss, samples/s, data-wait share, where things are)."""
+    setup = prepare(run, resume)
+    run, procs = setup.run, setup.procs
+    output = Path(run.output)
+    model, ema, wrapped, optimizer, step_fn, bf16 = build(setup)
+    start = 0
+    if resume:
+        start = checkpoint.load_latest(output, wrapped, optimizer, ema, procs.device)
+    elif procs.main:
+        output.mkdir(parents=True, exist_ok=True)
+        write_json(output / "config.json", run.to_json())
+        checkpoint.write_norm_stats(output, setup.dataset, run.data)
+    if procs.main:
+        checkpoint.truncate_metrics(output, start)
+    if start >= run.steps:
+        raise LerodocError(f"is complete: its newest checkpoint is step {start} of {run.steps}", file=output,
+                           hint="pass a new --output to train again")
+    G = run.batch_per_device * procs.world
+    flops = flops_per_sample(setup.config, run.data.max_token_len, len(run.data.cameras))
+    if procs.main:
+        render.err.print(f"pi0.5 {run.preset}: {model.num_params():,} parameters on {procs.device} x {procs.world}"
+                         f" ({'FSDP' if run.fsdp else 'DDP' if procs.world > 1 else 'one process'}), global batch "
+                         f"{G} = {run.batch_per_device} per device x {procs.world}; prompt {run.data.max_token_len} "
+                         f"tokens, {len(run.data.cameras)} camera(s), horizon {setup.config.action_horizon}; "
+                         f"steps {start}..{run.steps}")
+    log = Metrics(output, procs, run, G, flops, peak_flops(procs.device))
+    batches = iter(loader(setup, start, run.steps))
+    with log.live(progress and procs.main, start) as tick:
+        for step in range(start, run.steps):
+            waited = time.perf_counter()
+            batch = next(batches)
+            waited = time.perf_counter() - waited
+            assert int(batch["step"]) == step, (int(batch["step"]), step)
+            loss, grad_norm = train_step(step_fn, wrapped, optimizer, batch, setup, bf16, run.lr_at(step))
+            if ema:
+                ema.update()
+            log.add(step, loss, grad_norm, run.lr_at(step), waited)
+            tick(step + 1, log)
+            if run.save_every and ((step + 1) % run.save_every == 0 or step + 1 == run.steps):
+                log.flush()
+                checkpoint.save(output, step + 1, wrapped, optimizer, ema, setup, keep=run.keep)
+    log.flush()
+    if procs.main:
+        plot_losses(output / "metrics.jsonl", output / "loss.png")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    return log.summary() | {"output": str(output), "checkpoint": str(checkpoint.path_of(output, run.steps)) if run.save_every else None,
+                            "params": model.num_params(), "rank": procs.rank, "world_size": procs.world,
+                            "global_batch": G, "max_token_len": run.data.max_token_len}
+
+
+class Metrics:
+    """Per-step losses kept on the device until `flush` (one sync per flush), written to metrics.jsonl by rank 0;
+    the live line shows loss, samples/s and the share of wall time spent waiting for data."""
+
+    def __init__(self, output: Path, procs: Processes, run: RunConfig, global_batch: int, flops: float,
+                 peak: float | None):
+        self.output, self.procs, self.run, self.global_batch = output, procs, run, global_batch
+        self.flops, self.peak = flops, peak
+        self.pending: list[tuple[int, torch.Tensor, torch.Tensor, float, float, float]] = []
+        self.last_time = time.perf_counter()
+        self.window_wait = 0.0
+        self.rows: list[dict] = []
+        self.latest: dict = {}
+
+    def add(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor, lr: float, waited: float) -> None:
+        now = time.perf_counter()
+        self.pending.append((step, loss, grad_norm, lr, waited, now - self.last_time))
+        self.last_time = now
+        if len(self.pending) >= self.run.log_every:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        losses = all_sum(torch.stack([p[1] for p in self.pending]).float(), self.procs).tolist()
+        norms = torch.stack([p[2] for p in self.pending]).float().tolist()
+        if self.procs.device.type == "cuda":
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        wall = sum(p[5] for p in self.pending) + (now - self.last_time)
+        self.last_time = now
+        rows = []
+        for (step, _, _, lr, waited, seconds), loss, norm in zip(self.pending, losses, norms):
+            rows.append({"step": step + 1, "loss": loss, "grad_norm": norm, "lr": lr, "step_s": seconds,
+                         "data_wait_s": waited})
+        samples_per_s = self.global_batch * len(rows) / wall
+        window = {"samples_per_s": samples_per_s, "data_wait": sum(r["data_wait_s"] for r in rows) / wall,
+                  "mfu": samples_per_s * self.flops / self.procs.world / self.peak if self.peak else None}
+        rows[-1] |= window
+        self.rows.extend(rows)
+        self.latest = rows[-1] | window
+        self.pending = []
+        if self.procs.main:
+            with open(self.output / "metrics.jsonl", "a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
+
+    def summary(self) -> dict:
+        windows = [r for r in self.rows if "samples_per_s" in r]
+        later = windows[1:] or windows   # the first window holds the warm-up (and compilation)
+        return {"steps": len(self.rows), "final_loss": self.rows[-1]["loss"] if self.rows else None,
+                "first_loss": self.rows[0]["loss"] if self.rows else None,
+                "samples_per_s": float(np.mean([w["samples_per_s"] for w in later])) if later else None,
+                "data_wait": float(np.mean([w["data_wait"] for w in later])) if later else None,
+                "mfu": float(np.mean([w["mfu"] for w in later])) if later and self.peak else None,
+                "flops_per_sample": self.flops}
+
+    def live(self, enabled: bool, start: int):
+        return _live(enabled, start, self.run.steps)
+
+
+class _live:
+    """A rich progress line (loss, samples/s, data wait) on stderr; a no-op tick when disabled."""
+
+    def __init__(self, enabled: bool, start: int, total: int):
+        self.enabled, self.start, self.total = enabled, start, total
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda step, log: None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                            TimeRemainingColumn(), console=render.err)
+        self.bar.__enter__()
+        task = self.bar.add_task("", total=self.total, completed=self.start)
+
+        def tick(step: int, log: Metrics) -> None:
+            r = log.latest
+            text = (f"loss {r['loss']:.4f}  {r['samples_per_s']:.1f} samples/s  data wait {100 * r['data_wait']:.0f}%"
+                    if r else "")
+            self.bar.update(task, completed=step, description=text)
+        return tick
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.bar.__exit__(*exc)
+        return False

@@ -1,0 +1,150 @@
+"""`lerodoc train pi05` on CPU with the tiny preset: the loss falls, a killed run resumes onto the same curve,
+two processes (gloo; DDP and FSDP) give the one-process curve, and bad datasets are refused before training."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.fixtures.factory import make_dataset
+from tests.fixtures.tokenizer import train_tokenizer
+from tests.helpers import run_cli
+
+pytest.importorskip("torch")
+pytest.importorskip("sentencepiece")
+
+COMMON = ("--preset", "tiny", "--lr", "1e-3", "--log-every", "5", "--workers", "1")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> Path:
+    return train_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data") / "ds"
+    make_dataset(root, version="v3.0", episodes=4, lengths=[40, 50, 45, 60], bframes=2)
+    return root
+
+
+def train(dataset: Path, out: Path, tokenizer: Path, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
+    return run_cli("train", "pi05", dataset, "-o", out, "--tokenizer", tokenizer, *COMMON, *extra, check=check)
+
+
+def losses(run: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_tiny_preset_trains_and_writes_a_complete_run(dataset, tokenizer, tmp_path):
+    run = tmp_path / "run"
+    proc = train(dataset, run, tokenizer, "--steps", "80", "--batch-per-device", "8", "--save-every", "40", "--json")
+    summary = json.loads(proc.stdout)
+    curve = losses(run)
+    assert len(curve) == 80 and all(np.isfinite(curve))
+    assert np.mean(curve[-10:]) < 0.7 * np.mean(curve[:10]), curve
+    assert summary["steps"] == 80 and summary["max_token_len"] % 8 == 0
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000040", "step-000080"]
+    last = run / "checkpoints/step-000080"
+    assert {p.name for p in last.iterdir()} == {"model.safetensors", "optimizer.pt", "trainer.json"}
+    trainer = json.loads((last / "trainer.json").read_text())
+    assert trainer["step"] == 80 and set(trainer["norm_stats"]["norm_stats"]) == {"actions", "state"}
+    assert (run / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the checkpoint is a lerobot-layout model.safetensors that lerodoc loads back into the same model
+    from safetensors import safe_open
+    with safe_open(str(last / "model.safetensors"), "pt") as f:
+        assert "model.paligemma_with_expert.paligemma.lm_head.weight" in f.keys()
+
+
+def test_killed_run_resumes_onto_the_uninterrupted_curve(dataset, tokenizer, tmp_path):
+    args = ("--steps", "60", "--batch-per-device", "4", "--save-every", "10")
+    reference = tmp_path / "reference"
+    train(dataset, reference, tokenizer, *args)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "lerodoc", "train", "pi05", str(dataset), "-o", str(killed),
+                             "--tokenizer", str(tokenizer), *COMMON, *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (killed / "checkpoints/step-000010/trainer.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "checkpoints/step-000060").exists(), "killed too late: the run had finished"
+    again = train(dataset, killed, tokenizer, *args, check=False)
+    assert again.returncode != 0 and "--resume" in again.stderr       # the folder is taken
+    train(dataset, killed, tokenizer, *args, "--resume")
+    np.testing.assert_allclose(losses(killed), losses(reference), rtol=0, atol=1e-6)
+    finished = train(dataset, killed, tokenizer, *args, "--resume", check=False)
+    assert finished.returncode == 3 and "complete" in finished.stderr
+    changed = train(dataset, killed, tokenizer, "--steps", "60", "--batch-per-device", "2", "--resume", check=False)
+    assert changed.returncode == 3 and "--batch-per-device (2 now, 4 then)" in changed.stderr
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_processes_give_the_one_process_curve(dataset, tokenizer, tmp_path, mode):
+    """Global batch 4: one process x 4 against two gloo processes x 2 (torchrun)."""
+    shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
+    extra = ("--steps", "12", "--save-every", "6", "--precision", "fp32") + (("--fsdp",) if mode == "fsdp" else ())
+    one = tmp_path / "one"
+    train(dataset, one, tokenizer, *extra, "--batch-per-device", "4")
+    two = tmp_path / "two"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(["torchrun", "--nproc-per-node", "2", "--master-port", str(29500 + os.getpid() % 1000),
+                           "-m", "lerodoc", "train", "pi05", str(dataset), "-o", str(two), "--tokenizer",
+                           str(tokenizer), *COMMON, *extra, "--batch-per-device", "2", "--json"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert summary["world_size"] == 2 and summary["global_batch"] == 4
+    np.testing.assert_allclose(losses(two), losses(one), rtol=1e-5, atol=1e-6)
+    if mode == "ddp":  # the same weights come out
+        from safetensors.torch import load_file
+        a, b = (load_file(str(r / "checkpoints/step-000012/model.safetensors")) for r in (one, two))
+        assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-4
+
+
+def test_dataset_without_quantiles_is_refused_with_the_fix(tokenizer, tmp_path):
+    root = tmp_path / "v21"
+    make_dataset(root, version="v2.1", episodes=2)
+    proc = train(root, tmp_path / "run", tokenizer, "--steps", "2", check=False)
+    assert proc.returncode == 3 and "q01/q99" in proc.stderr and f"lerodoc quantiles {root}" in proc.stderr
+    assert not (tmp_path / "run").exists()
+    run_cli("quantiles", root, "--in-place")
+    train(root, tmp_path / "run", tokenizer, "--steps", "2")
+
+
+def test_extreme_channel_is_refused_pointing_to_select(dataset, tokenizer, tmp_path):
+    root = tmp_path / "extreme"
+    shutil.copytree(dataset, root)
+    path = next((root / "data").rglob("*.parquet"))
+    table = pq.read_table(path)
+    state = np.stack(table.column("observation.state").to_numpy(zero_copy_only=False))
+    state[7, 2] = 1e7   # a force channel with one huge spike
+    column = pa.FixedSizeListArray.from_arrays(pa.array(state.ravel(), pa.float32()), state.shape[1])
+    pq.write_table(table.set_column(table.schema.get_field_index("observation.state"), "observation.state", column),
+                   path)
+    run_cli("quantiles", root, "--in-place")
+    proc = train(root, tmp_path / "run", tokenizer, "--steps", "2", check=False)
+    assert proc.returncode == 3, proc.stderr
+    text = " ".join(proc.stderr.split())
+    assert "observation.state" in text and "2 (" in text and "extreme" in text
+    assert "lerodoc select" in text and "observation.state[0,1,3,4,5]" in text
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_tokenizer_file_is_named(dataset, tmp_path):
+    proc = run_cli("train", "pi05", dataset, "-o", tmp_path / "run", "--tokenizer", tmp_path / "nope.model",
+                   *COMMON, check=False)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
