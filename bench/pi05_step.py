@@ -7,14 +7,18 @@ skips cameras no sample shows), a 28-token prompt, a 50-step action chunk. For e
 step time (median of --steps after 3 warm-up steps, CUDA events), samples/s, peak memory, and MFU =
 6 x params x tokens FLOPs per sample (lerodoc.pi05.model.flops_per_sample) x samples/s / peak bf16 FLOP/s.
 A batch that runs out of memory is reported as such.
+
+The helpers (synthetic_batch, train_step, measure, run_batches) are shared with bench/train_vs_lerobot.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import time
+from typing import Callable
 
 import torch
 
@@ -22,9 +26,11 @@ from lerodoc.pi05.model import PI05, flops_per_sample
 from lerodoc.pi05.presets import full
 
 H200_BF16_DENSE = 989.4e12     # NVIDIA's spec for H200 SXM dense bf16 tensor-core FLOP/s
+WARMUP = 3
 
 
 def synthetic_batch(config, batch: int, prompt: int, device) -> dict:
+    """PI05.forward's keyword arguments: cameras 0 and 1 shown to every sample, camera 2 to none."""
     size = config.vision.image_size
     images = [torch.rand(batch, 3, size, size, device=device) * 2 - 1 for _ in range(3)]
     masks = [torch.ones(batch, dtype=torch.bool, device=device)] * 2 + [torch.zeros(batch, dtype=torch.bool,
@@ -35,23 +41,74 @@ def synthetic_batch(config, batch: int, prompt: int, device) -> dict:
                 actions=torch.randn(batch, config.action_horizon, config.action_dim, device=device))
 
 
-def measure(model, optimizer, batch: dict, steps: int) -> tuple[float, float]:
-    """(median step seconds, peak GiB) for forward + backward + optimizer step."""
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for i in range(steps + 3):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(**batch)
+def train_step(loss_fn: Callable[[], torch.Tensor], params, optimizer, device_type: str,
+               clip: float | None = None) -> Callable[[], None]:
+    """One full training step as a callable: loss under bf16 autocast, backward, optional gradient-norm clip,
+    optimizer step, zero_grad."""
+    params = [p for p in params if p.requires_grad]
+
+    def step():
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            loss = loss_fn()
         loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(params, clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        end.record()
-        torch.cuda.synchronize()
-        if i >= 3:
-            times.append(start.elapsed_time(end) / 1000)
-    return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30
+    return step
+
+
+def measure(step: Callable[[], None], steps: int, device) -> tuple[float, float | None]:
+    """(median step seconds, peak GiB or None off CUDA) over `steps` calls after WARMUP calls. On CUDA each
+    step is timed with CUDA events; elsewhere with the wall clock."""
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(steps + WARMUP):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            seconds = start.elapsed_time(end) / 1000
+        else:
+            t0 = time.perf_counter()
+            step()
+            seconds = time.perf_counter() - t0
+        if i >= WARMUP:
+            times.append(seconds)
+    return statistics.median(times), (torch.cuda.max_memory_allocated() / 2**30 if cuda else None)
+
+
+def run_batches(batch_sizes, make_step: Callable[[int], Callable[[], None]], steps: int, device, flops: float,
+                peak_flops: float | None, on_run: Callable[[dict], None] = print, cleanup: Callable[[], None] = None,
+                ) -> list[dict]:
+    """measure(make_step(batch)) for each batch size: step_s, samples_per_s, peak_gib and MFU (None off
+    CUDA). A batch that runs out of memory is reported as {"oom": true}, any other error as {"error": ...};
+    either way `cleanup` (say, optimizer.zero_grad) runs and the next batch size is tried."""
+    runs = []
+    for batch_size in batch_sizes:
+        failed = None
+        try:
+            step_s, peak = measure(make_step(batch_size), steps, device)
+            run = {"batch": batch_size, "step_s": step_s, "samples_per_s": batch_size / step_s, "peak_gib": peak,
+                   "mfu": flops * batch_size / step_s / peak_flops if peak_flops else None}
+        except torch.OutOfMemoryError:
+            failed = {"batch": batch_size, "oom": True}
+        except Exception as e:  # noqa: BLE001 - reported, and the next batch size still runs
+            failed = {"batch": batch_size, "error": f"{type(e).__name__}: {e}"[:2000]}
+        if failed:  # outside the except block: its traceback no longer holds the step's tensors
+            run = failed
+            if cleanup:
+                cleanup()
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        runs.append(run)
+        on_run(run)
+    return runs
 
 
 def main() -> None:
@@ -75,17 +132,14 @@ def main() -> None:
                "params": model.num_params(),
                "flops_per_sample": flops, "peak_flops": H200_BF16_DENSE, "build_s": time.perf_counter() - started,
                "runs": []}
-    for batch_size in args.batch:
-        try:
-            step, peak = measure(step_model, optimizer, synthetic_batch(config, batch_size, args.prompt, "cuda"), args.steps)
-            run = {"batch": batch_size, "step_s": step, "samples_per_s": batch_size / step, "peak_gib": peak,
-                   "mfu": flops * batch_size / step / H200_BF16_DENSE}
-        except torch.OutOfMemoryError:
-            run = {"batch": batch_size, "oom": True}
-            optimizer.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
-        results["runs"].append(run)
-        print(json.dumps(run), flush=True)
+
+    def make_step(batch_size):
+        batch = synthetic_batch(config, batch_size, args.prompt, "cuda")
+        return train_step(lambda: step_model(**batch), model.parameters(), optimizer, "cuda")
+
+    results["runs"] = run_batches(args.batch, make_step, args.steps, "cuda", flops, H200_BF16_DENSE,
+                                  on_run=lambda run: print(json.dumps(run), flush=True),
+                                  cleanup=lambda: optimizer.zero_grad(set_to_none=True))
     with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
 

@@ -258,35 +258,12 @@ from_pretrained does (strict), then writes its loss, sampled actions and gradien
 import json, sys
 import torch
 from safetensors.torch import load_file, save_file
-import lerobot.policies.pi05.modeling_pi05 as M
-from lerobot.configs.types import FeatureType, PolicyFeature
-from lerobot.policies.pi05.configuration_pi05 import PI05Config
+from bench.lerobot_pi05 import build_policy  # lerobot's PI05Policy, shrunk to the spec's shapes
 
 spec = json.load(open(sys.argv[1]))
 torch.set_num_threads(1)
-vis, vocab = spec["vision"], spec["vocab_size"]
-gemma = {"gemma_2b": spec["vlm"], "gemma_300m": spec["expert"]}
-M.get_gemma_config = lambda variant: M.GemmaConfig(**{k: gemma[variant][k] for k in
-    ("width", "depth", "mlp_dim", "num_heads", "num_kv_heads", "head_dim")})
-PaliGemma, Expert = M.PaliGemmaForConditionalGenerationWithPiGemma, M.PiGemmaForCausalLM
-
-def paligemma(config):  # lerobot fixes So400m and vocab 257152 here: shrink them
-    v = config.vision_config
-    v.hidden_size, v.intermediate_size, v.num_hidden_layers = vis["width"], vis["mlp_dim"], vis["depth"]
-    v.num_attention_heads, v.patch_size, v.image_size = vis["num_heads"], vis["patch_size"], vis["image_size"]
-    v.projection_dim, config.text_config.vocab_size = spec["vlm"]["width"], vocab
-    return PaliGemma(config=config)
-
-def expert(config):
-    config.vocab_size = vocab
-    return Expert(config=config)
-
-M.PaliGemmaForConditionalGenerationWithPiGemma, M.PiGemmaForCausalLM = paligemma, expert
-H, A, size = spec["action_horizon"], spec["action_dim"], vis["image_size"]
-config = PI05Config(chunk_size=H, n_action_steps=H, image_resolution=(size, size), dtype="float32", device="cpu",
-                    input_features={"observation.images.a": PolicyFeature(FeatureType.VISUAL, (3, size, size))},
-                    output_features={"action": PolicyFeature(FeatureType.ACTION, (A,))})
-policy = M.PI05Policy(config)
+A = spec["action_dim"]
+policy = build_policy(spec, ["observation.images.a"], dtype="float32", device="cpu")
 names = {k: list(v.shape) for k, v in policy.state_dict().items()}
 state = policy._fix_pytorch_state_dict_keys(load_file(spec["weights"]), policy.config)
 policy.load_state_dict({k if k.startswith("model.") else f"model.{k}": v for k, v in state.items()}, strict=True)
@@ -333,7 +310,8 @@ def test_same_weights_give_lerobots_loss_actions_and_gradients(model, tmp_path):
         outputs=str(tmp_path / "outputs.safetensors"), names=str(tmp_path / "names.json"))
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.run([python, "-c", LEROBOT_PI05, str(tmp_path / "spec.json")], capture_output=True, text=True,
-                          env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"})
+                          env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin",
+                               "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert proc.returncode == 0, proc.stderr[-3000:]
     theirs = load_file(spec["outputs"])
 

@@ -1,0 +1,289 @@
+"""bench/train_vs_lerobot: lerodoc's pi0.5 training step against lerobot 0.6.1's, same GPU, same run.
+
+On the device (nvidia-h200), with carry [".whl"] (lerobot 0.6.1 and the few wheels its pi05 needs beyond the
+image's packages: see below), from the repository root:
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && PYTHONUNBUFFERED=1 python3 -m bench.train_vs_lerobot --batch 4 16 32 --out $OUT/train_vs_lerobot.json
+
+Each side runs in its own subprocess, one after the other, so each has the GPU to itself and its memory is freed
+when it exits: lerodoc under the image's own packages, lerobot with PYTHONPATH=/tmp/site (--site) in front.
+Both build their models on the GPU directly: lerodoc's PI05 (3.35B) and lerobot's PI05Policy (4.14B: it also
+holds the tied and the unused expert lm_head) under a torch.device context, a few seconds each, where lerobot on
+its own would build in fp32 on CPU (16.6 GB, well over a minute) and move. Expected on an H200: lerodoc about 1
+minute (eager), lerobot 1.5 to 2.5 minutes (imports of transformers ~20 s; at batch 32 it may run out of
+memory, which is reported). `--compile` (lerodoc only) adds 1 to 2 minutes. The whole run stops within
+--budget (520 s): lerodoc may use all but 200 s of it, lerobot the rest; a side stopped early keeps the batch
+sizes it finished.
+
+The same workload on both sides, from bench.pi05_step.synthetic_batch: the full preset (SigLIP So400m/14 at
+224, Gemma 2B, gemma_300m expert), batch sizes from --batch, 3 cameras of which 2 shown and 1 masked for all
+samples, a --prompt (28) token prompt with every token valid, a 50-step chunk of 32 real action dims, a fresh
+noise and time draw per step, and one full training step: forward under bf16 autocast, backward, gradient-norm
+clip at 1.0, AdamW step (lr 2.5e-5, betas 0.9/0.95, eps 1e-8, weight decay 0.01), zero_grad.
+
+- lerodoc: PI05 (fp32 master weights) with fused AdamW, as lerodoc's trainer runs on GPU; optionally
+  torch.compile'd (--compile). The masked camera is skipped (no sample shows it).
+- lerobot: PI05Policy(PI05Config(dtype="bfloat16")) with random init, trained as lerobot_train.update_policy
+  does for that config: policy.forward(batch) under bf16 autocast (what Accelerate's mixed_precision="bf16",
+  which lerobot_train picks from dtype="bfloat16", enters), backward, clip_grad_norm_(1.0), the optimizer of
+  PI05Config.get_optimizer_preset() (torch AdamW, foreach). Its own defaults otherwise: gradient_checkpointing
+  False and compile_model False (--gradient-checkpointing turns it on for both sides), eager attention (lerobot
+  hard-codes it). dtype="bfloat16" keeps SigLIP, the projector and the norms in fp32 and the rest in bf16, and
+  AdamW then updates bf16 weights. The batch is what its preprocessor would hand over: images in [0, 1] under
+  two camera keys (the third configured camera is absent, so lerobot feeds -1 images with mask False and still
+  encodes them: 3 x 256 image tokens against lerodoc's 2 x 256), observation.language.tokens/attention_mask
+  built directly (no tokenizer download) at tokenizer_max_length = --prompt. Note: lerobot's tokenizer step
+  pads every prompt to tokenizer_max_length (200 by default); with 28 here, lerobot gets the same short prompt.
+
+MFU on both sides counts the same FLOPs per sample: lerodoc.pi05.model.flops_per_sample with 2 cameras and the
+prompt length (lerobot's masked camera counts as no useful work), against 989.4e12 (H200 dense bf16).
+Step time: median of --steps steps after 3 warm-up steps, CUDA events. A batch that runs out of memory is
+reported as such and the next is tried.
+
+Wheels (.whl/, git-ignored; scripts/lerobot-device-wheels.sh downloads them, 16 MB): lerobot 0.6.1,
+transformers 5.5.4 (the image has 5.17), tokenizers 0.22.2 (transformers 5.5.4 refuses the image's 0.23.2 at
+import), draccus 0.11.6 and mergedeep 1.3.4 (lerobot's config parser), gymnasium 1.4.0 and farama-notifications
+0.0.6 (lerobot.envs). `datasets` is left out on purpose: without it lerobot imports neither datasets nor PyAV
+for the policy (with datasets but no PyAV its import fails).
+
+CPU check (tiny preset; the lerodoc side in this Python, lerobot's in the reference venv):
+
+    python3 -m bench.train_vs_lerobot --preset tiny --device cpu --batch 2 --steps 2 --lerobot-python ~/.cache/lerodoc/lerobot-0.6.1/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SIDES = ("lerodoc", "lerobot")
+CAMERAS = 3          # cameras 0 and 1 shown to every sample, camera 2 to none
+SHOWN = 2
+CLIP = 1.0
+LR = 2.5e-5
+RESERVE = 200       # seconds kept for each side still to run (lerobot: imports, build, 3 batch sizes)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, nargs="+", default=[4, 16, 32])
+    p.add_argument("--steps", type=int, default=8, help="timed steps per batch size (after 3 warm-up steps)")
+    p.add_argument("--prompt", type=int, default=28, help="prompt tokens (lerobot: its tokenizer_max_length)")
+    p.add_argument("--preset", choices=["full", "tiny"], default="full")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--compile", action="store_true", help="torch.compile lerodoc's model (lerobot: its default)")
+    p.add_argument("--gradient-checkpointing", action="store_true", help="on both sides (default: off, as lerobot)")
+    p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    p.add_argument("--site", default="/tmp/site", help="where the carried wheels were installed (lerobot's side)")
+    p.add_argument("--lerobot-python", default=sys.executable, help="the interpreter of lerobot's side")
+    p.add_argument("--budget", type=float, default=520,
+                   help=f"seconds for the whole run; each side still to come keeps {RESERVE} s of them")
+    p.add_argument("--out", default="train_vs_lerobot.json")
+    p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)       # internal: run one side, write --out
+    return p
+
+
+# ------------------------------------------------------------------------------------------------------------
+# One side, in its own process
+
+
+def run_side(args) -> None:
+    import torch
+
+    from bench.pi05_step import H200_BF16_DENSE, run_batches, synthetic_batch, train_step
+    from lerodoc.pi05.model import flops_per_sample
+    from lerodoc.pi05.presets import PRESETS
+
+    started = time.perf_counter()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    device = torch.device(args.device)
+    config = PRESETS[args.preset]()
+    flops = flops_per_sample(config, args.prompt, cameras=SHOWN)
+    cuda = device.type == "cuda"
+    result = {"side": args.side, "preset": args.preset, "device": torch.cuda.get_device_name() if cuda else "cpu",
+              "torch": torch.__version__, "prompt": args.prompt, "cameras": CAMERAS, "cameras_shown": SHOWN,
+              "action_horizon": config.action_horizon, "action_dim": config.action_dim, "clip": CLIP, "lr": LR,
+              "flops_per_sample": flops, "peak_flops": H200_BF16_DENSE if cuda else None,
+              "gradient_checkpointing": args.gradient_checkpointing, "runs": []}
+
+    def save():
+        Path(args.out).write_text(json.dumps(result, indent=2))
+
+    if args.side == "lerodoc":
+        from lerodoc.pi05.model import PI05
+
+        result["setup"] = (f"PI05 fp32 master weights, bf16 autocast, {'fused ' * cuda}AdamW"
+                           + ", torch.compile" * args.compile)
+        result["import_s"] = time.perf_counter() - started
+        t0 = time.perf_counter()
+        torch.manual_seed(0)
+        with device:
+            model = PI05(config)
+        if args.gradient_checkpointing:
+            if not hasattr(model, "gradient_checkpointing"):
+                raise SystemExit("this lerodoc's PI05 has no gradient_checkpointing")
+            model.gradient_checkpointing = True
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01, fused=cuda)
+        forward = torch.compile(model) if args.compile else model
+        result.update(params=model.num_params(), trainable_params=sum(p.numel() for p in params),
+                      compile=args.compile)
+
+        def make_step(batch_size):
+            batch = synthetic_batch(config, batch_size, args.prompt, device)
+            return train_step(lambda: forward(**batch), params, optimizer, device.type, CLIP)
+    else:
+        import lerobot
+        import transformers
+
+        from bench.lerobot_pi05 import build_policy, camera_keys, policy_batch
+
+        cameras = camera_keys(CAMERAS)
+        result.update(lerobot=lerobot.__version__, transformers=transformers.__version__,
+                      lerobot_file=lerobot.__file__, import_s=time.perf_counter() - started)
+        t0 = time.perf_counter()
+        torch.manual_seed(0)
+        policy = build_policy(asdict(config), cameras, dtype="bfloat16", device=args.device, build_on_device=True,
+                              tokenizer_max_length=args.prompt, gradient_checkpointing=args.gradient_checkpointing)
+        policy.train()
+        optimizer = policy.config.get_optimizer_preset().build(policy.get_optim_params())
+        params = list(policy.parameters())
+        result.update(params=sum(p.numel() for p in params),
+                      trainable_params=sum(p.numel() for p in params if p.requires_grad),
+                      param_dtypes=sorted({str(p.dtype) for p in params}),
+                      optimizer=repr(optimizer.defaults), compile=policy.config.compile_model,
+                      setup='PI05Config(dtype="bfloat16"): bf16 weights (SigLIP, projector, norms fp32), bf16 '
+                            "autocast, AdamW from get_optimizer_preset(), eager attention")
+
+        def make_step(batch_size):
+            batch = policy_batch(synthetic_batch(config, batch_size, args.prompt, device), cameras)
+            return train_step(lambda: policy.forward(batch)[0], params, optimizer, device.type, CLIP)
+
+    if cuda:
+        torch.cuda.synchronize()
+    result["build_s"] = time.perf_counter() - t0
+    print(f"[{args.side}] built in {result['build_s']:.1f} s (imports {result['import_s']:.1f} s), "
+          f"{result['params'] / 1e9:.3f}B params", flush=True)
+    save()
+
+    def on_run(run):
+        result["runs"].append(run)
+        save()
+        print(f"[{args.side}] {json.dumps(run)}", flush=True)
+
+    run_batches(args.batch, make_step, args.steps, device, flops, result["peak_flops"], on_run=on_run,
+                cleanup=lambda: optimizer.zero_grad(set_to_none=True))
+    result["total_s"] = time.perf_counter() - started
+    save()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The parent: both sides, then the table
+
+
+def side_env(side: str, site: str) -> dict:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               PYTHONUNBUFFERED="1")
+    path = [str(ROOT)]
+    if side == "lerobot" and Path(site).is_dir():
+        path.insert(0, site)
+    env["PYTHONPATH"] = os.pathsep.join(path)     # lerodoc's side never sees the carried wheels
+    return env
+
+
+def child_args(args, side: str, out: Path) -> list[str]:
+    python = args.lerobot_python if side == "lerobot" else sys.executable
+    cmd = [python, "-m", "bench.train_vs_lerobot", "--side", side, "--out", str(out), "--preset", args.preset,
+           "--device", args.device, "--steps", str(args.steps), "--prompt", str(args.prompt),
+           "--batch", *map(str, args.batch)]
+    if args.compile:
+        cmd.append("--compile")
+    if args.gradient_checkpointing:
+        cmd.append("--gradient-checkpointing")
+    return cmd
+
+
+def fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table(sides: dict) -> list[str]:
+    lines = [f"{'side':<8} {'batch':>5} {'step s':>8} {'samples/s':>10} {'peak GiB':>9} {'MFU':>6}"]
+    for name, result in sides.items():
+        for run in result.get("runs", []):
+            if "step_s" in run:
+                lines.append(f"{name:<8} {run['batch']:>5} {run['step_s']:>8.3f} {run['samples_per_s']:>10.2f} "
+                             f"{fmt(run['peak_gib'], '.1f'):>9} {fmt(run['mfu'], '.1%'):>6}")
+            else:
+                lines.append(f"{name:<8} {run['batch']:>5} {'out of memory' if run.get('oom') else run['error']}")
+        if result.get("failed"):
+            lines.append(f"{name:<8} failed: {result['failed']}")
+    return lines
+
+
+def ratios(sides: dict) -> dict[int, float]:
+    speed = {name: {r["batch"]: r["samples_per_s"] for r in result.get("runs", []) if "samples_per_s" in r}
+             for name, result in sides.items()}
+    ours, theirs = speed.get("lerodoc", {}), speed.get("lerobot", {})
+    return {b: ours[b] / theirs[b] for b in ours if b in theirs}
+
+
+def main() -> None:
+    args = parser().parse_args()
+    if args.side:
+        run_side(args)
+        sys.stdout.flush()
+        os._exit(0)      # all is saved: skip the interpreter's teardown (compile workers, CUDA context)
+    if args.device.startswith("cuda") and "lerobot" in args.sides and not Path(args.site).is_dir():
+        print(f"warning: {args.site} does not exist: lerobot's side uses {args.lerobot_python}'s own packages",
+              flush=True)
+    sides, failures = {}, []
+    deadline = time.perf_counter() + args.budget
+    with tempfile.TemporaryDirectory(prefix="train_vs_lerobot-") as tmp:
+        for i, side in enumerate(args.sides):
+            out = Path(tmp) / f"{side}.json"
+            started = time.perf_counter()
+            timeout = max(60.0, deadline - started - RESERVE * (len(args.sides) - 1 - i))
+            print(f"=== {side} (at most {timeout:.0f} s): {' '.join(child_args(args, side, out))}", flush=True)
+            try:
+                proc = subprocess.run(child_args(args, side, out), cwd=ROOT, env=side_env(side, args.site),
+                                      timeout=timeout)
+                failed = f"exit status {proc.returncode}" if proc.returncode else None
+            except subprocess.TimeoutExpired:
+                failed = f"stopped after {timeout:.0f} s (--budget)"
+            result = json.loads(out.read_text()) if out.exists() else {"side": side, "runs": []}
+            result["wall_s"] = time.perf_counter() - started
+            if failed and "total_s" in result:
+                result["note"] = f"{failed} after it had saved every result"
+            elif failed:
+                result["failed"] = failed
+                failures.append(side)
+            sides[side] = result
+    summary = {"sides": sides, "ratio_samples_per_s": {str(b): r for b, r in ratios(sides).items()},
+               "args": {k: v for k, v in vars(args).items() if k != "side"}}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=2))
+    print()
+    for name, result in sides.items():
+        print(f"{name}: {result.get('setup', '?')}; {fmt(result.get('params') and result['params'] / 1e9, '.3f')}B "
+              f"params, build {fmt(result.get('build_s'), '.1f')} s, side total {result['wall_s']:.0f} s")
+    print(f"same FLOPs per sample on both sides: {sides[next(iter(sides))].get('flops_per_sample', 0) / 1e12:.2f} "
+          f"TFLOP ({SHOWN} cameras, prompt {args.prompt}); MFU against 989.4 TFLOP/s")
+    print("\n".join(table(sides)))
+    for batch, ratio in ratios(sides).items():
+        print(f"batch {batch}: lerodoc / lerobot = {ratio:.2f}x")
+    print(f"wrote {args.out}")
+    if failures:
+        sys.exit(f"failed: {', '.join(failures)}")
+
+
+if __name__ == "__main__":
+    main()
