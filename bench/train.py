@@ -1,7 +1,7 @@
 """bench/train: `lerodoc train pi05` on real video, as a user runs it: the batch sweep, then a training run.
 
     python -m bench.train [--seed-dataset DIR] [--episodes 60] [--preset full] [--sweep-batches 8,16,32]
-                          [--batch 32] [--steps 60] [--workers 12] [--compile] [--out bench_train.json]
+                          [--batch 32] [--steps 60] [--workers 12] [--compile] [--fsdp] [--out bench_train.json]
 
 The dataset is the seed v2.1 dataset (../shared/data/g1_v21: real AV1 640x480 recordings, keyframe every
 second frame) tiled to --episodes episodes x 2 cameras (bench/dataset.py), with exact quantiles; pi0.5's
@@ -53,6 +53,7 @@ def main() -> None:
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--workers", type=int, default=12)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--fsdp", action="store_true", help="train with --fsdp (FSDP2; one process is one shard)")
     p.add_argument("--skip-sweep", action="store_true")
     p.add_argument("--work", type=Path, default=None)
     p.add_argument("--out", type=Path, default=Path("bench_train.json"))
@@ -74,8 +75,8 @@ def main() -> None:
         print(json.dumps(report["sweep"]), flush=True)
     report["train"] = lerodoc("train", "pi05", dataset, *common, "-o", work / "run", "--batch-per-device", args.batch,
                               "--steps", args.steps, "--save-every", "0", "--log-every", args.log_every,
-                              *(("--compile",) if args.compile else ()))
-    report["train"]["compile"] = args.compile
+                              *(("--compile",) if args.compile else ()), *(("--fsdp",) if args.fsdp else ()))
+    report["train"] |= {"compile": args.compile, "fsdp": args.fsdp}
     report["windows"] = [json.loads(line) for line in (work / "run/metrics.jsonl").read_text().splitlines()
                          if "samples_per_s" in line]
     print(json.dumps(report["train"]), flush=True)
