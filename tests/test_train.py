@@ -148,3 +148,17 @@ def test_missing_tokenizer_file_is_named(dataset, tmp_path):
     proc = run_cli("train", "pi05", dataset, "-o", tmp_path / "run", "--tokenizer", tmp_path / "nope.model",
                    *COMMON, check=False)
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
+
+
+def test_offline_without_tokenizer_fails_in_under_a_second_naming_the_download(dataset, tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "empty-hf"), HF_ENDPOINT="http://127.0.0.1:9")
+    timings = []
+    for _ in range(3):
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "lerodoc", "train", "pi05", str(dataset), "-o",
+                               str(tmp_path / "run")], capture_output=True, text=True, env=env)
+        timings.append(time.perf_counter() - started)
+        assert proc.returncode == 3, proc.stderr
+        assert "lerodoc download tokenizer paligemma" in " ".join(proc.stderr.split())
+    assert min(timings) < 1.0, timings
+    assert not (tmp_path / "run").exists()
