@@ -162,3 +162,15 @@ def test_offline_without_tokenizer_fails_in_under_a_second_naming_the_download(d
         assert "lerodoc download tokenizer paligemma" in " ".join(proc.stderr.split())
     assert min(timings) < 1.0, timings
     assert not (tmp_path / "run").exists()
+
+
+def test_weights_from_a_checkpoint_start_where_it_ended(dataset, tokenizer, tmp_path):
+    """--weights takes a lerobot-layout model.safetensors (here our own checkpoint's) as the starting point."""
+    args = ("--steps", "30", "--batch-per-device", "8", "--save-every", "30")
+    train(dataset, tmp_path / "first", tokenizer, *args)
+    train(dataset, tmp_path / "again", tokenizer, *args, "--weights", tmp_path / "first/checkpoints/step-000030")
+    fresh, tuned = losses(tmp_path / "first"), losses(tmp_path / "again")
+    assert np.mean(tuned[:5]) < 0.8 * np.mean(fresh[:5]), (fresh[:5], tuned[:5])
+    wrong = run_cli("train", "pi05", dataset, "-o", tmp_path / "bad", "--tokenizer", tokenizer, "--preset", "full",
+                    "--weights", tmp_path / "first/checkpoints/step-000030", "--workers", "0", check=False)
+    assert wrong.returncode == 3 and "do not fit the model" in wrong.stderr
