@@ -89,7 +89,7 @@ def test_killed_run_resumes_onto_the_uninterrupted_curve(dataset, tokenizer, tmp
     finished = train(dataset, killed, tokenizer, *args, "--resume", check=False)
     assert finished.returncode == 3 and "complete" in finished.stderr
     changed = train(dataset, killed, tokenizer, "--steps", "60", "--batch-per-device", "2", "--resume", check=False)
-    assert changed.returncode == 3 and "--batch-per-device (2 now, 4 then)" in changed.stderr
+    assert changed.returncode == 3 and "2 per device x 1 process(es) now, 4 x 1 then" in " ".join(changed.stderr.split())
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
@@ -100,15 +100,22 @@ def test_two_processes_give_the_one_process_curve(dataset, tokenizer, tmp_path, 
     one = tmp_path / "one"
     train(dataset, one, tokenizer, *extra, "--batch-per-device", "4")
     two = tmp_path / "two"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(["torchrun", "--nproc-per-node", "2", "--master-port", str(29500 + os.getpid() % 1000),
-                           "-m", "lerodoc", "train", "pi05", str(dataset), "-o", str(two), "--tokenizer",
-                           str(tokenizer), *COMMON, *extra, "--batch-per-device", "2", "--json"],
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout[proc.stdout.index("{"):])
+
+    def torchrun(*more: str) -> dict:
+        proc = subprocess.run(["torchrun", "--nproc-per-node", "2", "--master-port", str(29500 + os.getpid() % 1000),
+                               "-m", "lerodoc", "train", "pi05", str(dataset), "-o", str(two), "--tokenizer",
+                               str(tokenizer), *COMMON, *extra, "--batch-per-device", "2", "--json", *more],
+                              capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout[proc.stdout.index("{"):])
+
+    summary = torchrun()
     assert summary["world_size"] == 2 and summary["global_batch"] == 4
     np.testing.assert_allclose(losses(two), losses(one), rtol=1e-5, atol=1e-6)
+    if mode == "ddp":  # as if killed after step 6: both ranks resume from its checkpoint onto the same curve
+        shutil.rmtree(two / "checkpoints/step-000012")
+        torchrun("--resume")
+        np.testing.assert_allclose(losses(two), losses(one), rtol=1e-5, atol=1e-6)
     if mode == "ddp":  # the same weights come out
         from safetensors.torch import load_file
         a, b = (load_file(str(r / "checkpoints/step-000012/model.safetensors")) for r in (one, two))
@@ -174,3 +181,19 @@ def test_weights_from_a_checkpoint_start_where_it_ended(dataset, tokenizer, tmp_
     wrong = run_cli("train", "pi05", dataset, "-o", tmp_path / "bad", "--tokenizer", tokenizer, "--preset", "full",
                     "--weights", tmp_path / "first/checkpoints/step-000030", "--workers", "0", check=False)
     assert wrong.returncode == 3 and "do not fit the model" in wrong.stderr
+
+
+G1 = Path(__file__).resolve().parents[2] / "shared/data/g1_v21"
+
+
+@pytest.mark.shared
+def test_trains_on_the_real_g1_recordings(tokenizer, tmp_path):
+    """Real AV1 640x480 video and a 26-dim humanoid state/action (v2.1): quantiles, then a few tiny steps."""
+    if not G1.is_dir():
+        pytest.skip("../shared/data/g1_v21 is absent")
+    root = tmp_path / "g1"
+    run_cli("quantiles", G1, "-o", root)
+    proc = train(root, tmp_path / "run", tokenizer, "--steps", "6", "--batch-per-device", "4", "--save-every", "6",
+                 "--json")
+    summary = json.loads(proc.stdout)
+    assert summary["steps"] == 6 and np.isfinite(summary["final_loss"])

@@ -34,7 +34,7 @@ from lerodoc.pi05.plot import plot_losses
 from lerodoc.pi05.presets import PRESETS
 
 # options that change the loss curve: a resume must use the values the run started with
-CURVE_OPTIONS = ("dataset", "preset", "steps", "batch_per_device", "lr", "min_lr", "warmup_steps", "weight_decay",
+CURVE_OPTIONS = ("dataset", "preset", "steps", "lr", "min_lr", "warmup_steps", "weight_decay",
                  "clip", "ema", "seed", "weights", "precision", "data")
 
 
@@ -229,6 +229,8 @@ def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
                 f"--{k.replace('_', '-')} ({getattr(run, k)} now, {getattr(saved, k)} then)" for k in changed),
                 file=output / "config.json", hint="resume with the options the run started with")
         run = replace(run, data=saved.data)
+    else:
+        saved = None
     dataset = preflight.check_dataset(Path(run.dataset))
     data = run.data or DataSpec(action_key="action", state_key="observation.state", cameras=(), action_horizon=0,
                                 image_size=0, state_in_prompt=True, max_token_len=0)
@@ -259,6 +261,11 @@ def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
         longest = longest_prompt(frames, dataset.tasks, tokenizer, data.state_in_prompt)
         data = replace(data, max_token_len=-(-longest // 8) * 8)
     procs = start_processes(run.device)
+    if saved and saved.batch_per_device * saved.world_size != run.batch_per_device * procs.world:
+        raise LerodocError(f"differs from the run being resumed in its global batch: {run.batch_per_device} per "
+                           f"device x {procs.world} process(es) now, {saved.batch_per_device} x {saved.world_size} "
+                           "then", file=output / "config.json",
+                           hint="keep --batch-per-device x processes equal to resume the same curve")
     return Setup(replace(run, data=data, world_size=procs.world), procs, dataset, frames, tokenizer, config, weights)
 
 
