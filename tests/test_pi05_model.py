@@ -330,3 +330,22 @@ def test_same_weights_give_lerobots_loss_actions_and_gradients(model, tmp_path):
             torch.testing.assert_close(p.grad, g, atol=1e-5 * g.abs().max().item() + 1e-9, rtol=0, msg=name)
         else:
             assert "grad." + name not in theirs or not theirs["grad." + name].any(), name
+
+
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(model):
+    b = make_batch(model.config)
+    train_a_little(model, b)
+
+    def loss_and_grads():
+        model.zero_grad()
+        loss = loss_of(model, b)
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    plain_loss, plain = loss_and_grads()
+    model.gradient_checkpointing = True
+    ckpt_loss, ckpt = loss_and_grads()
+    torch.testing.assert_close(ckpt_loss, plain_loss)
+    assert ckpt.keys() == plain.keys()
+    for name in plain:
+        torch.testing.assert_close(ckpt[name], plain[name], rtol=1e-5, atol=1e-7)

@@ -197,3 +197,20 @@ def test_trains_on_the_real_g1_recordings(tokenizer, tmp_path):
                  "--json")
     summary = json.loads(proc.stdout)
     assert summary["steps"] == 6 and np.isfinite(summary["final_loss"])
+
+
+def test_ema_is_saved_and_resumed(dataset, tokenizer, tmp_path):
+    from safetensors.torch import load_file
+    args = ("--steps", "10", "--batch-per-device", "4", "--save-every", "5", "--ema", "0.5")
+    run = tmp_path / "run"
+    train(dataset, run, tokenizer, *args)
+    final = run / "checkpoints/step-000010"
+    ema, model = load_file(str(final / "ema.safetensors")), load_file(str(final / "model.safetensors"))
+    name = "model.action_out_proj.weight"
+    assert name in ema and not np.allclose(ema[name].numpy(), model[name].numpy())
+    uninterrupted = losses(run)
+    shutil.move(final, tmp_path / "kept")
+    train(dataset, run, tokenizer, *args, "--resume")
+    np.testing.assert_allclose(losses(run), uninterrupted, rtol=0, atol=1e-6)
+    again = load_file(str(final / "ema.safetensors"))
+    assert all(np.allclose(again[k].numpy(), ema[k].numpy(), atol=1e-7) for k in ema)
