@@ -1,4 +1,7 @@
-"""The `lerodoc` command line: one Typer app, one module per command, errors rendered once."""
+"""The `lerodoc` command line: one Typer app, one module per command, errors rendered once.
+
+Command modules import their core operation inside the command, so `lerodoc --help` and failures found
+before any work (a missing tokenizer, say) answer without loading pyarrow, PyAV or torch."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.ops.convert import convert as convert_dataset
 from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, OutputOpt, WorkersOpt
 
 
@@ -37,6 +36,7 @@ def convert(
     The output is written beside its final name and appears only after every episode verified.
     """
     with render.progress(not json) as track:
+        from lerodoc.ops.convert import convert as convert_dataset
         report = convert_dataset(dataset, output, to=to.value if to else None, workers=workers, force=force,
                                  data_file_size_mb=data_file_size_mb or None,
                                  video_file_size_mb=video_file_size_mb or None, progress=track)

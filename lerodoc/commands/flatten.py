@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.ops.flatten import flatten as flatten_dataset
 from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
 
 OptionalOutput = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the result here (unchanged "
@@ -31,6 +30,7 @@ def flatten(
     `datasets` before and after 4.0); stats of the flattened columns are recomputed. A ragged column is
     an error naming the column and the episode.
     """
+    from lerodoc.ops.flatten import flatten as flatten_dataset
     report = flatten_dataset(dataset, output, in_place=in_place, columns=columns or None, workers=workers,
                              force=force)
     if json:

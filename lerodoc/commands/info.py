@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from lerodoc import render
-from lerodoc.ops.info import describe
 from lerodoc.options import DatasetArg, JsonOpt
-from lerodoc.stats import BASIC, QUANTILES
 
 
 def _coverage(keys: list[str]) -> str:
     """'basic+q' when min/max/mean/std/count and q01..q99 are all there, else what is."""
+    from lerodoc.stats import BASIC, QUANTILES
     have = set(keys)
     parts = ["basic" if have >= set(BASIC) else " ".join(k for k in BASIC if k in have),
              "q" if have >= set(QUANTILES) else " ".join(k for k in QUANTILES if k in have)]
@@ -18,6 +17,7 @@ def _coverage(keys: list[str]) -> str:
 
 def info(dataset: DatasetArg, json: JsonOpt = False) -> None:
     """Version, fps, totals, features, cameras (codec, size, pixel format) and which stats exist."""
+    from lerodoc.ops.info import describe
     report = describe(dataset)
     if json:
         render.print_json(report)

@@ -9,7 +9,6 @@ import typer
 
 from lerodoc import render
 from lerodoc.commands.convert import Target
-from lerodoc.ops.merge import merge as merge_datasets
 from lerodoc.options import DEFAULT_WORKERS, ForceOpt, JsonOpt, OutputOpt, WorkersOpt
 
 SourcesArg = Annotated[list[Path], typer.Argument(help="Datasets to merge, in order (called A, B, C, ...).",
@@ -37,6 +36,7 @@ def merge(
     recomputed from the merged rows (quantiles exact). A single source with --exclude deletes episodes.
     """
     with render.progress(not json) as track:
+        from lerodoc.ops.merge import merge as merge_datasets
         report = merge_datasets(sources, output, exclude=exclude, episodes=episodes, to=to.value,
                                 workers=workers, force=force, progress=track)
     if json:

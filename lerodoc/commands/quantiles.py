@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.ops.quantiles import quantiles as compute_quantiles
 from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
 
 
@@ -34,6 +33,7 @@ def quantiles(
     exploding losses). Stats go to stats.json and the per-episode stats of v3.0, or episodes_stats.jsonl
     of v2.1; no other file changes.
     """
+    from lerodoc.ops.quantiles import quantiles as compute_quantiles
     report = compute_quantiles(dataset, output, in_place=in_place, features=features or None, workers=workers,
                                budget=budget_mb << 17, openpi_path=openpi_norm_stats, force=force)
     if json:

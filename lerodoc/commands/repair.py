@@ -9,7 +9,6 @@ import typer
 from lerodoc import render
 from lerodoc.commands.flatten import OptionalOutput
 from lerodoc.errors import ExitCode
-from lerodoc.ops.repair import repair as repair_dataset
 from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
 
 
@@ -29,6 +28,7 @@ def repair(
     names and codec spellings, list[1] columns and misplaced files are fixed; the result is validated
     and what still needs a human is listed. Exit 1 when errors remain.
     """
+    from lerodoc.ops.repair import repair as repair_dataset
     report = repair_dataset(dataset, output, in_place=in_place, workers=workers, force=force,
                             drop_broken=drop_broken)
     if json:

@@ -8,7 +8,6 @@ import typer
 
 from lerodoc import render
 from lerodoc.commands.flatten import OptionalOutput
-from lerodoc.ops.select import select as select_channels
 from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
 
 SpecOpt = "SPEC: feature, feature[28:42], feature[3,5], feature[name,glob*]; repeat to concatenate."
@@ -32,6 +31,7 @@ def select(
     stats (per episode and dataset, with exact quantiles) follow the selected channels; source features
     are dropped unless --keep-source. Per-frame values equal the source slices.
     """
+    from lerodoc.ops.select import select as select_channels
     report = select_channels(dataset, output, state=state, action=action, keep_source=keep_source,
                              dry_run=dry_run, in_place=in_place, workers=workers, force=force)
     if json:

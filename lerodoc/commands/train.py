@@ -85,10 +85,10 @@ def pi05(
     and weights found, the run folder free unless --resume), then the loop: AdamW, warmup + cosine, grad
     clip, bf16 autocast on GPU. Under torchrun every process runs this same command (DDP, or --fsdp).
     """
-    from lerodoc.pi05.preflight import locate_asset
-    locate_asset("tokenizer", tokenizer)   # first, before torch loads: a missing asset fails in under a second
+    from lerodoc.hub import locate
+    locate("tokenizer", tokenizer)   # first, before torch and pyarrow load: a missing asset fails in under a second
     if weights:
-        locate_asset("weights", weights)
+        locate("weights", weights)
     from lerodoc.pi05.data import DataSpec
     from lerodoc.pi05.train import RunConfig, sweep as run_sweep, train
 

@@ -9,7 +9,6 @@ import typer
 
 from lerodoc import render
 from lerodoc.errors import ExitCode
-from lerodoc.ops.validate import catalogue, validate as validate_dataset
 from lerodoc.options import JsonOpt
 
 
@@ -28,6 +27,7 @@ def validate(
     wrong and how to fix it, and whether `lerodoc repair` fixes it. Exit 0 when there is no error
     (warnings allowed), 1 when there are errors.
     """
+    from lerodoc.ops.validate import catalogue, validate as validate_dataset
     if list_checks:
         rows = catalogue()
         if json:

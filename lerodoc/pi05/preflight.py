@@ -74,18 +74,6 @@ def check_features(dataset: Dataset, action_key: str, state_key: str | None, cam
                                hint=f"video features: {', '.join(dataset.info.video_keys) or 'none'}")
 
 
-def locate_asset(kind: str, spec: str) -> Path:
-    """A tokenizer or weights file: a local path as given, else a known asset name in the hub cache."""
-    path = Path(spec).expanduser()
-    wanted = "tokenizer.model" if kind == "tokenizer" else "model.safetensors"
-    if path.is_dir() and (path / wanted).is_file():
-        return path / wanted
-    if path.is_file():
-        return path
-    from lerodoc.hub import locate
-    return locate(kind, spec)
-
-
 def check_run_folder(output: Path, resume: bool) -> None:
     if resume:
         if not (output / "config.json").is_file():

@@ -27,6 +27,7 @@ from lerodoc import render
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json
+from lerodoc.hub import locate
 from lerodoc.pi05 import checkpoint, preflight
 from lerodoc.pi05.data import DataSpec, Frames, Tokenizer, TrainingBatches, load_frames, longest_prompt
 from lerodoc.pi05.model import PI05, PI05Config, flops_per_sample
@@ -239,8 +240,8 @@ def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
     if data.state_key == "observation.state" and data.state_key not in dataset.info.features:
         data = replace(data, state_key=None, state_in_prompt=False)
     preflight.check_features(dataset, data.action_key, data.state_key, data.cameras)
-    tokenizer = Tokenizer(preflight.locate_asset("tokenizer", run.tokenizer))
-    weights = preflight.locate_asset("weights", run.weights) if run.weights else None
+    tokenizer = Tokenizer(locate("tokenizer", run.tokenizer))
+    weights = locate("weights", run.weights) if run.weights else None
     preset = PRESETS.get(run.preset)
     if preset is None:
         raise LerodocError(f"unknown preset {run.preset!r}", hint=f"choose one of {', '.join(PRESETS)}")
