@@ -7,7 +7,8 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from lerodoc.errors import LerodocError
+from lerodoc import formats
+from lerodoc.errors import LerodocError, VerificationError
 
 TEMP_SUFFIX = ".lerodoc-tmp"
 
@@ -21,7 +22,8 @@ def staged_output(out: Path, *, force: bool = False):
     """Yield a temp directory beside `out`; promote it to `out` only when the block succeeds.
 
     Any exception (Ctrl-C included) removes the temp directory, so no half-written dataset is left
-    under the name the user asked for.
+    under the name the user asked for. A dataset that LeRobotDataset 0.6.1 could not load (a data column
+    its `datasets` cast refuses) is not promoted either: that is a VerificationError.
     """
     out = Path(out).absolute()
     if out.exists() and not force:
@@ -32,6 +34,13 @@ def staged_output(out: Path, *, force: bool = False):
     tmp.mkdir()
     try:
         yield tmp
+        if (tmp / formats.INFO_PATH).is_file():
+            problems = formats.load_problems(tmp)
+            if problems:
+                raise VerificationError("the output would not load in LeRobotDataset: " + "; ".join(problems[:3])
+                                        + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""),
+                                        file=out, hint="nothing was written; lerodoc validate names the columns "
+                                                       "and lerodoc flatten stores list columns as lerobot loads them")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

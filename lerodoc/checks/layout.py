@@ -21,7 +21,7 @@ from lerodoc import formats
 from lerodoc.checks import ERROR, WARNING, Context, Finding
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
-from lerodoc.formats.hf import ARROW
+from lerodoc.formats.hf import schema_problems
 from lerodoc.formats.info import INDEX_FEATURES, NON_NUMERIC_DTYPES
 from lerodoc.parquet_io import column_matrix
 
@@ -345,7 +345,7 @@ def _schemas(ctx: Context) -> list[Finding]:
         first = files[0]
         others = f" (and {len(files) - 1} more files with this schema)" if len(files) > 1 else ""
         where = dict(file=first.path, episode=_only_episode(by_file.get(first.path, [])))
-        for code, feature, text in _schema_problems(ctx.dataset.info.features, first.schema):
+        for code, feature, text in schema_problems(ctx.dataset.info.features, first.schema):
             out.append(_finding(code, f"{first.path}: {text}{others}", feature=feature, **where))
     return out
 
@@ -373,59 +373,6 @@ def _hf_metadata(ctx: Context) -> list[Finding]:
         return []
     others = f" (and {len(files) - 1} more files)" if len(files) > 1 else ""
     return [_finding("LAY039", f"{files[0]}: the huggingface schema metadata uses 'List'{others}", file=files[0])]
-
-
-def _list_levels(kind: pa.DataType) -> tuple[list[int | None], pa.DataType]:
-    """The list sizes around a column's values (None for variable-length) and the value type."""
-    sizes = []
-    while pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        sizes.append(kind.list_size if pa.types.is_fixed_size_list(kind) else None)
-        kind = kind.value_type
-    return sizes, kind
-
-
-def _schema_problems(features: dict, schema: pa.Schema) -> list[tuple[str, str, str]]:
-    """(code, feature, message) for each column that does not match the features."""
-    out = []
-    for name, spec in features.items():
-        if spec.get("dtype") == "video":
-            continue
-        if name not in schema.names:
-            out.append(("LAY032", name, f"no column {name!r} (feature dtype {spec.get('dtype')})"))
-            continue
-        problem = _column_problem(spec, schema.field(name).type)
-        if problem:
-            out.append((problem[0], name, f"column {name!r} {problem[1]}"))
-    for name in schema.names:
-        if name not in features and not name.startswith("__index_level_"):
-            out.append(("LAY038", name, f"column {name!r} ({schema.field(name).type}) is not in info.json features"))
-    return out
-
-
-def _column_problem(spec: dict, kind: pa.DataType) -> tuple[str, str] | None:
-    dtype, shape = spec["dtype"], list(spec.get("shape") or [])
-    if dtype == "image":
-        if not (pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0):
-            return "LAY037", f"is {kind}, not struct<bytes, path>"
-        return None
-    if dtype not in ARROW:
-        return None
-    sizes, value = _list_levels(kind)
-    if shape == [1] and sizes:
-        if sizes == [None] or sizes == [1]:
-            return "LAY033", f"is {kind} for a shape [1] feature; lerobot needs a scalar {dtype} column"
-        return "LAY034", f"is {kind} for a shape [1] feature"
-    if len(shape) == 1 and shape != [1] and (len(sizes) != 1 or sizes[0] not in (None, shape[0])):
-        return "LAY034", f"is {kind} for shape {shape}; expected a list of {shape[0]} {dtype}"
-    if len(shape) > 1 and len(sizes) != len(shape):
-        return "LAY034", f"is {kind} for shape {shape}; expected {len(shape)} list levels"
-    expected = ARROW[dtype]
-    if value == expected or (dtype == "string" and pa.types.is_large_string(value)):
-        return None
-    numeric = [pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) for t in (value, expected)]
-    if all(numeric):
-        return "LAY035", f"holds {value}, feature dtype is {dtype}"
-    return "LAY036", f"holds {value}, feature dtype is {dtype}"
 
 
 # ---------------------------------------------------------------- where files are on disk

@@ -43,3 +43,25 @@ def module(version: str) -> ModuleType:
     if version not in VERSIONS:
         raise LerodocError(f"unknown format version {version!r}; choose one of {', '.join(VERSIONS)}")
     return importlib.import_module(f"lerodoc.formats.v{version[1]}{version[3]}")
+
+
+def load_problems(root: Path) -> list[str]:
+    """What would stop LeRobotDataset 0.6.1 from loading the dataset at `root`: each data parquet's schema
+    against info.json's features, as the `datasets` cast on load sees it (footers only, no rows read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lerodoc.formats.hf import CAST_ON_LOAD, schema_problems
+
+    root = Path(root)
+    features = read_json(root / INFO_PATH).get("features") or {}
+    problems = []
+    for path in sorted(root.glob("data/**/*.parquet")):
+        try:
+            schema = pq.read_schema(path)
+        except (OSError, pa.ArrowException) as exc:
+            problems.append(f"{path.relative_to(root)}: cannot be read ({exc})")
+            continue
+        problems += [f"{path.relative_to(root)}: {code} {text}" for code, _, text in schema_problems(features, schema)
+                     if code not in CAST_ON_LOAD]
+    return problems

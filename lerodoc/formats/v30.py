@@ -60,14 +60,43 @@ def chunk_file_of(path: str) -> tuple[int, int]:
 
 
 def read_tasks(root: Path) -> list[str]:
+    """Task strings by task_index. The text may be a column `task` (lerobot 0.6.1) or the pandas index
+    (lerobot 0.4.x: `__index_level_0__`, unnamed in the pandas metadata); both are what lerobot reads."""
     path = root / TASKS_PATH
     table = _read_table(path)
-    if "task_index" not in table.column_names or "task" not in table.column_names:
-        raise LerodocError("needs columns task_index and task", file=path)
-    pairs = sorted(zip(table["task_index"].to_pylist(), table["task"].to_pylist()))
+    columns = _logical_columns(table)
+    text = columns.get("task")
+    if text is None:
+        unnamed = [c for name, c in columns.items() if name.startswith("__index_level_")
+                   and (pa.types.is_string(table.schema.field(c).type)
+                        or pa.types.is_large_string(table.schema.field(c).type))]
+        text = unnamed[0] if len(unnamed) == 1 else None
+    if "task_index" not in columns or text is None:
+        raise LerodocError(f"needs the columns task_index and task (or the task strings as the pandas index); "
+                           f"it has {', '.join(table.column_names) or 'no columns'}", file=path)
+    indices, texts = table[columns["task_index"]].to_pylist(), table[text].to_pylist()
+    if any(not isinstance(i, int) for i in indices) or any(not isinstance(t, str) for t in texts):
+        raise LerodocError("task_index must hold integers and task strings, with no nulls", file=path,
+                           field="task_index")
+    pairs = sorted(zip(indices, texts))
     if [i for i, _ in pairs] != list(range(len(pairs))):
         raise LerodocError(f"task_index values are not 0..{len(pairs) - 1}", file=path, field="task_index")
     return [t for _, t in pairs]
+
+
+def _logical_columns(table: pa.Table) -> dict[str, str]:
+    """Logical name -> parquet column. pandas stores a named index under its name and an unnamed one as
+    `__index_level_N__`; its schema metadata maps one to the other."""
+    names = {c: c for c in table.column_names}
+    try:
+        meta = json.loads((table.schema.metadata or {}).get(b"pandas", b"{}"))
+        for entry in meta.get("columns") or []:
+            field_name, name = entry.get("field_name"), entry.get("name")
+            if field_name in table.column_names and isinstance(name, str) and name not in names:
+                names[name] = field_name
+    except (ValueError, AttributeError, TypeError):
+        pass   # unreadable pandas metadata: the column names are all there is
+    return names
 
 
 def _read_table(path: Path) -> pa.Table:
@@ -130,7 +159,7 @@ def read(root: Path, info: Info):
         ep.data_row = ep.from_index - first_row[ep.data_file]
     stats_path = root / STATS_PATH
     from lerodoc.formats import read_json
-    stats = stats_from_json(read_json(stats_path)) if stats_path.is_file() else None
+    stats = stats_from_json(read_json(stats_path), stats_path) if stats_path.is_file() else None
     return episodes, read_tasks(root), stats
 
 

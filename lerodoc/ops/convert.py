@@ -34,6 +34,7 @@ class ConvertReport:
     seconds: float = 0.0
     renumbered_episodes: list[int] = field(default_factory=list)
     reencoded_clips: list[dict] = field(default_factory=list)
+    normalised_columns: dict[str, dict] = field(default_factory=dict)   # column -> {"from", "to"} Arrow types
     warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -59,8 +60,9 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
                            bytes_in=rewrite.tree_size(ds.root), bytes_out=0)
     picks = [rewrite.Pick(ds, ep) for ep in ds.episodes]
     rewrite.check_files(picks)
+    schema, report.normalised_columns = rewrite.target_schema(ds)
     with staged_output(out, force=force) as tmp:
-        result = rewrite.write(picks, ds.info, ds.tasks, to, tmp, rewrite.target_schema(ds), caps_mb=caps,
+        result = rewrite.write(picks, ds.info, ds.tasks, to, tmp, schema, caps_mb=caps,
                                workers=workers, progress=progress)
         episodes = result.episodes
         stats = merge_dataset_stats(aggregate([ep.stats for ep in episodes]), ds.stats) if to == "v3.0" else None

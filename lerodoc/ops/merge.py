@@ -50,6 +50,7 @@ class MergeReport:
     frames: int = 0
     tasks: int = 0
     reconciled: list[str] = field(default_factory=list)
+    normalised_columns: dict[str, dict] = field(default_factory=dict)   # column -> {"from", "to"} Arrow types
     reencoded_clips: list[dict] = field(default_factory=list)
     bytes_copied: int = 0
     seconds: float = 0.0
@@ -213,17 +214,20 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
         notes.append("per-episode stats reshaped to their feature's shape (e.g. (1,1) -> (1,))")
     if not picks:
         raise LerodocError("nothing to write: every episode is excluded")
-    schemas = [rewrite.target_schema(ds) for ds in datasets]
-    if any(not s.equals(schemas[0], check_metadata=True) for s in schemas[1:]):
-        notes.append("parquet schemas differ in representation (list storage or `datasets` metadata); "
-                     f"all rows written with {labels[0]}'s schema")
+    targets = [rewrite.target_schema(ds, info.features) for ds in datasets]
+    schema = targets[0][0]
+    normalised = {name: change for _, changes in targets for name, change in changes.items()}
+    if any(not s.equals(schema, check_metadata=False) for s, _ in targets[1:]):
+        notes.append("parquet column types differ between sources; all rows written with "
+                     f"{labels[0]}'s types ({', '.join(n for s, _ in targets for n in s.names if n in schema.names and s.field(n).type != schema.field(n).type)})")
     info.data_files_size_in_mb = max(1, math.ceil(info.data_files_size_in_mb))
     caps = (info.data_files_size_in_mb, info.video_files_size_in_mb)
     rewrite.check_files(picks)
 
-    report = MergeReport(output=str(Path(out).absolute()), to_version=to, sources=summaries, reconciled=notes)
+    report = MergeReport(output=str(Path(out).absolute()), to_version=to, sources=summaries, reconciled=notes,
+                         normalised_columns=normalised)
     with staged_output(Path(out), force=force) as tmp:
-        result = rewrite.write(picks, info, tasks, to, tmp, schemas[0], caps_mb=caps, workers=workers,
+        result = rewrite.write(picks, info, tasks, to, tmp, schema, caps_mb=caps, workers=workers,
                                progress=progress)
         new_eps = result.episodes
         stats = aggregate([ep.stats for ep in new_eps])

@@ -181,7 +181,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     for ep in episodes:
         ep.stats = _clean_stats(ep.stats, info.features)
     picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
-    schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds))
+    schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds)[0])
     caps = (info.data_files_size_in_mb, info.video_files_size_in_mb)
     info.data_files_size_in_mb = max(1, math.ceil(info.data_files_size_in_mb))
     target = Path(ds.root if in_place else out)

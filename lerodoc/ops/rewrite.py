@@ -21,6 +21,7 @@ from lerodoc import video
 from lerodoc.dataset import Dataset, Episode, VideoSpan
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21, v30
+from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_digests, column_matrix, from_numpy, numpy_dtype, read_parquet
@@ -321,11 +322,12 @@ def _data_bytes(ds: Dataset, ep: Episode) -> int:
     return ds.path(ep.data_file).stat().st_size * ep.length // max(ds.rows_in_file(ep.data_file), 1)
 
 
-def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float, float], retime: bool = False
-         ) -> tuple[list[Episode], list[list[RowPiece]], list[VideoJob]]:
+def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float, float], retime: bool = False,
+         schema: pa.Schema | None = None) -> tuple[list[Episode], list[list[RowPiece]], list[VideoJob]]:
     """New episodes (numbered 0..N-1 in pick order), row jobs and video jobs for writing `to` under `out`.
 
-    `caps_mb` are the v3.0 data and video file size caps in MB.
+    `caps_mb` are the v3.0 data and video file size caps in MB; a data file is reused whole only when its
+    columns already have `schema`'s types.
     """
     new_eps, cursor = [], 0
     for number, pick in enumerate(picks):
@@ -335,7 +337,7 @@ def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float
     linked: set[int] = set()
     if to == "v3.0":
         chunk, file = 0, 0
-        whole = () if retime else _unchanged_data_files(picks, new_eps)
+        whole = () if retime else _unchanged_data_files(picks, new_eps, schema)
         for kind, group in file_groups([_data_bytes(p.dataset, p.episode) for p in picks], caps_mb[0] * MB, whole):
             for i in group:
                 new_eps[i].data_file = v30.data_file(chunk, file)
@@ -400,17 +402,21 @@ def _whole_files(picks: list[Pick], key: str) -> tuple[tuple[int, int], ...]:
     return tuple(_whole_runs(picks, lambda e: e.videos[key].file))
 
 
-def _unchanged_data_files(picks: list[Pick], new_eps: list[Episode]) -> tuple[tuple[int, int], ...]:
+def _unchanged_data_files(picks: list[Pick], new_eps: list[Episode], schema: pa.Schema | None
+                          ) -> tuple[tuple[int, int], ...]:
     """Data files that can be reused as they are: a whole-file run whose rows keep their episode_index,
-    index and task_index, whose episodes have stats, and whose file holds just those rows."""
+    index and task_index, whose episodes have stats, whose file holds just those rows, and whose columns
+    already have the target `schema`'s types."""
     runs = []
     for i, j in _whole_runs(picks, lambda e: e.data_file):
         pick = picks[i]
         same_ids = all((p.episode.index, p.episode.from_index) == (n.index, n.from_index)
                        for p, n in zip(picks[i:j], new_eps[i:j]))
         same_tasks = pick.task_map is None or list(pick.task_map) == list(range(len(pick.task_map)))
-        rows = pq.ParquetFile(pick.dataset.path(pick.episode.data_file)).metadata.num_rows
-        if same_ids and same_tasks and all(p.episode.stats for p in picks[i:j]) \
+        parquet = pq.ParquetFile(pick.dataset.path(pick.episode.data_file))
+        rows, own = parquet.metadata.num_rows, parquet.schema_arrow
+        same_schema = schema is None or own.equals(schema, check_metadata=False)
+        if same_ids and same_tasks and same_schema and all(p.episode.stats for p in picks[i:j]) \
                 and rows == sum(p.episode.length for p in picks[i:j]):
             runs.append((i, j))
     return tuple(runs)
@@ -436,7 +442,7 @@ def write(picks: list[Pick], info: Info, tasks: list[str], to: str, tmp: Path, s
     if to not in TARGETS:
         raise LerodocError(f"cannot write {to}; lerodoc writes {', '.join(TARGETS)}")
     check_files(picks)
-    new_eps, row_jobs, video_jobs = plan(picks, info, to, tmp, caps_mb, retime)
+    new_eps, row_jobs, video_jobs = plan(picks, info, to, tmp, caps_mb, retime, schema)
     result = Result(new_eps)
     # One pool for both kinds of job, video first (the longest), so rows and videos overlap.
     jobs = [(write_videos, (job, info.fps)) for job in video_jobs] + [(write_rows, (job, schema)) for job in row_jobs]
@@ -478,13 +484,15 @@ def verify(root: Path, to: str, expected: list[Episode]) -> None:
         raise VerificationError("written metadata does not describe the planned episodes", file=root)
 
 
-def target_schema(dataset: Dataset) -> pa.Schema:
-    """The first data file's schema (with its `datasets` metadata): every output file gets it."""
+def target_schema(dataset: Dataset, features: dict | None = None) -> tuple[pa.Schema, dict[str, dict[str, str]]]:
+    """The schema every output file gets: the first data file's columns in the representation lerobot 0.6.1
+    loads (`hf.storage_schema` of `features`, the dataset's own by default), and the columns it changes."""
     path = dataset.path(dataset.episodes[0].data_file)
     try:
-        return pq.read_schema(path)
+        schema = pq.read_schema(path)
     except (OSError, pa.ArrowException) as exc:
         raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=dataset.episodes[0].index) from None
+    return storage_schema(features or dataset.info.features, schema)
 
 
 def tree_size(root: Path) -> int:
