@@ -40,19 +40,37 @@ CODES = {
                "lerodoc repair recomputes the stats", True),
     "STA015": (ERROR, "a feature that training normalises has no stats",
                "lerodoc quantiles (or repair) computes them; cameras need an entry for use_imagenet_stats", True),
-    "STA020": (ERROR, "observation.state/action stats lack q01/q99 (pi0.5's QUANTILES normalisation raises)",
+    "STA020": (WARNING, "observation.state/action stats lack q01/q99 (pi0.5's QUANTILES normalisation needs them; "
+                        "lerobot's converter and older recorders write none, and train pi05 refuses the dataset)",
                "lerodoc quantiles adds exact q01..q99", True),
     "STA021": (WARNING, "observation.state/action stats lack q01/q99 (needed by pi0.5 once converted to v3.0)",
                "lerodoc quantiles adds exact q01..q99", True),
-    "STA022": (ERROR, "stats are out of order (q01 > q99, min > max, mean outside [min, max], std < 0)",
+    "STA022": (ERROR, "stats are out of order beyond what rounding explains (q01 > q99, min > max, mean or a "
+                      "quantile outside [min, max], std < 0)",
+               "lerodoc repair recomputes the stats", True),
+    "STA023": (WARNING, "stats are out of order by a little more than rounding of the feature's dtype explains "
+                        "(at most 0.1% of the channel's range beyond it; harmless for training)",
                "lerodoc repair recomputes the stats", True),
     "STA030": (WARNING, "a near-constant channel: q99 - q01 is tiny, so quantile normalisation divides by ~0",
                "drop the channel with lerodoc select", False),
     "STA031": (WARNING, "an extreme channel: its quantile-normalised min or max is far outside [-1, 1]",
                "drop or rescale the channel with lerodoc select (the loss-explosion cause)", False),
-    "STA040": (ERROR, "stats disagree with the data", "lerodoc repair recomputes the stats", True),
+    "STA040": (ERROR, "stats disagree with the data beyond rounding (min/max beyond the dtype's rounding, mean "
+                      "beyond float32 summation error, std beyond E[x^2]-E[x]^2 cancellation, count != rows, a "
+                      "per-episode quantile off by more than a quarter of the channel's range)",
+               "lerodoc repair recomputes the stats", True),
     "STA041": (WARNING, "stats of a bookkeeping column (index, episode_index, ...) disagree with the data; "
                         "training does not use them (stale after a merge)",
+               "lerodoc repair recomputes the stats", True),
+    "STA042": (WARNING, "a std carries the float32 cancellation error of E[x^2] - E[x]^2 (lerobot >= 0.4's "
+                        "formula: e.g. std 0.008 on a channel that is constantly 9.81); within that formula's error "
+                        "bound, so lerobot's normal output",
+               "lerodoc repair recomputes the stats", True),
+    "STA043": (WARNING, "a per-episode quantile is further from the data's than lerobot's histogram quantiles "
+                        "(5000 bins, interpolated) explain, by up to a quarter of the channel's range",
+               "lerodoc repair recomputes the stats", True),
+    "STA044": (WARNING, "v2.1 meta/stats.json min/max/mean/std/count disagree with the data; lerobot reads "
+                        "episodes_stats.jsonl instead, so training does not use them (stale from an older version)",
                "lerodoc repair recomputes the stats", True),
     "STA050": (ERROR, "the data holds NaN or infinite values", "fix or drop the affected episodes", False),
     "STA051": (ERROR, "a vector column's rows do not hold shape[0] values",
@@ -64,7 +82,6 @@ _finding = finding_factory(CODES)
 STATE_ACTION = ("observation.state", "action")
 VISUAL = ("image", "video")
 ORDER = ("min", "q01", "q10", "q50", "q90", "q99", "max")
-RTOL = {np.dtype("float32"): 1e-4, np.dtype("float16"): 1e-2}   # of the channel's magnitude; else 1e-7
 
 
 @dataclass
@@ -183,7 +200,7 @@ def _well_formed(ds: Dataset, source: Source) -> list[Finding]:
             out.append(_finding("STA013", f"{source.label}: {feature} stats have shapes {shown}, the feature "
                                           f"needs {expected[0]}", **where))
             continue
-        out += _values(source, feature, by_stat)
+        out += _values(ds, source, feature, by_stat, spec)
     return out
 
 
@@ -200,8 +217,9 @@ def _order_pairs(flat: dict) -> list[tuple[str, str]]:
                                                  if p[0] in flat and p[1] in flat]
 
 
-def _values(source: Source, feature: str, by_stat: dict[str, np.ndarray]) -> list[Finding]:
-    """No NaN/inf; min <= q01 <= ... <= q99 <= max, mean within [min, max], std >= 0 (per channel)."""
+def _values(ds: Dataset, source: Source, feature: str, by_stat: dict[str, np.ndarray], spec: dict) -> list[Finding]:
+    """No NaN/inf; min <= q01 <= ... <= q99 <= max, mean within [min, max], std >= 0 (per channel), each
+    within the rounding that the feature's dtype and the writer's float32 sums allow (see `Tolerance`)."""
     where = dict(file=source.file, episode=source.episode, feature=feature)
     flat = {k: np.ravel(v).astype(np.float64) for k, v in by_stat.items()}
     for name, value in flat.items():
@@ -210,19 +228,124 @@ def _values(source: Source, feature: str, by_stat: dict[str, np.ndarray]) -> lis
             return [_finding("STA010", f"{source.label}: {feature} {name}[{c}] is {value[c]} "
                                        f"({_plural(int((~np.isfinite(value)).sum()), 'non-finite value')})",
                              channel=c, **where)]
-    flat.pop("count", None)
-    scale = np.maximum(np.abs(flat["min"]), np.abs(flat["max"])) if "min" in flat and "max" in flat else 0.0
-    tolerance = 1e-6 * np.maximum(1.0, scale)
-    for lo, hi in _order_pairs(flat):
-        c = _first(flat[lo] > flat[hi] + tolerance)
-        if c is not None:
-            return [_finding("STA022", f"{source.label}: {feature} {lo}[{c}] = {flat[lo][c]:.6g} > "
-                                       f"{hi}[{c}] = {flat[hi][c]:.6g}", channel=c, **where)]
+    count = flat.pop("count", None)
     c = _first(flat["std"] < 0) if "std" in flat else None
     if c is not None:
         return [_finding("STA022", f"{source.label}: {feature} std[{c}] = {flat['std'][c]:.6g} < 0",
                          channel=c, **where)]
-    return []
+    if not _order_pairs(flat):
+        return []
+    stacked = [flat[k] for k in ("min", "max", "mean") if k in flat]
+    magnitude = np.max(np.abs(np.stack(stacked)), axis=0) if stacked else 0.0
+    spread = np.maximum(flat["max"] - flat["min"], 0.0) if "min" in flat and "max" in flat else 0.0
+    tol = Tolerance.of(spec["dtype"], None, _rows(ds, source, count), magnitude, spread)
+    warned = None
+    for lo, hi in _order_pairs(flat):
+        allowed = tol.mean if "mean" in (lo, hi) else tol.quantile if {lo, hi} - {"min", "max"} else tol.min_max
+        excess = flat[lo] - flat[hi] - allowed
+        c = _first(excess > tol.slack(allowed))
+        if c is not None:
+            return [_finding("STA022", f"{source.label}: {feature} {lo}[{c}] = {flat[lo][c]:.7g} > "
+                                       f"{hi}[{c}] = {flat[hi][c]:.7g} (by {flat[lo][c] - flat[hi][c]:.3g}; "
+                                       f"rounding explains {_at(allowed, c):.3g})", channel=c, **where)]
+        c = _first(excess > 0)
+        if c is not None and warned is None:
+            warned = _finding("STA023", f"{source.label}: {feature} {lo}[{c}] = {flat[lo][c]:.7g} > "
+                                        f"{hi}[{c}] = {flat[hi][c]:.7g} (by {flat[lo][c] - flat[hi][c]:.3g}; "
+                                        f"rounding explains {_at(allowed, c):.3g})", channel=c, **where)
+    return [warned] if warned else []
+
+
+def _at(value, c: int) -> float:
+    flat = np.ravel(value)
+    return float(flat[c] if flat.size > 1 else flat[0])
+
+
+def _rows(ds: Dataset, source: Source, count: np.ndarray | None) -> int:
+    """How many rows one writer's sum ran over: the episode's count; for dataset stats, which lerobot
+    aggregates from per-episode stats in float64, the longest episode (v2.0: all rows, summed at once)."""
+    if source.episode is not None:
+        return int(count[0]) if count is not None and count.size else \
+            max((ep.length for ep in ds.episodes if ep.index == source.episode), default=1)
+    lengths = [ep.length for ep in ds.episodes] or [int(count[0]) if count is not None and count.size else 1]
+    return sum(lengths) if ds.version == "v2.0" else max(lengths)
+
+
+# ---------------------------------------------------------------- tolerances
+
+EPS32 = float(np.finfo(np.float32).eps)
+QUANTILE_BINS = 5000      # lerobot >= 0.4: histogram quantiles, 5000 bins over [min - 1e-10, max + 1e-10]
+QUANTILE_SHARE = 0.02     # a per-episode quantile within 2% of the range (plus bins) of the data's: nothing
+QUANTILE_WILD = 0.25      # beyond a quarter of the range: not this data's quantile (STA040)
+VISUAL_PIXELS = 300 * 300   # lerobot sums every pixel of a sampled frame (downsampled above 300 px)
+ORDER_SLACK = 1e-3        # out of order by at most rounding + 0.1% of the range: a warning (STA023)
+
+
+def _np_dtype(name) -> np.dtype | None:
+    try:
+        return np.dtype(name)
+    except TypeError:
+        return None
+
+
+@dataclass
+class Tolerance:
+    """How far a stat written by lerobot (or numpy) may sit from the exact float64 value, per channel.
+
+    value_eps: rounding of one stored value (the float dtype's eps; 0 for integers: their min/max are exact).
+    sum_eps: rounding of one step of the writer's sums: float64 for float64 data, else float32 (lerobot
+      and numpy sum float16/float32 data, bool and small integers in float32).
+    With M = max(|min|, |max|) of the channel, R = max - min and n rows summed:
+      min, max:   value_eps * M                                    (the value itself, rounded to the dtype)
+      mean:       (value_eps + (n/2 + 2) * sum_eps) * M            (recursive summation: |error| <= (n-1) u sum|x|,
+                                                                    u = eps/2; numpy sums axis 0 row after row)
+      std:        |std - exact| <= mean + (n + 2) * sum_eps * std  (two-pass np.std: the mean's error)
+                  |std^2 - exact^2| <= (1.5 n + 4) * sum_eps * M^2 (E[x^2] - E[x]^2: both terms carry n*u*M^2;
+                                                                    a warning, STA042: lerobot's normal output)
+      quantiles:  ordering: value_eps * M + 1e-9 * (1 + R)          (lerobot pads its histogram by 1e-10)
+                  data: within the order statistics around q*n, widened by 2 bins + 2% of R (STA043 beyond,
+                  STA040 beyond 25% of R): lerobot interpolates a 5000-bin histogram, lerodoc is exact.
+    """
+    value_eps: float
+    sum_eps: float
+    rows: int
+    magnitude: np.ndarray | float
+    spread: np.ndarray | float
+
+    @classmethod
+    def of(cls, dtype, column_dtype, rows: int, magnitude, spread) -> "Tolerance":
+        dtypes = [d for d in (_np_dtype(dtype), column_dtype) if d is not None]
+        floats = [d for d in dtypes if d.kind == "f"]
+        value_eps = max((float(np.finfo(d).eps) for d in floats), default=0.0)
+        if dtype in VISUAL:   # per-channel stats of sampled frames (each up to ~300 x 300 pixels) / 255
+            value_eps, rows = EPS32, rows * VISUAL_PIXELS
+        sum_eps = max(value_eps, float(np.finfo(np.float64).eps) if dtypes and all(
+            d == np.float64 for d in dtypes) else EPS32)
+        return cls(value_eps, sum_eps, max(int(rows), 1), np.asarray(magnitude, dtype=np.float64),
+                   np.asarray(spread, dtype=np.float64))
+
+    @property
+    def min_max(self):
+        return self.value_eps * self.magnitude
+
+    @property
+    def mean(self):
+        return (self.value_eps + (self.rows / 2 + 2) * self.sum_eps) * self.magnitude
+
+    def std(self, exact):
+        return self.mean + ((self.rows + 2) * self.sum_eps + self.value_eps) * exact
+
+    @property
+    def variance(self):
+        return (1.5 * self.rows + 4) * self.sum_eps * self.magnitude ** 2
+
+    @property
+    def quantile(self):
+        return self.value_eps * self.magnitude + 1e-9 * (1 + self.spread)
+
+    def slack(self, allowed):
+        """Beyond rounding by this much more is an error (STA022); less, a warning (STA023)."""
+        return allowed + ORDER_SLACK * self.spread
 
 
 # ---------------------------------------------------------------- what training normalises with
@@ -313,6 +436,25 @@ def _run_stats(values: np.ndarray, runs: list[Run]) -> list[dict[str, np.ndarray
              "count": np.array([counts[i]], dtype=np.int64)} for i in range(len(runs))]
 
 
+def _quantile_keys(by_stat: dict) -> dict[str, float]:
+    """{"q01": 0.01, ...}: the quantiles a stats dict holds."""
+    return {k: int(k[1:]) / 100 for k in by_stat if k[:1] == "q" and k[1:].isdigit() and 0 < int(k[1:]) < 100}
+
+
+def _quantile_brackets(values: np.ndarray, keys: dict[str, float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per quantile key, the (low, high) order statistics that any interpolating estimator lands between:
+    numpy's linear q*(n-1) and lerobot's histogram ceil(q*n)-th value, one rank wider on each side."""
+    n = len(values)
+    ranks = {}
+    for key, q in keys.items():
+        linear, histogram = q * (n - 1), int(np.ceil(q * n)) - 1
+        ranks[key] = (max(0, min(int(np.floor(linear)), histogram) - 1),
+                      min(n - 1, max(int(np.ceil(linear)), histogram) + 1))
+    kth = sorted({r for pair in ranks.values() for r in pair})
+    part = np.partition(values, kth, axis=0)
+    return {key: (part[lo], part[hi]) for key, (lo, hi) in ranks.items()}
+
+
 @dataclass
 class DataStats:
     """Stats recomputed from the data, per episode and feature, and what could not be recomputed."""
@@ -321,6 +463,7 @@ class DataStats:
     dirty: set[tuple[int, str]]   # (episode, feature) with non-finite values
     dtypes: dict[str, np.dtype]
     findings: list[Finding]       # what reading the data revealed (NaN, misshapen or unreadable columns)
+    brackets: dict[tuple[int, str], dict] = None   # (episode, feature) -> _quantile_brackets, one-run episodes
 
 
 def _numeric_matrix(table: pa.Table, feature: str, width: int) -> np.ndarray | str:
@@ -338,12 +481,16 @@ def _numeric_matrix(table: pa.Table, feature: str, width: int) -> np.ndarray | s
 
 
 def _data_stats(ctx: Context) -> DataStats:
-    """Exact per-episode stats of every numeric column, one projected read per data file."""
+    """Exact per-episode stats of every numeric column, one projected read per data file; the order
+    statistics around each per-episode quantile the episode stats state."""
     ds, where = ctx.dataset, placement(ctx)
     numeric = _numeric(ds)
-    result = DataStats({}, set() if where.complete else set(numeric), set(), {}, [])
+    result = DataStats({}, set() if where.complete else set(numeric), set(), {}, [], {})
     out = result.findings
     runs_by_file = where.by_file()
+    runs_per_episode = {e: len(r) for e, r in where.by_episode().items()}
+    stated_quantiles = {(ep.index, f): _quantile_keys(by_stat) for ep in ds.episodes
+                        for f, by_stat in (ep.stats or {}).items() if _quantile_keys(by_stat)}
     for path, data in data_files(ctx).items():
         runs = runs_by_file.get(path)
         if not data.ok or not runs:
@@ -368,6 +515,9 @@ def _data_stats(ctx: Context) -> DataStats:
             _non_finite(values, runs, feature, result)
             for run, stats in zip(runs, _run_stats(values, runs)):
                 result.per_episode.setdefault(run.episode, {}).setdefault(feature, []).append(stats)
+                keys = stated_quantiles.get((run.episode, feature))
+                if keys and runs_per_episode.get(run.episode) == 1 and (run.episode, feature) not in result.dirty:
+                    result.brackets[(run.episode, feature)] = _quantile_brackets(values[run.start:run.stop], keys)
     for episode, by_feature in result.per_episode.items():
         for feature, parts in by_feature.items():
             by_feature[feature] = parts[0] if len(parts) == 1 else aggregate([{feature: p} for p in parts])[feature]
@@ -395,21 +545,58 @@ def _non_finite(values: np.ndarray, runs: list[Run], feature: str, result: DataS
     result.incomplete.add(feature)
 
 
-def _disagreement(stated: dict, actual: dict, rtol: float) -> list[tuple[str, int, float, float, int]]:
-    """(stat, first channel, stated, actual, channels off) for each stat beyond tolerance."""
-    scale = np.maximum(np.abs(actual["min"]), np.abs(actual["max"]))
-    tolerance = rtol * scale + 1e-9
+@dataclass
+class Off:
+    """One stat of one feature that disagrees with the data: the first channel and how many."""
+    stat: str
+    channel: int
+    stated: float
+    actual: float
+    channels: int
+    level: str          # "error", "cancellation" (STA042) or "quantile" (STA043)
+    allowed: float      # what rounding (or the estimator) explains at that channel
+
+
+def _disagreement(stated: dict, actual: dict, tol: Tolerance, brackets: dict | None) -> list[Off]:
+    """Each stat beyond its tolerance (see `Tolerance`), with how bad it is."""
     off = []
+
+    def note(name, bad, level, have, want, allowed):
+        c = _first(bad)
+        if c is not None:
+            off.append(Off(name, c, float(have[c]), float(want[c]), int(bad.sum()), level, _at(allowed, c)))
+
     for name in ("min", "max", "mean", "std", "count"):
         if name not in stated:
             continue
         have, want = np.ravel(stated[name]).astype(np.float64), np.ravel(actual[name]).astype(np.float64)
         if have.shape != want.shape:
             continue   # reported as a shape problem
-        bad = np.abs(have - want) > (0 if name == "count" else tolerance)
-        c = _first(bad)
-        if c is not None:
-            off.append((name, c, float(have[c]), float(want[c]), int(bad.sum())))
+        gap = np.abs(have - want)
+        if name == "count":
+            note(name, gap > 0, "error", have, want, 0.0)
+        elif name in ("min", "max"):
+            note(name, gap > tol.min_max, "error", have, want, tol.min_max)
+        elif name == "mean":
+            note(name, gap > tol.mean, "error", have, want, tol.mean)
+        else:
+            rounding = gap > tol.std(want)
+            cancelled = np.abs(have ** 2 - want ** 2) <= tol.variance + tol.std(want) * (2 * want + tol.std(want))
+            note(name, rounding & ~cancelled, "error", have, want, tol.std(want))
+            note(name, rounding & cancelled, "cancellation", have, want, np.sqrt(tol.variance))
+    for name, (low, high) in (brackets or {}).items():
+        if name not in stated:
+            continue
+        have = np.ravel(stated[name]).astype(np.float64)
+        if have.shape != low.shape:
+            continue
+        spread = tol.spread
+        near = 2 * spread / QUANTILE_BINS + QUANTILE_SHARE * spread + tol.quantile
+        gap = np.maximum(low - have, have - high)
+        want = np.where(have < low, low, high)
+        wild = gap > near + QUANTILE_WILD * np.maximum(spread, 1e-3 * tol.magnitude)
+        note(name, wild, "error", have, want, near)
+        note(name, (gap > near) & ~wild, "quantile", have, want, near)
     return off
 
 
@@ -427,17 +614,35 @@ def _agreement(ctx: Context, sources: list[Source]) -> list[Finding]:
         for feature, stated in source.stats.items():
             if feature not in actual or (source.episode, feature) in data.dirty or _placeholder(stated):
                 continue
-            rtol = RTOL.get(data.dtypes.get(feature), 1e-7)
-            off = _disagreement(stated, actual[feature], rtol)
-            if off:
-                out.append(_mismatch(source, feature, off))
+            exact = actual[feature]
+            magnitude = np.maximum(np.abs(exact["min"]), np.abs(exact["max"]))
+            tol = Tolerance.of(ds.info.features[feature]["dtype"], data.dtypes.get(feature),
+                               _rows(ds, source, exact["count"]), magnitude, exact["max"] - exact["min"])
+            brackets = data.brackets.get((source.episode, feature)) if source.episode is not None else None
+            out += _mismatch(ds, source, feature, _disagreement(stated, exact, tol, brackets))
     return out
 
 
-def _mismatch(source: Source, feature: str, off: list) -> Finding:
-    name, c, have, want, channels = off[0]
-    also = f" (also {', '.join(o[0] for o in off[1:])})" if len(off) > 1 else ""
-    code = "STA041" if feature in INDEX_FEATURES else "STA040"
-    return _finding(code, f"{source.label}: {feature} {name}[{c}] is {have:.6g}, the data gives {want:.6g} "
-                          f"({_plural(channels, 'channel')} off){also}",
-                    file=source.file, episode=source.episode, feature=feature, channel=c)
+def _describe(source: Source, feature: str, offs: list[Off], why: str = "") -> str:
+    first = offs[0]
+    also = f" (also {', '.join(o.stat for o in offs[1:])})" if len(offs) > 1 else ""
+    return (f"{source.label}: {feature} {first.stat}[{first.channel}] is {first.stated:.7g}, the data gives "
+            f"{first.actual:.7g} ({_plural(first.channels, 'channel')} off; {why or 'rounding explains'} "
+            f"{first.allowed:.3g}){also}")
+
+
+def _mismatch(ds: Dataset, source: Source, feature: str, off: list[Off]) -> list[Finding]:
+    """The worst kind of disagreement of one feature in one stats dict, as one finding."""
+    where = dict(file=source.file, episode=source.episode, feature=feature)
+    errors = [o for o in off if o.level == "error"]
+    if errors:
+        code = ("STA041" if feature in INDEX_FEATURES else
+                "STA044" if ds.version == "v2.1" and source.episode is None else "STA040")
+        return [_finding(code, _describe(source, feature, errors), channel=errors[0].channel, **where)]
+    out = []
+    for level, code, why in (("cancellation", "STA042", "E[x^2] - E[x]^2 in float32 explains up to"),
+                             ("quantile", "STA043", "lerobot's histogram quantiles explain")):
+        offs = [o for o in off if o.level == level]
+        if offs and feature not in INDEX_FEATURES:
+            out.append(_finding(code, _describe(source, feature, offs, why), channel=offs[0].channel, **where))
+    return out
