@@ -106,6 +106,22 @@ def check_with_lerobot(root: str | Path, expect: dict, backend: str = "pyav", fr
     return report
 
 
+def check_many_with_lerobot(jobs: list[dict], timeout: float = 1800) -> list[dict]:
+    """`check_with_lerobot` for many datasets in one interpreter: jobs are {root, expect, backend?, frames?};
+    returns one report per job, in order (never raises for a failed check: read `report["ok"]`)."""
+    with tempfile.TemporaryDirectory(prefix="lerobot-oracle-") as tmp:
+        scratch = Path(tmp)
+        batch = [{**job, "root": str(Path(job["root"]).resolve())} for job in jobs]
+        (scratch / "batch.json").write_text(json.dumps(batch))
+        out = scratch / "reports.json"
+        proc = _run([str(HERE / "check_dataset.py"), "--batch", str(scratch / "batch.json"), "--out", str(out)],
+                    scratch, timeout)
+        if not out.exists():
+            raise OracleFailure(f"check_dataset.py --batch wrote no report (exit {proc.returncode}):\n"
+                                f"{proc.stderr[-3000:]}", {})
+        return json.loads(out.read_text())
+
+
 def convert_with_lerobot(src_root: str | Path, work_dir: str | Path, repo_id: str = "lerodoc/convert",
                          keep_old: bool = False, timeout: float = 3600) -> Converted:
     """Convert a COPY of v2.1 `src_root` with lerobot's convert_dataset_v21_to_v30, offline.

@@ -253,29 +253,18 @@ def quantile_normalize(ds, keys: list[str]) -> dict:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("root", type=Path)
-    parser.add_argument("--expect", type=Path, required=True)
-    parser.add_argument("--backend", choices=["pyav", "torchcodec"], default="pyav")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--frames", default="all", help="'all' or N frames per episode")
-    parser.add_argument("--repo-id", default="lerodoc/check")
-    args = parser.parse_args()
-
-    collect = _Collect()
-    logging.basicConfig(level=logging.WARNING)
-    logging.getLogger().addHandler(collect)
-    logging.captureWarnings(True)
-
+def check(root: Path, expect: dict, backend: str, frames: str, repo_id: str = "lerodoc/check") -> dict:
+    """Load `root` and compare it to `expect`; the report (never raises)."""
     import importlib.metadata as md
 
+    collect = _Collect()
+    logging.getLogger().addHandler(collect)
+    args = argparse.Namespace(root=Path(root), backend=backend, frames=frames, repo_id=repo_id)
     rep = {"root": str(args.root), "backend": args.backend, "frames": args.frames,
            "lerobot_version": md.version("lerobot"), "load_error": None, "meta": None, "problems": [],
            "episodes_checked": 0, "frames_checked": 0, "length_mismatches": [],
            "misaligned": 0, "misaligned_examples": [], "value_mismatches": 0, "value_mismatch_examples": [],
            "exceptions": [], "warnings": collect.messages}
-    expect = json.loads(args.expect.read_text())
     try:
         run(args, expect, rep)
     except Exception as exc:
@@ -283,9 +272,11 @@ def main() -> int:
         if "offline" in rep["load_error"].lower():
             rep["load_error"] += (" [lerobot found the local copy incomplete (meta, data episodes or"
                                   " video files) and fell back to the Hub]")
-        frames = traceback.extract_tb(exc.__traceback__)
-        ours = [f for f in frames if "site-packages/lerobot/" in f.filename] or frames
+        tb = traceback.extract_tb(exc.__traceback__)
+        ours = [f for f in tb if "site-packages/lerobot/" in f.filename] or tb
         rep["traceback"] = "".join(traceback.format_list(ours))[-3000:]  # lerobot's own frames
+    finally:
+        logging.getLogger().removeHandler(collect)
     if rep["load_error"]:
         rep["problems"].append(f"load failed: {rep['load_error']}")
     for key in ("length_mismatches", "exceptions"):
@@ -296,6 +287,29 @@ def main() -> int:
     if rep["value_mismatches"]:
         rep["problems"].append(f"{rep['value_mismatches']} value mismatches")
     rep["ok"] = not rep["problems"]
+    return rep
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root", type=Path, nargs="?")
+    parser.add_argument("--expect", type=Path)
+    parser.add_argument("--backend", choices=["pyav", "torchcodec"], default="pyav")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--frames", default="all", help="'all' or N frames per episode")
+    parser.add_argument("--repo-id", default="lerodoc/check")
+    parser.add_argument("--batch", type=Path, help="a JSON list of {root, expect, backend?, frames?}: one "
+                                                   "interpreter checks them all; --out gets the list of reports")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    logging.captureWarnings(True)
+    if args.batch:
+        jobs = json.loads(args.batch.read_text())
+        reports = [check(Path(j["root"]), j["expect"], j.get("backend", args.backend), str(j.get("frames", "all")),
+                         f"lerodoc/check{i}") for i, j in enumerate(jobs)]
+        args.out.write_text(json.dumps(reports, indent=1, default=str))
+        return 0 if all(r["ok"] for r in reports) else 1
+    rep = check(args.root, json.loads(args.expect.read_text()), args.backend, args.frames, args.repo_id)
     args.out.write_text(json.dumps(rep, indent=1, default=str))
     print(("OK " if rep["ok"] else "FAIL ") + "; ".join(rep["problems"]), file=sys.stderr)
     return 0 if rep["ok"] else 1
