@@ -66,6 +66,9 @@ class Dataset:
         except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
             raise LerodocError(f"metadata is malformed ({type(exc).__name__}: {exc})", file=root / "meta",
                                hint="lerodoc validate lists what is wrong") from None
+        if not episodes:
+            raise LerodocError("lists no episodes", file=root / ("meta/episodes" if version == "v3.0"
+                                                                 else "meta/episodes.jsonl"))
         return cls(root=root, version=version, info=info, episodes=episodes, tasks=tasks, stats=stats)
 
     @property

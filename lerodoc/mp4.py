@@ -19,7 +19,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from lerodoc.video import Clip, NotOnKeyframe, Written, _window
+from lerodoc.video import READ_ERRORS, Clip, NotOnKeyframe, Written, _window, reason
 
 
 class Unsupported(Exception):
@@ -505,17 +505,20 @@ MOVERS = [mover for mover, call in ((_copy_file_range, "copy_file_range"), (_sen
 def verify(path: Path, parts: list[Part], out: Layout) -> None:
     """Re-open the written file with FFmpeg: frame count, time base, and each clip's first packet."""
     # container facts only: skip_frame spares the decoding FFmpeg does while probing the stream
-    with av.open(str(path), format="mp4", options={"skip_frame": "all"}) as container:
-        stream = container.streams.video[0]
-        if len(container.streams) != 1 or stream.frames != len(out.size) or \
-                stream.time_base != Fraction(1, parts[0].track.timescale):
-            raise Unsupported("written file reads back with other frame count or time base")
-        for part, (start, _, _) in zip(parts, out.spans):
-            container.seek(start, stream=stream, backward=True, any_frame=False)
-            packet = next((p for p in container.demux(stream) if p.pts is None or p.pts >= start), None)
-            if packet is None or (packet.pts, packet.size, packet.is_keyframe) != \
-                    (start, int(part.track.size[part.start]), True):
-                raise Unsupported(f"written file reads back a wrong clip start at tick {start}")
+    try:   # strict, as lerobot's pyav backend reads: tags copied from a source that are not UTF-8 fail here
+        with av.open(str(path), format="mp4", options={"skip_frame": "all"}) as container:
+            stream = container.streams.video[0]
+            if len(container.streams) != 1 or stream.frames != len(out.size) or \
+                    stream.time_base != Fraction(1, parts[0].track.timescale):
+                raise Unsupported("written file reads back with other frame count or time base")
+            for part, (start, _, _) in zip(parts, out.spans):
+                container.seek(start, stream=stream, backward=True, any_frame=False)
+                packet = next((p for p in container.demux(stream) if p.pts is None or p.pts >= start), None)
+                if packet is None or (packet.pts, packet.size, packet.is_keyframe) != \
+                        (start, int(part.track.size[part.start]), True):
+                    raise Unsupported(f"written file reads back a wrong clip start at tick {start}")
+    except (READ_ERRORS + (IndexError,)) as exc:   # IndexError: no video stream
+        raise Unsupported(f"written file does not read back ({reason(exc)})") from None
 
 
 def concat(clips: list[Clip], out_path: Path, fps: int, episodes: list[int | None]) -> list[Written]:

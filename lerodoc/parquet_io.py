@@ -22,6 +22,14 @@ def read_parquet(path: Path | str, columns: list[str] | None = None, episode: in
         raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=episode) from None
 
 
+def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:
+    """A parquet file's Arrow schema from its footer; an unreadable file is a clear error."""
+    try:
+        return pq.read_schema(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=episode) from None
+
+
 def numpy_dtype(kind: pa.DataType) -> np.dtype | None:
     """The numpy dtype of a fixed-width integer or float Arrow type, else None."""
     if pa.types.is_floating(kind):

@@ -55,11 +55,44 @@ class Written:
     reencoded: bool = False
 
 
+# What PyAV raises on a damaged or hostile file: FFmpeg's errors, the OS's, and UnicodeDecodeError where a
+# string it converts (a codec or format name, say) is not UTF-8. Every place that reads a video catches these.
+READ_ERRORS = (av.FFmpegError, OSError, UnicodeDecodeError)
+
+
+def open_video(path: Path | str, **options):
+    """av.open for reading. Metadata tags (moov/udta, stream tags) that are not UTF-8 are read with
+    replacement characters, as lerodoc never uses them: PyAV's strict default turns one flipped bit in an
+    encoder tag into a UnicodeDecodeError for a file whose frames are intact."""
+    return av.open(str(path), metadata_errors="replace", **options)
+
+
+def strict_tags(path: Path | str) -> bool:
+    """Whether PyAV's default, strict, reader opens the file, i.e. its metadata tags are UTF-8: lerobot's pyav
+    backend reads that way, so a file lerodoc writes must pass (other faults are reported where they matter)."""
+    try:
+        with av.open(str(path)):
+            return True
+    except UnicodeDecodeError:
+        return False
+    except READ_ERRORS:
+        return True
+
+
+def reason(exc: BaseException) -> str:
+    """One line for a PyAV error, without the file name FFmpeg repeats."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"a string in the container is not UTF-8 (byte {exc.object[exc.start:exc.start + 1]!r} " \
+               f"at position {exc.start})"
+    text = getattr(exc, "strerror", None) or str(exc)
+    return " ".join(str(text).split())
+
+
 def _open(path: Path, episode: int | None = None):
     try:
-        container = av.open(str(path))
-    except (av.FFmpegError, OSError) as exc:
-        raise LerodocError(f"cannot open video ({exc})", file=path, episode=episode) from None
+        container = open_video(path)
+    except READ_ERRORS as exc:
+        raise LerodocError(f"cannot open video ({reason(exc)})", file=path, episode=episode) from None
     if not container.streams.video:
         container.close()
         raise LerodocError("has no video stream", file=path, episode=episode)
@@ -73,7 +106,7 @@ def probe(path: Path, count_packets: bool = False) -> Probe:
         ctx = stream.codec_context
         frames = stream.frames
         if count_packets or not frames:
-            frames = sum(1 for p in container.demux(stream) if p.size)
+            frames = sum(1 for p in _demux_checked(container.demux(stream), Path(path), None) if p.size)
         duration = (float(stream.duration * stream.time_base) if stream.duration
                     else (container.duration or 0) / av.time_base)
         rate = stream.average_rate or stream.base_rate or 0
@@ -133,8 +166,8 @@ def _demux_checked(packets, path: Path, episode: int | None):
     """Pass packets through, turning a demuxer failure (truncated or corrupt file) into a clear error."""
     try:
         yield from packets
-    except av.FFmpegError as exc:
-        raise LerodocError(f"cannot read video packets ({exc})", file=path, episode=episode) from None
+    except READ_ERRORS as exc:
+        raise LerodocError(f"cannot read video packets ({reason(exc)})", file=path, episode=episode) from None
 
 
 def concat(clips: list[Clip], out: Path, fps: int, episodes: list[int] | None = None) -> list[Written]:
@@ -195,7 +228,8 @@ def read_back(path: Path, counts: list[int], digests: list[str], fps: int) -> li
     with _open(path) as container:
         stream = container.streams.video[0]
         tb = Fraction(stream.time_base)
-        packets = [(p.pts, p.duration, bytes(p)) for p in container.demux(stream) if p.size]
+        packets = [(p.pts, p.duration, bytes(p)) for p in _demux_checked(container.demux(stream), path, None)
+                   if p.size]
     if len(packets) != sum(counts):
         raise VerifyError(f"holds {len(packets)} packets, expected {sum(counts)}", path)
     written, start = [], 0
@@ -228,6 +262,8 @@ def link(clips: list[Clip], out: Path, fps: int, episodes: list[int]) -> list[Wr
         return None
     if [p.start for p in parts] != [0] + [p.stop for p in parts[:-1]] or parts[-1].stop != len(track.pts):
         return None      # the clips do not tile the file
+    if not strict_tags(source):
+        return None      # tags that are not UTF-8: written anew by concat's remux
     link_or_copy(source, out)
     tb = Fraction(1, track.timescale)
     return [Written(float(track.pts[p.start:p.stop].min() * tb),
@@ -255,10 +291,14 @@ def reencode(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Wri
             ostream = dst.add_stream(encoder, rate=fps, options=LOSSLESS.get(encoder, {}))
             ostream.width, ostream.height, ostream.pix_fmt = codec.width, codec.height, codec.pix_fmt
             if lo is not None and lo > 0:
-                src.seek(lo, stream=stream, backward=True, any_frame=False)
+                try:
+                    src.seek(lo, stream=stream, backward=True, any_frame=False)
+                except READ_ERRORS as exc:
+                    raise LerodocError(f"cannot seek in the video ({reason(exc)})", file=clip.path,
+                                       episode=episode) from None
             n = 0
-            for packet in src.demux(stream):
-                for frame in packet.decode():
+            for packet in _demux_checked(src.demux(stream), clip.path, episode):
+                for frame in _decode_checked(packet, clip.path, episode):
                     if frame.pts is None or (lo is not None and frame.pts <= lo):
                         continue
                     if hi is not None and frame.pts > hi:
@@ -274,6 +314,14 @@ def reencode(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Wri
     if probe_.frames != n:
         raise VerifyError(f"re-encoded clip holds {probe_.frames} frames, expected {n}", out)
     return Written(0.0, n / fps, n, "", reencoded=True)
+
+
+def _decode_checked(packet, path: Path, episode: int | None) -> list:
+    """The packet's frames, turning a decoder failure (a damaged packet) into a clear error."""
+    try:
+        return packet.decode()
+    except READ_ERRORS as exc:
+        raise LerodocError(f"cannot decode video frames ({reason(exc)})", file=path, episode=episode) from None
 
 
 class NotOnKeyframe(LerodocError):

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 
-import av
 import numpy as np
 
 from lerodoc import mp4
@@ -22,6 +21,7 @@ from lerodoc.checks import ERROR, WARNING, Context, Finding
 from lerodoc.checks.layout import finding_factory
 from lerodoc.checks.timestamps import Rows, episode_rows, tolerance_advice
 from lerodoc.dataset import Episode
+from lerodoc.video import READ_ERRORS, open_video, reason
 
 WINDOWS = "lerodoc repair recomputes the windows from the packets' timestamps"
 CODES = {
@@ -104,9 +104,9 @@ def _from_headers(ctx: Context, path: Path) -> Stream:
     params_key = ("videos.params", track.stsd)
     if params_key not in ctx.cache:
         try:
-            with av.open(str(path)) as container:
+            with open_video(path) as container:
                 ctx.cache[params_key] = _params(container)
-        except (av.FFmpegError, OSError, IndexError):
+        except READ_ERRORS + (IndexError,):
             raise mp4.Unsupported("PyAV cannot open it") from None
     return Stream(np.sort(track.pts), int((track.pts + track.delta).max()), Fraction(1, track.timescale),
                   *ctx.cache[params_key])
@@ -120,7 +120,7 @@ def _params(container) -> tuple[str, int, int, str | None]:
 def _from_demux(path: Path) -> Stream:
     """From PyAV's demuxer (no decoding), for files the header parser does not handle."""
     try:
-        with av.open(str(path)) as container:
+        with open_video(path) as container:
             if not container.streams.video:
                 raise Unreadable("holds no video stream")
             stream = container.streams.video[0]
@@ -142,7 +142,7 @@ def _from_demux(path: Path) -> Stream:
             step = int(np.median(np.diff(ticks))) if len(ticks) > 1 else 0     # for packets without a duration
             end = int((np.array(starts) + np.where(np.array(durations) > 0, durations, step)).max())
             return Stream(ticks, end, Fraction(stream.time_base), *_params(container))
-    except (av.FFmpegError, OSError) as exc:
+    except READ_ERRORS as exc:
         raise Unreadable(f"cannot be opened as a video ({_reason(exc)})") from None
 
 
@@ -203,7 +203,7 @@ def _unreadable(group: Episodes, exc: Unreadable) -> Finding:
 
 def _reason(exc: Exception) -> str:
     """FFmpeg's words for an error, without the file path it appends."""
-    return getattr(exc, "strerror", None) or str(exc)
+    return reason(exc)
 
 
 # ---------------------------------------------------------------- one file's episodes
@@ -444,14 +444,14 @@ def _deep(ctx: Context, group: Episodes, stream: Stream) -> list[Finding]:
             targets += [(ep, "first", int(stream.ticks[lo])), (ep, "last", int(stream.ticks[hi - 1]))]
     out, path = [], ctx.root / group.file
     try:
-        with av.open(str(path)) as container:
+        with open_video(path) as container:
             for ep, which, tick in targets:
                 problem = _decode_at(container, tick)
                 if problem:
                     out.append(_finding("VID012", f"episode {ep.index} {group.key}: the {which} frame "
                                                   f"({float(tick * stream.time_base):.4f} s) of {group.file} {problem}",
                                         file=group.file, episode=ep.index, feature=group.key))
-    except (av.FFmpegError, OSError) as exc:
+    except READ_ERRORS as exc:
         out.append(_finding("VID012", f"{group.file} cannot be opened for decoding ({_reason(exc)})",
                             file=group.file, feature=group.key))
     return out
@@ -466,6 +466,6 @@ def _decode_at(container, tick: int) -> str | None:
             if frame.pts is not None and frame.pts >= tick:
                 return None if frame.pts == tick else (
                     f"does not decode: the decoder's next frame is at {float(frame.pts * stream.time_base):.4f} s")
-    except (av.FFmpegError, ValueError) as exc:
+    except READ_ERRORS + (ValueError,) as exc:
         return f"does not decode ({_reason(exc)})"
     return "does not decode: the decoder returned no frame at or after it"

@@ -31,6 +31,8 @@ def read_json(path: Path) -> dict:
 def detect_version(root: Path) -> str:
     """The dataset's `codebase_version`, checked against the versions lerodoc reads."""
     info = read_json(Path(root) / INFO_PATH)
+    if not isinstance(info, dict):
+        raise LerodocError("is not a JSON object", file=Path(root) / INFO_PATH)
     version = info.get("codebase_version")
     if version not in VERSIONS:
         raise LerodocError(f"unknown codebase_version {version!r}; lerodoc reads {', '.join(VERSIONS)}",

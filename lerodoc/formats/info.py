@@ -38,6 +38,8 @@ class Info:
 
     @classmethod
     def from_dict(cls, raw: dict, source: Path | None = None) -> Info:
+        if not isinstance(raw, dict):
+            raise LerodocError("is not a JSON object", file=source)
         known = {f.name for f in fields(cls)} - {"extra"}
         missing = [k for k in ("codebase_version", "fps", "features") if k not in raw]
         if missing:
@@ -52,6 +54,29 @@ class Info:
         for name, spec in values["features"].items():
             if not isinstance(spec, dict) or "dtype" not in spec or "shape" not in spec:
                 raise LerodocError("each feature needs dtype and shape", file=source, field=f"features.{name}")
+            if not isinstance(spec["dtype"], str):
+                raise LerodocError(f"dtype must be a string, got {spec['dtype']!r}", file=source,
+                                   field=f"features.{name}.dtype")
+            shape = spec["shape"]
+            if not isinstance(shape, (list, tuple)) or not all(_whole(n) and n >= 0 for n in shape):
+                raise LerodocError(f"shape must be a list of whole numbers, got {shape!r}", file=source,
+                                   field=f"features.{name}.shape")
+        for name, kind in (("total_episodes", int), ("total_frames", int), ("total_tasks", int),
+                           ("chunks_size", int), ("data_files_size_in_mb", float),
+                           ("video_files_size_in_mb", float), ("robot_type", str), ("data_path", str),
+                           ("video_path", str), ("splits", dict)):
+            value = values.get(name)
+            if value is None:
+                values.pop(name, None)   # absent or null: the default
+                if name == "robot_type" and name in raw:
+                    values[name] = None
+            elif not (_whole(value) if kind is int else
+                      isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float
+                      else isinstance(value, kind)):
+                raise LerodocError(f"must be {_KINDS[kind]}, got {value!r}", file=source, field=name)
+        for name in ("chunks_size", "data_files_size_in_mb", "video_files_size_in_mb"):
+            if name in values and values[name] <= 0:
+                raise LerodocError(f"must be positive, got {values[name]!r}", file=source, field=name)
         extra = {k: v for k, v in raw.items() if k not in known}
         return cls(**values, extra=extra)
 
@@ -100,6 +125,13 @@ class Info:
     def write(self, path: Path, order: tuple[str, ...], derived: dict | None = None) -> None:
         from lerodoc.formats.jsonl import write_json
         write_json(path, self.to_dict(order, derived))
+
+
+_KINDS = {int: "a whole number", float: "a number", str: "a string", dict: "an object"}
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
 
 
 def flat_names(names) -> list[str] | None:

@@ -31,29 +31,79 @@ def write_json(path: Path, obj, indent: int = 4) -> None:
     write_text(path, json.dumps(obj, indent=indent) + "\n")
 
 
+class Row(dict):
+    """One JSON-lines record; a missing key is a LerodocError naming the file, the line and the key."""
+
+    def __init__(self, values: dict, path: Path, lineno: int):
+        super().__init__(values)
+        self.path, self.lineno = path, lineno
+
+    def __missing__(self, key):
+        raise LerodocError(f"line {self.lineno} lacks the key {key!r}", file=self.path, field=str(key))
+
+
+def read_text(path: Path) -> str:
+    """A meta file's text; bytes that are not UTF-8 (a flipped bit) are a LerodocError naming the offset."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise LerodocError(f"line {line} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} "
+                           f"at offset {exc.start})", file=path) from None
+    except OSError as exc:
+        raise LerodocError(f"cannot be read ({exc.strerror or exc})", file=path) from None
+
+
 def read_jsonl(path: Path) -> list[dict]:
+    """The file's records in order; each must be a JSON object."""
     if not path.is_file():
         raise LerodocError("file is missing", file=path)
     rows = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise LerodocError(f"line {lineno} is not valid JSON ({exc})", file=path) from None
+        if not isinstance(value, dict):
+            raise LerodocError(f"line {lineno} is {_kind(value)}, not a JSON object", file=path)
+        rows.append(Row(value, path, lineno))
     return rows
+
+
+def _kind(value) -> str:
+    return {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
-def stats_from_json(raw: dict) -> dict[str, dict[str, np.ndarray]]:
-    """{feature: {stat: nested list}} -> arrays; scalars become shape (1,) as lerobot loads them."""
-    return {feat: {name: np.atleast_1d(np.asarray(value, dtype=np.int64 if name == "count" else np.float64))
-                   for name, value in by_stat.items()}
-            for feat, by_stat in raw.items()}
+def stats_from_json(raw: dict, source: Path | None = None,
+                    episode: int | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """{feature: {stat: nested list}} -> arrays; scalars become shape (1,) as lerobot loads them.
+
+    Anything else (null, a string, a ragged list) is a LerodocError naming `source`, the episode and the
+    feature.stat it found there.
+    """
+    if not isinstance(raw, dict):
+        raise LerodocError(f"stats are {_kind(raw)}, not an object of features", file=source, episode=episode)
+    out = {}
+    for feat, by_stat in raw.items():
+        if not isinstance(by_stat, dict):
+            raise LerodocError(f"is {_kind(by_stat)}, not an object of stats", file=source, episode=episode,
+                               field=feat)
+        out[feat] = {}
+        for name, value in by_stat.items():
+            try:
+                array = np.asarray(value, dtype=np.int64 if name == "count" else np.float64)
+            except (TypeError, ValueError, OverflowError):
+                raise LerodocError(f"is not a number or a list of numbers ({str(value)[:40]})", file=source,
+                                   episode=episode, field=f"{feat}.{name}") from None
+            out[feat][name] = np.atleast_1d(array)
+    return out
 
 
 def stats_to_json(stats: dict[str, dict[str, np.ndarray]]) -> dict:

@@ -40,6 +40,10 @@ def video_file(info: Info, key: str, episode_index: int) -> str:
 def read_tasks(root: Path) -> list[str]:
     rows = read_jsonl(root / TASKS_PATH)
     by_index = {int(r["task_index"]): r["task"] for r in rows}
+    for r in rows:
+        if not isinstance(r["task"], str):
+            raise LerodocError(f"line {r.lineno}: task must be a string, got {r['task']!r}",
+                               file=root / TASKS_PATH, field="task")
     if sorted(by_index) != list(range(len(by_index))):
         raise LerodocError(f"task_index values {sorted(by_index)} are not 0..{len(by_index) - 1}",
                            file=root / TASKS_PATH, field="task_index")
@@ -50,7 +54,7 @@ def read_episode_stats(root: Path) -> dict[int, dict]:
     path = root / EPISODES_STATS_PATH
     if not path.is_file():
         return {}
-    return {int(r["episode_index"]): stats_from_json(r["stats"]) for r in read_jsonl(path)}
+    return {int(r["episode_index"]): stats_from_json(r["stats"], path, r["episode_index"]) for r in read_jsonl(path)}
 
 
 def read_dataset_stats(root: Path) -> dict | None:
@@ -58,7 +62,7 @@ def read_dataset_stats(root: Path) -> dict | None:
     if not path.is_file():
         return None
     from lerodoc.formats import read_json
-    return stats_from_json(read_json(path))
+    return stats_from_json(read_json(path), path)
 
 
 def read(root: Path, info: Info, *, episode_stats: bool = True):

@@ -21,7 +21,7 @@ from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats.hf import schema_for
 from lerodoc.ops.quantiles import block_stats, dataset_quantiles
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import column_digests, column_matrix, read_parquet
+from lerodoc.parquet_io import column_digests, column_matrix, read_parquet, read_schema
 from lerodoc.staging import staged_edit
 from lerodoc.stats import aggregate
 
@@ -73,7 +73,7 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
     by_file: dict[str, list[tuple[int, int, int]]] = {}
     for ep in ds.episodes:
         by_file.setdefault(ep.data_file, []).append((ep.index, ep.data_row, ep.length))
-    base = pq.read_schema(ds.path(ds.episodes[0].data_file))
+    base = read_schema(ds.path(ds.episodes[0].data_file), ds.episodes[0].index)
     columns = [name for name, spec in features.items() if spec["dtype"] != "video"]
     schema = schema_for(features, columns, base)
     rewritten = set(by_file) | module.stats_files(ds.root) | {formats.INFO_PATH}

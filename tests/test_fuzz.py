@@ -1,0 +1,390 @@
+"""Hostile bytes: every file kind of small v2.1 and v3.0 datasets, corrupted, through every reading command.
+
+Each file kind (info.json, episodes.jsonl, tasks.jsonl, episodes_stats.jsonl, stats.json, tasks.parquet,
+meta/episodes parquet, data parquet, mp4) is truncated (to 0 bytes, to half, short of its tail), has seeded
+bits flipped and a seeded block zeroed; the JSON files also get valid JSON of the wrong structure (null, a
+wrong top-level type, a missing key, a value of the wrong type). Every command that reads a dataset (info,
+validate, validate --videos, convert, merge with a clean dataset, repair, flatten, quantiles, select) runs on
+every mutated dataset. A run must end in findings or one paragraph naming a file, with a documented exit
+code; never a traceback, and a failed writing command leaves neither its output nor a staging sibling.
+
+The runs go through `lerodoc.cli.main` exactly as `python -m lerodoc` does, many per subprocess (a Python
+start with pyarrow and PyAV costs about a second, the runs themselves tens of milliseconds), spread over
+as many subprocesses as there are cores. Everything is seeded: the same cases run on every run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.factory import make_dataset
+from tests.helpers import packets, run_cli
+
+SEED = 1313
+CAMERA = "observation.images.top"
+TINY = dict(episodes=2, lengths=[5, 6], cameras=(CAMERA,), height=32, width=48, gop=30)
+
+# file kind -> path in the dataset, per version
+FILE_KINDS = {
+    "v2.1": {
+        "info.json": "meta/info.json",
+        "episodes.jsonl": "meta/episodes.jsonl",
+        "tasks.jsonl": "meta/tasks.jsonl",
+        "episodes_stats.jsonl": "meta/episodes_stats.jsonl",
+        "stats.json": "meta/stats.json",
+        "data.parquet": "data/chunk-000/episode_000000.parquet",
+        "video.mp4": f"videos/chunk-000/{CAMERA}/episode_000000.mp4",
+    },
+    "v3.0": {
+        "info.json": "meta/info.json",
+        "stats.json": "meta/stats.json",
+        "tasks.parquet": "meta/tasks.parquet",
+        "episodes.parquet": "meta/episodes/chunk-000/file-000.parquet",
+        "data.parquet": "data/chunk-000/file-000.parquet",
+        "video.mp4": f"videos/{CAMERA}/chunk-000/file-000.mp4",
+    },
+}
+BYTE_MUTATIONS = ("truncate-0", "truncate-half", "truncate-tail", "flip-bits", "zero-block")
+JSON_MUTATIONS = ("json-null", "json-wrong-type", "json-missing-key", "json-wrong-value")
+MP4_MUTATIONS = ("flip-tag",)   # a bit flipped in the moov's encoder tag: PyAV's strict reader fails on it
+
+SELECT_ARGS = ("--state", "observation.state[0:3]", "--action", "action[0:3]")
+# command name -> (arguments after the dataset, writes an output)
+COMMANDS = {
+    "info": ((), False),
+    "validate": (("--json",), False),
+    "validate-videos": (("--videos", "--json"), False),
+    "convert": (("-j", "1"), True),
+    "merge": (("-j", "1"), True),
+    "repair": (("-j", "1"), True),
+    "flatten": (("-j", "1"), True),
+    "quantiles": (("-j", "1"), True),
+    "select": (("-j", "1", *SELECT_ARGS), True),
+}
+EXIT_CODES = {  # docs/exit-codes.md: 1 only where a command reports findings
+    "validate": {0, 1, 3}, "validate-videos": {0, 1, 3}, "repair": {0, 1, 3, 4},
+}
+DEFAULT_EXIT_CODES = {0, 3, 4}
+STAGING = re.compile(r"\.lerodoc-(tmp|old)")
+
+
+# ------------------------------------------------------------------------------------------- mutations
+
+def mutate(path: Path, mutation: str, rng: random.Random) -> None:
+    """Corrupt the file at `path` in place."""
+    data = bytearray(path.read_bytes())
+    n = len(data)
+    if mutation == "truncate-0":
+        data = b""
+    elif mutation == "truncate-half":
+        data = data[: n // 2]
+    elif mutation == "truncate-tail":
+        data = data[: max(0, n - 1 - rng.randrange(min(16, n)))]
+    elif mutation == "flip-bits":
+        for _ in range(max(4, n // 256)):
+            data[rng.randrange(n)] ^= 1 << rng.randrange(8)
+    elif mutation == "zero-block":
+        size = max(1, min(256, n // 4))
+        start = rng.randrange(n - size + 1)
+        data[start:start + size] = bytes(size)
+    elif mutation == "flip-tag":
+        data = flip_tag(bytes(data))
+    elif mutation.startswith("json-"):
+        data = _mutate_json(path, data.decode(), mutation, rng).encode()
+    else:
+        raise ValueError(mutation)
+    path.write_bytes(bytes(data))
+
+
+def flip_tag(data: bytes) -> bytes:
+    """The mp4 with the high bit of one byte of its encoder tag (moov/udta/meta/ilst, "Lavf...") flipped:
+    the frames are intact, but the tag is no longer UTF-8."""
+    at = data.find(b"Lavf")
+    assert at > 0, "no encoder tag in the mp4"
+    out = bytearray(data)
+    out[at + 1] ^= 0x80
+    return bytes(out)
+
+
+def _mutate_json(path: Path, text: str, mutation: str, rng: random.Random) -> str:
+    if path.suffix == ".jsonl":
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        k = rng.randrange(len(lines))
+        lines[k] = _mutate_value(lines[k], mutation, rng)
+        return "".join(json.dumps(line) + "\n" for line in lines)
+    return json.dumps(_mutate_value(json.loads(text), mutation, rng), indent=2)
+
+
+def _mutate_value(value, mutation: str, rng: random.Random):
+    if mutation == "json-null":
+        return None
+    if mutation == "json-wrong-type":
+        return [value] if isinstance(value, dict) else {"value": value}
+    keys = sorted(value) if isinstance(value, dict) else []
+    if not keys:
+        return None
+    key = rng.choice(keys)
+    if mutation == "json-missing-key":
+        return {k: v for k, v in value.items() if k != key}
+    # json-wrong-value: a key's value replaced by one of another type, one level down where it nests
+    inner = value[key]
+    if isinstance(inner, dict) and inner:
+        sub = rng.choice(sorted(inner))
+        return {**value, key: {**inner, sub: _wrong(inner[sub], rng)}}
+    return {**value, key: _wrong(inner, rng)}
+
+
+def _wrong(value, rng: random.Random):
+    choices = [None, "x", -1, 1.5, [], {}, [1, "a"], {"a": None}]
+    return rng.choice([c for c in choices if type(c) is not type(value)])
+
+
+# ------------------------------------------------------------------------------------------- cases
+
+@dataclass
+class Case:
+    version: str
+    kind: str
+    mutation: str
+    command: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.version}-{self.kind}-{self.mutation}"
+
+
+def all_cases() -> list[Case]:
+    """The full cross product version x file kind x mutation x command, in a fixed order."""
+    cases = []
+    for version, kinds in FILE_KINDS.items():
+        for kind, rel in kinds.items():
+            mutations = BYTE_MUTATIONS + (JSON_MUTATIONS if rel.endswith((".json", ".jsonl")) else ()) \
+                + (MP4_MUTATIONS if rel.endswith(".mp4") else ())
+            for mutation in mutations:
+                for command in COMMANDS:
+                    cases.append(Case(version, kind, mutation, command))
+    return cases
+
+
+def build(root: Path) -> tuple[dict[str, Path], list[dict]]:
+    """Clean datasets, one mutated copy per (version, kind, mutation), and the runs to do on them."""
+    clean = {}
+    for version in FILE_KINDS:
+        clean[version] = root / f"clean-{version}"
+        # v2.1 stores its vectors as plain lists, as some exporters do, so flatten has work to do
+        make_dataset(clean[version], version=version, vector_storage="list" if version == "v2.1" else "fixed",
+                     **TINY)
+        if version != "v3.0":  # a v2.1 stats.json, as lerobot's v2.1 writer leaves one
+            _write_v21_stats(clean[version])
+    partner = root / "partner"  # merge's clean second dataset
+    make_dataset(partner, version="v2.1", dataset_id=1, **TINY)
+    runs, made = [], set()
+    for i, case in enumerate(all_cases()):
+        ds = root / "ds" / case.name
+        if case.name not in made:
+            made.add(case.name)
+            shutil.copytree(clean[case.version], ds)
+            mutate(ds / FILE_KINDS[case.version][case.kind], case.mutation, random.Random(f"{SEED}:{case.name}"))
+        extra, writes = COMMANDS[case.command]
+        out = root / "out" / f"{case.name}-{case.command}"
+        args = [case.command.split("-")[0], str(ds)]
+        if case.command == "merge":
+            args.append(str(partner))
+        args += list(extra)
+        if writes:
+            args += ["-o", str(out)]
+        runs.append({"case": case.__dict__, "args": args, "out": str(out) if writes else None,
+                     "file": FILE_KINDS[case.version][case.kind], "index": i})
+    return clean, runs
+
+
+def _write_v21_stats(root: Path) -> None:
+    """meta/stats.json from the per-episode stats (the first episode's, enough for the fuzz)."""
+    first = json.loads((root / "meta/episodes_stats.jsonl").read_text().splitlines()[0])
+    (root / "meta/stats.json").write_text(json.dumps(first["stats"], indent=2))
+
+
+# ------------------------------------------------------------------------------------------- the driver
+
+def drive(runs_file: str, results_file: str) -> None:
+    """Run each run's arguments through `lerodoc.cli.main`, as `python -m lerodoc` would, in this process."""
+    from lerodoc import cli
+    runs = json.loads(Path(runs_file).read_text())
+    results = []
+    for run in runs:
+        sys.argv = ["lerodoc", *run["args"]]
+        out, err = io.StringIO(), io.StringIO()
+        start = time.perf_counter()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                cli.main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:  # what Python itself would print, and its exit code
+                traceback.print_exc()
+                code = 1
+        results.append({**run, "rc": code, "stdout": out.getvalue()[-200_000:], "stderr": err.getvalue()[-4000:],
+                        "seconds": time.perf_counter() - start})
+    Path(results_file).write_text(json.dumps(results))
+
+
+def run_all(root: Path, runs: list[dict], shards: int) -> list[dict]:
+    """The runs split over `shards` subprocesses running `drive`, in parallel."""
+    procs = []
+    for s in range(shards):
+        part = runs[s::shards]
+        runs_file, results_file = root / f"runs-{s}.json", root / f"results-{s}.json"
+        runs_file.write_text(json.dumps(part))
+        code = f"from tests.test_fuzz import drive; drive({str(runs_file)!r}, {str(results_file)!r})"
+        env = {k: v for k, v in os.environ.items() if k != "LERODOC_DEBUG"}
+        procs.append((subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parent.parent, env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+                      results_file))
+    results = []
+    for proc, results_file in procs:
+        output, _ = proc.communicate()
+        assert proc.returncode == 0, f"fuzz driver died:\n{output[-4000:]}"
+        results += json.loads(results_file.read_text())
+    return sorted(results, key=lambda r: r["index"])
+
+
+def problems(result: dict) -> list[str]:
+    """What is wrong with one run's ending; empty when it ended as the rules say."""
+    case, rc, stderr = result["case"], result["rc"], result["stderr"]
+    found = []
+    if "Traceback" in stderr:
+        found.append("traceback")
+    allowed = EXIT_CODES.get(case["command"], DEFAULT_EXIT_CODES)
+    if rc not in allowed:
+        found.append(f"exit {rc} not in {sorted(allowed)}")
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    if rc == 3 or rc == 4:
+        if len(errors) != 1:
+            found.append(f"{len(errors)} 'error:' paragraphs")
+        elif not re.search(r"[\w.-]+\.(json|jsonl|parquet|mp4)\b|meta/|data/|videos/", errors[0]):
+            found.append("the error names no file")
+    if case["command"].startswith("validate") and rc in (0, 1):
+        try:
+            report = json.loads(result["stdout"])
+            findings = report["findings"]
+        except (ValueError, KeyError):
+            found.append("validate --json printed no report")
+        else:
+            if rc == 1 and not any(f["severity"] == "error" for f in findings):
+                found.append("validate exit 1 without an error finding")
+            if rc == 0 and any(f["severity"] == "error" for f in findings):
+                found.append("validate exit 0 with an error finding")
+            for f in findings:
+                if not re.fullmatch(r"[A-Z]{2,4}\d{3}", f.get("code") or ""):
+                    found.append(f"a finding without a code: {f}")
+    out = result["out"]
+    if out is not None:
+        out = Path(out)
+        exists = out.exists()
+        if rc in (0,) and not exists:
+            found.append("exit 0 but no output")
+        if rc not in (0, 1) and exists:
+            found.append(f"exit {rc} but the output exists")
+        if rc == 1 and case["command"] != "repair" and exists:
+            found.append("exit 1 but the output exists")
+        left = [p.name for p in out.parent.iterdir() if STAGING.search(p.name)] if out.parent.exists() else []
+        if left:
+            found.append(f"staging left behind: {left}")
+    return found
+
+
+# ------------------------------------------------------------------------------------------- the tests
+
+def test_fuzz_every_file_kind_every_command(tmp_path):
+    start = time.perf_counter()
+    _, runs = build(tmp_path)
+    built = time.perf_counter() - start
+    results = run_all(tmp_path, runs, shards=max(2, min(4, len(os.sched_getaffinity(0)))))
+    bad = []
+    for result in results:
+        for problem in problems(result):
+            c = result["case"]
+            bad.append(f"{c['version']} {result['file']} {c['mutation']} | lerodoc {c['command']}: {problem}\n"
+                       f"    {result['stderr'].strip()[-600:]}")
+    seconds = time.perf_counter() - start
+    datasets = {(r["case"]["version"], r["file"], r["case"]["mutation"]) for r in results}
+    print(f"fuzz: {len(results)} runs on {len(datasets)} mutated datasets in {seconds:.1f} s (build {built:.1f} s)")
+    assert not bad, f"{len(bad)} of {len(results)} runs broke the rules:\n" + "\n".join(bad[:40])
+
+
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+def test_mp4_tag_that_is_not_utf8(tmp_path, version):
+    """The field report's crash: bits flipped in the mp4's metadata made PyAV raise UnicodeDecodeError while
+    it read the container, in validate's demux path and in convert's. The frames are intact, so every
+    command reads the file, and the converted dataset holds every frame."""
+    import av
+
+    root = tmp_path / "ds"
+    make_dataset(root, version=version, **TINY)
+    mp4 = root / FILE_KINDS[version]["video.mp4"]
+    mp4.write_bytes(flip_tag(mp4.read_bytes()))
+    with pytest.raises(UnicodeDecodeError):   # the reproduction: PyAV's default, strict, reading
+        av.open(str(mp4)).close()
+
+    info = run_cli("info", root, "--json", check=False)
+    assert info.returncode == 0 and "Traceback" not in info.stderr, info.stderr
+    assert json.loads(info.stdout)["cameras"][CAMERA]["codec"] == "h264"
+
+    validate = run_cli("validate", root, "--videos", "--deep", "--json", check=False)
+    assert validate.returncode in (0, 1) and "Traceback" not in validate.stderr, validate.stderr
+    assert not [f for f in json.loads(validate.stdout)["findings"] if f["code"].startswith("VID")]
+
+    out = tmp_path / "out"
+    convert = run_cli("convert", root, "-o", out, check=False)
+    assert convert.returncode == 0 and "Traceback" not in convert.stderr, convert.stderr
+    written = sorted(out.glob("videos/**/*.mp4"))
+    for path in written:   # written with tags lerobot's pyav backend reads (strictly)
+        av.open(str(path)).close()
+    assert sum(len(packets(p)) for p in written) == sum(TINY["lengths"])
+
+
+def test_mp4_unreadable_names_the_file(tmp_path):
+    """A damaged mp4 through the real command line: one paragraph naming the file, exit 3, nothing written."""
+    root = tmp_path / "ds"
+    make_dataset(root, version="v2.1", **TINY)
+    mp4 = root / FILE_KINDS["v2.1"]["video.mp4"]
+    mp4.write_bytes(mp4.read_bytes()[: mp4.stat().st_size // 2])
+    out = tmp_path / "out"
+    convert = run_cli("convert", root, "-o", out, check=False)
+    errors = [line for line in convert.stderr.splitlines() if line.startswith("error:")]
+    assert convert.returncode == 3 and len(errors) == 1 and "episode_000000.mp4" in errors[0], convert.stderr
+    assert "Traceback" not in convert.stderr
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if STAGING.search(p.name)]
+    validate = run_cli("validate", root, "--videos", "--json", check=False)
+    assert validate.returncode == 1 and "Traceback" not in validate.stderr
+    assert any(f["code"] == "VID001" and f["file"].endswith("episode_000000.mp4")
+               for f in json.loads(validate.stdout)["findings"])
+
+
+if __name__ == "__main__":  # python -m tests.test_fuzz DIR: build and run, keep everything under DIR
+    root = Path(sys.argv[1])
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    _, runs = build(root)
+    results = run_all(root, runs, shards=2)
+    (root / "results.json").write_text(json.dumps(results, indent=1))
+    for result in results:
+        for problem in problems(result):
+            c = result["case"]
+            print(f"{c['version']} {result['file']} {c['mutation']} | {c['command']}: {problem}\n"
+                  f"    {result['stderr'].strip()[-400:]}")
