@@ -583,7 +583,7 @@ def _disagreement(stated: dict, actual: dict, tol: Tolerance, brackets: dict | N
             rounding = gap > tol.std(want)
             cancelled = np.abs(have ** 2 - want ** 2) <= tol.variance + tol.std(want) * (2 * want + tol.std(want))
             note(name, rounding & ~cancelled, "error", have, want, tol.std(want))
-            note(name, rounding & cancelled, "cancellation", have, want, np.sqrt(tol.variance))
+            note(name, rounding & cancelled, "cancellation", have, want, np.sqrt(want ** 2 + tol.variance))
     for name, (low, high) in (brackets or {}).items():
         if name not in stated:
             continue
@@ -640,7 +640,7 @@ def _mismatch(ds: Dataset, source: Source, feature: str, off: list[Off]) -> list
                 "STA044" if ds.version == "v2.1" and source.episode is None else "STA040")
         return [_finding(code, _describe(source, feature, errors), channel=errors[0].channel, **where)]
     out = []
-    for level, code, why in (("cancellation", "STA042", "E[x^2] - E[x]^2 in float32 explains up to"),
+    for level, code, why in (("cancellation", "STA042", "the rounding of E[x^2] - E[x]^2 gives up to"),
                              ("quantile", "STA043", "lerobot's histogram quantiles explain")):
         offs = [o for o in off if o.level == level]
         if offs and feature not in INDEX_FEATURES:
