@@ -62,9 +62,9 @@ CODES = {
     "STA041": (WARNING, "stats of a bookkeeping column (index, episode_index, ...) disagree with the data; "
                         "training does not use them (stale after a merge)",
                "lerodoc repair recomputes the stats", True),
-    "STA042": (WARNING, "a std carries the float32 cancellation error of E[x^2] - E[x]^2 (lerobot >= 0.4's "
-                        "formula: e.g. std 0.008 on a channel that is constantly 9.81); within that formula's error "
-                        "bound, so lerobot's normal output",
+    "STA042": (WARNING, "a std carries the cancellation error of E[x^2] - E[x]^2 (lerobot >= 0.4's formula, "
+                        "in float32 for float32 data: e.g. std 0.008 on a channel that is constantly 9.81); within "
+                        "that formula's error bound, so lerobot's normal output",
                "lerodoc repair recomputes the stats", True),
     "STA043": (WARNING, "a per-episode quantile is further from the data's than lerobot's histogram quantiles "
                         "(5000 bins, interpolated) explain, by up to a quarter of the channel's range",
