@@ -91,6 +91,19 @@ def test_real_g1_dataset_has_no_error_and_names_its_quirks():
     codes = {(f.code, f.feature) for f in found}
     assert ("LAY016", "observation.state") in codes        # names nested one level
     assert ("LAY018", "observation.images.cam_high") in codes   # names[2] == "channel"
+    # recorded without q01/q99: a warning for validate (train pi05's preflight refuses it on its own)
+    assert {(f.code, f.severity) for f in found if f.feature == "observation.state" and f.code.startswith("STA02")} \
+        == {("STA021", "warning")}
+
+
+def test_missing_quantiles_are_a_warning_on_every_version(bases, tmp_path):
+    """lerobot's converter and older recorders write no q01/q99: not a defect of the dataset."""
+    root = tmp_path / "ds"
+    shutil.copytree(bases["v3.0"], root)
+    DEFECTS["missing_quantiles"][1](root)
+    found = [f for f in findings(root) if f.code in ("STA020", "STA021")]
+    assert [(f.code, f.severity, f.feature) for f in found] == [("STA020", "warning", "action")]
+    assert errors(findings(root)) == []
 
 
 def test_unopenable_dataset_gives_one_finding(tmp_path):
