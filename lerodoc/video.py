@@ -58,6 +58,7 @@ class Written:
 # What PyAV raises on a damaged or hostile file: FFmpeg's errors, the OS's, and UnicodeDecodeError where a
 # string it converts (a codec or format name, say) is not UTF-8. Every place that reads a video catches these.
 READ_ERRORS = (av.FFmpegError, OSError, UnicodeDecodeError)
+NO_CODEC = "its video stream names no codec FFmpeg knows (damaged sample description?)"
 
 
 def open_video(path: Path | str, **options):
@@ -96,6 +97,9 @@ def _open(path: Path, episode: int | None = None):
     if not container.streams.video:
         container.close()
         raise LerodocError("has no video stream", file=path, episode=episode)
+    if container.streams.video[0].codec_context is None:
+        container.close()
+        raise LerodocError(f"cannot open video ({NO_CODEC})", file=path, episode=episode)
     return container
 
 

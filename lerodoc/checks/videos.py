@@ -21,7 +21,7 @@ from lerodoc.checks import ERROR, WARNING, Context, Finding
 from lerodoc.checks.layout import finding_factory
 from lerodoc.checks.timestamps import Rows, episode_rows, tolerance_advice
 from lerodoc.dataset import Episode
-from lerodoc.video import READ_ERRORS, open_video, reason
+from lerodoc.video import NO_CODEC, READ_ERRORS, open_video, reason
 
 WINDOWS = "lerodoc repair recomputes the windows from the packets' timestamps"
 CODES = {
@@ -87,12 +87,12 @@ def load_stream(ctx: Context, relative: str) -> Stream:
     key = ("videos.stream", relative)
     if key not in ctx.cache:
         try:
-            ctx.cache[key] = _from_headers(ctx, ctx.root / relative)
-        except mp4.Unsupported:
             try:
+                ctx.cache[key] = _from_headers(ctx, ctx.root / relative)
+            except mp4.Unsupported:
                 ctx.cache[key] = _from_demux(ctx.root / relative)
-            except Unreadable as exc:
-                ctx.cache[key] = exc
+        except Unreadable as exc:
+            ctx.cache[key] = exc
     if isinstance(ctx.cache[key], Unreadable):
         raise ctx.cache[key]
     return ctx.cache[key]
@@ -114,6 +114,8 @@ def _from_headers(ctx: Context, path: Path) -> Stream:
 
 def _params(container) -> tuple[str, int, int, str | None]:
     context = container.streams.video[0].codec_context
+    if context is None:
+        raise Unreadable(f"cannot be opened as a video ({NO_CODEC})")
     return context.codec.canonical_name, context.width, context.height, context.pix_fmt
 
 
