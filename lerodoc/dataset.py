@@ -75,6 +75,21 @@ class Dataset:
     def total_frames(self) -> int:
         return sum(ep.length for ep in self.episodes)
 
+    def require_complete(self) -> None:
+        """Refuse to rewrite a dataset whose info.json counts more episodes, frames or tasks than its metadata
+        lists: a lost metadata line (a truncated episodes or tasks file) would otherwise be left out of the
+        output without a word. Repair is the command that decides what such a dataset holds."""
+        listed = {"total_episodes": len(self.episodes), "total_frames": self.total_frames,
+                  "total_tasks": len(self.tasks)}
+        for name, count in listed.items():
+            stated = getattr(self.info, name)
+            if stated and stated > count:
+                where = {"total_tasks": "meta/tasks.jsonl" if self.version != "v3.0" else "meta/tasks.parquet"}.get(
+                    name, "meta/episodes" if self.version == "v3.0" else "meta/episodes.jsonl")
+                raise LerodocError(f"lists {count} {name[6:]} but meta/info.json {name} says {stated}; nothing is "
+                                   "written that might leave some out", file=self.root / where,
+                                   hint="lerodoc validate names the difference; lerodoc repair rewrites the metadata")
+
     def data_files(self) -> list[str]:
         """Data parquet files in row order."""
         return list(dict.fromkeys(ep.data_file for ep in self.episodes))

@@ -47,6 +47,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
     """Convert the dataset at `src` to version `to` (v3.0, or v2.1 for a v3.0 input) into `out`."""
     started = time.perf_counter()
     ds = Dataset.open(src)
+    ds.require_complete()
     to = to or ("v2.1" if ds.version == "v3.0" else "v3.0")
     if ds.version == to:
         raise LerodocError(f"dataset is already {to}; nothing to convert", file=ds.root / formats.INFO_PATH)

@@ -66,6 +66,7 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
 def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, *, in_place: bool = False,
            force: bool = False, workers: int = 1) -> Path:
     """Write `ds` with its data files transformed and `features` as its new info.json features."""
+    ds.require_complete()
     if ds.version == "v2.0":
         raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
                            hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
