@@ -342,3 +342,20 @@ def test_stale_v21_stats_json_is_a_warning(tmp_path):
     found = findings(root)
     assert errors(found) == []
     assert [f.severity for f in found if f.code == "STA044" and f.feature == STATE] == [WARNING]
+
+
+def test_camera_without_stats_is_a_warning_a_vector_without_stats_an_error(tmp_path):
+    """lerobot's convert_image_to_video writes stats.json without the cameras: LeRobotDataset loads it."""
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=2, lengths=12,
+                        cameras=("observation.images.top",), height=32, width=48).root
+    meta = json.loads((root / "meta/stats.json").read_text())
+    camera = meta.pop("observation.images.top")
+    (root / "meta/stats.json").write_text(json.dumps(meta))
+    found = findings(root)
+    assert [(f.code, f.severity) for f in found if f.feature == "observation.images.top"] == [("STA016", WARNING)]
+    assert errors(found) == []
+    meta.pop("action")
+    (root / "meta/stats.json").write_text(json.dumps(meta | {"observation.images.top": camera}))
+    found = findings(root)
+    assert [(f.code, f.severity) for f in found if f.feature == "action" and f.code.startswith("STA01")] \
+        == [("STA015", ERROR)]

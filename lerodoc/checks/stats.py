@@ -39,7 +39,12 @@ CODES = {
     "STA014": (ERROR, "a feature's stats lack one of min, max, mean, std, count",
                "lerodoc repair recomputes the stats", True),
     "STA015": (ERROR, "a feature that training normalises has no stats",
-               "lerodoc quantiles (or repair) computes them; cameras need an entry for use_imagenet_stats", True),
+               "lerodoc quantiles (or repair) computes them", True),
+    "STA016": (WARNING, "a camera has no stats (lerobot's convert_image_to_video writes none): LeRobotDataset loads "
+                        "it and pi0.5 does not normalise cameras, but lerobot-train's use_imagenet_stats (on by "
+                        "default) raises KeyError on it",
+               "train lerobot with --dataset.use_imagenet_stats=false, or write the camera's stats "
+               "(lerobot's recompute_stats with skip_image_video=False)", False),
     "STA020": (WARNING, "observation.state/action stats lack q01/q99 (pi0.5's QUANTILES normalisation needs them; "
                         "lerobot's converter and older recorders write none, and train pi05 refuses the dataset)",
                "lerodoc quantiles adds exact q01..q99", True),
@@ -153,7 +158,8 @@ def _coverage(ctx: Context, sources: list[Source]) -> list[Finding]:
             first = lacking[0]
             scope = first.file if first.episode is None else \
                 f"{len(lacking)} of {len(checked)} episodes (first: episode {first.episode})"
-            out.append(_finding("STA015", f"{feature} has no stats in {scope}", file=first.file,
+            code = "STA016" if ds.info.features[feature]["dtype"] in VISUAL else "STA015"
+            out.append(_finding(code, f"{feature} has no stats in {scope}", file=first.file,
                                 episode=first.episode, feature=feature))
     return out
 
