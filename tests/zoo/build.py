@@ -182,21 +182,19 @@ def build_exporters(work: Path, wanted) -> None:
 def recheck(wanted) -> None:
     """Load every wanted member with lerobot 0.6.1 and store the verdict in its json."""
     sys.path.insert(0, str(REPO))
-    from tests.lerobot_oracle import check_with_lerobot
+    from tests.lerobot_oracle import check_many_with_lerobot
 
-    for path in sorted(MEMBERS.glob("*.json")):
-        name = path.stem
-        if not wanted(name):
-            continue
-        meta = json.loads(path.read_text())
-        report = check_with_lerobot(MEMBERS / name, meta["expect"], raise_on_failure=False)
+    paths = [p for p in sorted(MEMBERS.glob("*.json")) if wanted(p.stem)]
+    metas = [json.loads(p.read_text()) for p in paths]
+    reports = check_many_with_lerobot([{"root": MEMBERS / p.stem, "expect": m["expect"]} for p, m in zip(paths, metas)])
+    for path, meta, report in zip(paths, metas, reports):
         meta["lerobot_loads"] = bool(report["ok"])
         refusal = "; ".join(report["problems"])
         examples = [json.dumps(x)[:300] for key in ("misaligned_examples", "value_mismatch_examples", "exceptions")
                     for x in report.get(key, [])[:2]]
         meta["refusal"] = None if report["ok"] else "; ".join([refusal, *examples])[:2000]
         path.write_text(json.dumps(meta, indent=1) + "\n")
-        log(f"lerobot 0.6.1 on {name}: {'loads' if report['ok'] else 'REFUSES: ' + refusal[:200]}")
+        log(f"lerobot 0.6.1 on {path.stem}: {'loads' if report['ok'] else 'REFUSES: ' + refusal[:200]}")
 
 
 def main() -> int:

@@ -232,9 +232,7 @@ def list1(root: Path) -> dict:
     fx = base(root, "v2.1", dataset_id=1, cameras=("observation.images.top",))
 
     def as_lists(table: pa.Table) -> pa.Table:
-        e = int(table.column("episode_index")[0].as_py())
-        f = table.column("frame_index").to_numpy()
-        gripper = (e + 0.01 * f).astype(np.float32)
+        gripper = np.concatenate([e + 0.01 * np.arange(b - a) for e, a, b in episode_slices(table)]).astype(np.float32)
         table = set_column(table, "observation.gripper", pa.array(gripper))
         features = hf_features(table)
         for key in (*INDEX, "observation.gripper"):
@@ -296,9 +294,8 @@ def _multitask(root: Path, version: str) -> dict:
     per_episode = {e: [e % 3, (e + 1) % 3] for e in range(len(fx.lengths))}
 
     def retask(table: pa.Table) -> pa.Table:
-        e = int(table.column("episode_index")[0].as_py())
-        f = table.column("frame_index").to_numpy()
-        t = np.where(f < halves[e], per_episode[e][0], per_episode[e][1]).astype(np.int64)
+        t = np.concatenate([np.where(np.arange(b - a) < halves[e], *per_episode[e])
+                            for e, a, b in episode_slices(table)]).astype(np.int64)
         return table.set_column(table.column_names.index("task_index"), "task_index", pa.array(t))
 
     rewrite_data(root, retask)
