@@ -359,3 +359,14 @@ def test_camera_without_stats_is_a_warning_a_vector_without_stats_an_error(tmp_p
     found = findings(root)
     assert [(f.code, f.severity) for f in found if f.feature == "action" and f.code.startswith("STA01")] \
         == [("STA015", ERROR)]
+
+
+def test_sample_std_is_accepted_a_larger_one_is_not(tmp_path):
+    """torch.std (and exporters built on it) write the sample std, ddof=1: sqrt(n/(n-1)) above numpy's."""
+    values = varied(20, 3, scale=0.5, offset=1.0)
+    stats = lerobot_033(values)
+    stats["std"] = np.std(values.astype(np.float64), axis=0, ddof=1)
+    found = findings(plant(tmp_path / "ddof1", values, stats))
+    assert errors(found) == [] and "STA040" not in codes(found)
+    stats["std"] = stats["std"] * 1.03     # beyond sqrt(20/19) = 1.026 of the population std
+    assert 0 in codes(findings(plant(tmp_path / "ddof1-more", values, stats))).get("STA040", [])

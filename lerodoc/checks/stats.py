@@ -267,14 +267,15 @@ def _at(value, c: int) -> float:
     return float(flat[c] if flat.size > 1 else flat[0])
 
 
-def _rows(ds: Dataset, source: Source, count: np.ndarray | None) -> int:
+def _rows(ds: Dataset, source: Source, count: np.ndarray | None, shortest: bool = False) -> int:
     """How many rows one writer's sum ran over: the episode's count; for dataset stats, which lerobot
-    aggregates from per-episode stats in float64, the longest episode (v2.0: all rows, summed at once)."""
+    aggregates from per-episode stats in float64, the longest episode (v2.0: all rows, summed at once).
+    `shortest`: the shortest episode instead (whose sample std differs most from the population std)."""
     if source.episode is not None:
         return int(count[0]) if count is not None and count.size else \
             max((ep.length for ep in ds.episodes if ep.index == source.episode), default=1)
     lengths = [ep.length for ep in ds.episodes] or [int(count[0]) if count is not None and count.size else 1]
-    return sum(lengths) if ds.version == "v2.0" else max(lengths)
+    return sum(lengths) if ds.version == "v2.0" else min(lengths) if shortest else max(lengths)
 
 
 # ---------------------------------------------------------------- tolerances
@@ -305,7 +306,8 @@ class Tolerance:
       min, max:   value_eps * M                                    (the value itself, rounded to the dtype)
       mean:       (value_eps + (n/2 + 2) * sum_eps) * M            (recursive summation: |error| <= (n-1) u sum|x|,
                                                                     u = eps/2; numpy sums axis 0 row after row)
-      std:        |std - exact| <= mean + (n + 2) * sum_eps * std  (two-pass np.std: the mean's error)
+      std:        |std - exact| <= mean + (n + 2) * sum_eps * std  (two-pass np.std: the mean's error; up to
+                                                                    sqrt(n/(n-1)) larger: a sample std, ddof=1)
                   |std^2 - exact^2| <= (1.5 n + 4) * sum_eps * M^2 (E[x^2] - E[x]^2: both terms carry n*u*M^2;
                                                                     a warning, STA042: lerobot's normal output)
       quantiles:  ordering: value_eps * M + 1e-9 * (1 + R)          (lerobot pads its histogram by 1e-10)
@@ -563,8 +565,9 @@ class Off:
     allowed: float      # what rounding (or the estimator) explains at that channel
 
 
-def _disagreement(stated: dict, actual: dict, tol: Tolerance, brackets: dict | None) -> list[Off]:
-    """Each stat beyond its tolerance (see `Tolerance`), with how bad it is."""
+def _disagreement(stated: dict, actual: dict, tol: Tolerance, brackets: dict | None, ddof: float = 1.0) -> list[Off]:
+    """Each stat beyond its tolerance (see `Tolerance`), with how bad it is; `ddof`: how much larger a
+    sample std (ddof=1) may be than the population std."""
     off = []
 
     def note(name, bad, level, have, want, allowed):
@@ -585,8 +588,8 @@ def _disagreement(stated: dict, actual: dict, tol: Tolerance, brackets: dict | N
             note(name, gap > tol.min_max, "error", have, want, tol.min_max)
         elif name == "mean":
             note(name, gap > tol.mean, "error", have, want, tol.mean)
-        else:
-            rounding = gap > tol.std(want)
+        else:   # the population std, or the sample std (ddof=1, torch's default) of the shortest episode
+            rounding = (have < want - tol.std(want)) | (have > want * ddof + tol.std(want))
             cancelled = np.abs(have ** 2 - want ** 2) <= tol.variance + tol.std(want) * (2 * want + tol.std(want))
             note(name, rounding & ~cancelled, "error", have, want, tol.std(want))
             note(name, rounding & cancelled, "cancellation", have, want, np.sqrt(want ** 2 + tol.variance))
@@ -625,7 +628,9 @@ def _agreement(ctx: Context, sources: list[Source]) -> list[Finding]:
             tol = Tolerance.of(ds.info.features[feature]["dtype"], data.dtypes.get(feature),
                                _rows(ds, source, exact["count"]), magnitude, exact["max"] - exact["min"])
             brackets = data.brackets.get((source.episode, feature)) if source.episode is not None else None
-            out += _mismatch(ds, source, feature, _disagreement(stated, exact, tol, brackets))
+            short = _rows(ds, source, exact["count"], shortest=True)
+            ddof = float(np.sqrt(short / (short - 1))) if short > 1 else 1.0
+            out += _mismatch(ds, source, feature, _disagreement(stated, exact, tol, brackets, ddof))
     return out
 
 
