@@ -327,8 +327,9 @@ class Tolerance:
         value_eps = max((float(np.finfo(d).eps) for d in floats), default=0.0)
         if dtype in VISUAL:   # per-channel stats of sampled frames (each up to ~300 x 300 pixels) / 255
             value_eps, rows = EPS32, rows * VISUAL_PIXELS
-        sum_eps = max(value_eps, float(np.finfo(np.float64).eps) if dtypes and all(
-            d == np.float64 for d in dtypes) else EPS32)
+        # float16 is summed in float32 too (numpy's float16 mean, lerobot 0.6.1's promotion); its result is
+        # then rounded to float16, which value_eps covers
+        sum_eps = float(np.finfo(np.float64).eps) if dtypes and all(d == np.float64 for d in dtypes) else EPS32
         return cls(value_eps, sum_eps, max(int(rows), 1), np.asarray(magnitude, dtype=np.float64),
                    np.asarray(spread, dtype=np.float64))
 
