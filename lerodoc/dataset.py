@@ -86,7 +86,8 @@ class Dataset:
             if stated and stated > count:
                 where = {"total_tasks": "meta/tasks.jsonl" if self.version != "v3.0" else "meta/tasks.parquet"}.get(
                     name, "meta/episodes" if self.version == "v3.0" else "meta/episodes.jsonl")
-                raise LerodocError(f"lists {count} {name[6:]} but meta/info.json {name} says {stated}; nothing is "
+                noun = name[6:] if count != 1 else name[6:-1]
+                raise LerodocError(f"lists {count} {noun} but meta/info.json's {name} is {stated}; nothing is "
                                    "written that might leave some out", file=self.root / where,
                                    hint="lerodoc validate names the difference; lerodoc repair rewrites the metadata")
 

@@ -54,8 +54,9 @@ def read_text(path: Path) -> str:
         raise LerodocError(f"cannot be read ({exc.strerror or exc})", file=path) from None
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The file's records in order; each must be a JSON object."""
+def read_jsonl(path: Path, fields: dict[str, type] | None = None) -> list[dict]:
+    """The file's records in order; each must be a JSON object, and each of `fields` present must have its
+    type (int: a whole number; float: any number)."""
     if not path.is_file():
         raise LerodocError("file is missing", file=path)
     rows = []
@@ -68,8 +69,23 @@ def read_jsonl(path: Path) -> list[dict]:
             raise LerodocError(f"line {lineno} is not valid JSON ({exc})", file=path) from None
         if not isinstance(value, dict):
             raise LerodocError(f"line {lineno} is {_kind(value)}, not a JSON object", file=path)
+        for key, kind in (fields or {}).items():
+            if key in value and not _is(value[key], kind):
+                raise LerodocError(f"line {lineno}: must be {_KINDS[kind]}, got {json.dumps(value[key])[:60]}",
+                                   file=path, field=key)
         rows.append(Row(value, path, lineno))
     return rows
+
+
+_KINDS = {int: "a whole number", float: "a number", str: "a string", dict: "an object", list: "a list"}
+
+
+def _is(value, kind: type) -> bool:
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind)
 
 
 def _kind(value) -> str:

@@ -38,12 +38,8 @@ def video_file(info: Info, key: str, episode_index: int) -> str:
 
 
 def read_tasks(root: Path) -> list[str]:
-    rows = read_jsonl(root / TASKS_PATH)
+    rows = read_jsonl(root / TASKS_PATH, {"task_index": int, "task": str})
     by_index = {int(r["task_index"]): r["task"] for r in rows}
-    for r in rows:
-        if not isinstance(r["task"], str):
-            raise LerodocError(f"line {r.lineno}: task must be a string, got {r['task']!r}",
-                               file=root / TASKS_PATH, field="task")
     if sorted(by_index) != list(range(len(by_index))):
         raise LerodocError(f"task_index values {sorted(by_index)} are not 0..{len(by_index) - 1}",
                            file=root / TASKS_PATH, field="task_index")
@@ -54,7 +50,8 @@ def read_episode_stats(root: Path) -> dict[int, dict]:
     path = root / EPISODES_STATS_PATH
     if not path.is_file():
         return {}
-    return {int(r["episode_index"]): stats_from_json(r["stats"], path, r["episode_index"]) for r in read_jsonl(path)}
+    return {int(r["episode_index"]): stats_from_json(r["stats"], path, int(r["episode_index"]))
+            for r in read_jsonl(path, {"episode_index": int})}
 
 
 def read_dataset_stats(root: Path) -> dict | None:
@@ -67,7 +64,8 @@ def read_dataset_stats(root: Path) -> dict | None:
 
 def read(root: Path, info: Info, *, episode_stats: bool = True):
     """Episodes (in episode_index order), tasks and dataset stats of a v2.x dataset."""
-    rows = sorted(read_jsonl(root / EPISODES_PATH), key=lambda r: r["episode_index"])
+    rows = sorted(read_jsonl(root / EPISODES_PATH, {"episode_index": int, "length": int}),
+                  key=lambda r: r["episode_index"])
     per_episode = read_episode_stats(root) if episode_stats else {}
     episodes, cursor = [], 0
     for row in rows:
