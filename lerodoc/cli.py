@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from lerodoc import __version__, render
 from lerodoc.commands import (convert, download, flatten, info, merge, push, quantiles, repair, select, train,
@@ -19,7 +21,7 @@ from lerodoc.errors import ExitCode, LerodocError
 app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=False,
                   help="Prepare, convert, repair and train on LeRobot datasets (v2.0, v2.1, v3.0).",
                   epilog="Exit codes: 0 ok, 1 findings, 2 usage, 3 bad input, 4 verification failed, "
-                         "5 hub unreachable or refused, 130 interrupted.")
+                         "5 hub unreachable or refused, 70 a bug in lerodoc, 130 interrupted.")
 app.command(rich_help_panel="Format")(info.info)
 app.command(rich_help_panel="Format")(convert.convert)
 app.command(rich_help_panel="Edit")(merge.merge)
@@ -45,6 +47,9 @@ def root(version: Annotated[bool, typer.Option("--version", is_eager=True, callb
     """lerodoc: LeRobot datasets that train."""
 
 
+BUG_PREFIX = "internal error (a bug in lerodoc, not in your data):"
+
+
 def main() -> None:
     """Run the app; render a LerodocError once, as one paragraph, with its exit code."""
     try:
@@ -59,3 +64,14 @@ def main() -> None:
     except KeyboardInterrupt:
         render.err.print("interrupted")
         sys.exit(int(ExitCode.INTERRUPTED))
+    except Exception as exc:  # not bad input (that is a LerodocError): a bug, said as one, where it happened
+        if os.environ.get("LERODOC_DEBUG"):
+            raise
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        text = (f"{type(exc).__name__}: {exc} at {where.filename}:{where.lineno} ({where.name}); outputs were not "
+                f"promoted")
+        if "--json" in sys.argv:
+            render.print_json({"error": text, "bug": True, "exit_code": int(ExitCode.BUG)})
+        render.err.print(f"[bold red]{BUG_PREFIX}[/] {escape(text)}. LERODOC_DEBUG=1 shows the traceback; please report it "
+                         "with the command line.", highlight=False, soft_wrap=True, markup=True)
+        sys.exit(int(ExitCode.BUG))

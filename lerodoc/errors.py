@@ -12,6 +12,7 @@ class ExitCode(IntEnum):
     BAD_INPUT = 3         # the dataset or an argument is unusable; nothing was written
     VERIFY_FAILED = 4     # the output failed verification and was not promoted
     NETWORK = 5           # the hub could not be reached or refused; files already fetched are kept
+    BUG = 70              # an unexpected exception: a bug in lerodoc, not in the input (EX_SOFTWARE)
     INTERRUPTED = 130
 
 

@@ -289,6 +289,8 @@ def problems(result: dict) -> list[str]:
     found = []
     if "Traceback" in stderr:
         found.append("traceback")
+    if "internal error (a bug in lerodoc" in stderr:
+        found.append("an internal error (a bug)")
     allowed = EXIT_CODES.get(case["command"], DEFAULT_EXIT_CODES)
     if rc not in allowed:
         found.append(f"exit {rc} not in {sorted(allowed)}")
@@ -397,6 +399,25 @@ def test_mp4_unreadable_names_the_file(tmp_path):
     assert validate.returncode == 1 and "Traceback" not in validate.stderr
     assert any(f["code"] == "VID001" and f["file"].endswith("episode_000000.mp4")
                for f in json.loads(validate.stdout)["findings"])
+
+
+def test_a_bug_is_named_as_one(tmp_path):
+    """An exception that is not a LerodocError is lerodoc's bug: one line that says so and where, exit 70, the
+    staged output removed; LERODOC_DEBUG=1 shows the traceback."""
+    root = tmp_path / "ds"
+    make_dataset(root, version="v2.1", **TINY)
+    code = ("import sys\nfrom lerodoc import cli, formats\nimport lerodoc.ops.rewrite as rewrite\n"
+            "def boom(*a, **k): raise KeyError('[planted]')\nrewrite.write = boom\n"
+            f"sys.argv = ['lerodoc', 'convert', {str(root)!r}, '-o', {str(tmp_path / 'out')!r}]\ncli.main()\n")
+    env = {k: v for k, v in os.environ.items() if k != "LERODOC_DEBUG"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 70 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().startswith("internal error (a bug in lerodoc") and "KeyError: '[planted]'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if STAGING.search(p.name)]
+    debug = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**env, "LERODOC_DEBUG": "1"})
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
 if __name__ == "__main__":  # python -m tests.test_fuzz DIR: build and run, keep everything under DIR
