@@ -226,10 +226,9 @@ def base(root: Path, version: str, **kw) -> factory.Fixture:
     return factory.make_dataset(root, version=version, fps=FPS, episodes_per_file=2, **kw)
 
 
-@member("export-v21-list1", "v2.1", "exporter: v2.1, shape-(1,) features as list<len 1> columns (AgiBot style)")
-def list1(root: Path) -> dict:
+def _list1(root: Path, version: str) -> dict:
     """Every shape-(1,) feature (the index columns and a gripper) stored as a list<len 1> column."""
-    fx = base(root, "v2.1", dataset_id=1, cameras=("observation.images.top",))
+    fx = base(root, version, dataset_id=1, cameras=("observation.images.top",))
 
     def as_lists(table: pa.Table) -> pa.Table:
         gripper = np.concatenate([e + 0.01 * np.arange(b - a) for e, a, b in episode_slices(table)]).astype(np.float32)
@@ -248,24 +247,44 @@ def list1(root: Path) -> dict:
     info["features"] = _insert_after(info["features"], "action", "observation.gripper",
                                      {"dtype": "float32", "shape": [1], "names": ["gripper"]})
     write_info(root, info)
-    set_stats(root, "observation.gripper",
-              [vector_stats((e + 0.01 * np.arange(n)).astype(np.float32)[:, None], False)
-               for e, n in enumerate(fx.lengths)])
+    v3 = version == "v3.0"
+    gripper = [(e + 0.01 * np.arange(n)).astype(np.float32)[:, None] for e, n in enumerate(fx.lengths)]
+    set_stats(root, "observation.gripper", [vector_stats(g, v3) for g in gripper],
+              vector_stats(np.concatenate(gripper), True) if v3 else None)
     expect = expect_of(fx)
     for ep in expect["episodes"]:
         ep["values"]["observation.gripper"] = {"expr": GRIPPER}
     return expect
 
 
-@member("export-v21-nested-names", "v2.1", "exporter: v2.1, feature names nested (dict of lists, list of lists)")
-def nested_names(root: Path) -> dict:
-    fx = base(root, "v2.1", dataset_id=2, cameras=("observation.images.top",))
+@member("export-v21-list1", "v2.1", "exporter: v2.1, shape-(1,) features as list<len 1> columns (AgiBot style)")
+def list1_v21(root: Path) -> dict:
+    return _list1(root, "v2.1")
+
+
+@member("export-v30-list1", "v3.0", "exporter: v3.0, shape-(1,) features as list<len 1> columns (AgiBot style)")
+def list1_v30(root: Path) -> dict:
+    return _list1(root, "v3.0")
+
+
+def _nested_names(root: Path, version: str) -> dict:
+    fx = base(root, version, dataset_id=2, cameras=("observation.images.top",))
     info = read_info(root)
     state, action = info["features"]["observation.state"], info["features"]["action"]
     state["names"] = {"motors": state["names"]}
     action["names"] = [action["names"]]
     write_info(root, info)
     return expect_of(fx)
+
+
+@member("export-v21-nested-names", "v2.1", "exporter: v2.1, feature names nested (dict of lists, list of lists)")
+def nested_names_v21(root: Path) -> dict:
+    return _nested_names(root, "v2.1")
+
+
+@member("export-v30-nested-names", "v3.0", "exporter: v3.0, feature names nested (dict of lists, list of lists)")
+def nested_names_v30(root: Path) -> dict:
+    return _nested_names(root, "v3.0")
 
 
 def _camera_sizes(root: Path, version: str) -> dict:
