@@ -80,9 +80,8 @@ EXIT_CODES = {  # docs/exit-codes.md: 1 only where a command reports findings
 }
 DEFAULT_EXIT_CODES = {0, 3, 4}
 STAGING = re.compile(r"\.lerodoc-(tmp|old)")
-# quantiles -o rewrites only the stats and links the rest as it is; repair decides what a dataset holds
-# (known gap: it drops a data file that no metadata line names, see the report of issue 13's item 7)
-LOSSY = {"quantiles", "repair"}
+# quantiles -o rewrites only the stats and links the rest as it is
+LOSSY = {"quantiles"}
 
 
 # ------------------------------------------------------------------------------------------- mutations

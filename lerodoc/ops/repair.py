@@ -161,6 +161,19 @@ def _clean_stats(stats: dict, features: dict) -> dict:
     return _normalise_stats(kept, features)[0]
 
 
+def _left_out(ds: Dataset, findings: list) -> list[dict]:
+    """Data files no episode's metadata names, when info.json counts more episodes than the metadata lists: their
+    rows are most likely episodes whose metadata line was lost, and repair (which writes only the episodes the
+    metadata lists) left them out. That needs a human: an error in what remains, never a silent drop."""
+    if ds.info.total_episodes <= len(ds.episodes):
+        return []
+    return [{**f.to_json(), "severity": "error", "fixable": False,
+             "message": f"{f.file} was left out: info.json counts {ds.info.total_episodes} episodes, the metadata "
+                        f"lists {len(ds.episodes)}, and no listed episode's rows are in this file",
+             "hint": "restore the lost metadata line(s) and run repair again"}
+            for f in findings if f.code in ("LAY042", "LAY043") and (f.file or "").startswith("data/")]
+
+
 def repair(src: Path, out: Path | None = None, *, in_place: bool = False, workers: int = 1,
            force: bool = False, drop_broken: bool = False) -> RepairReport:
     """Write a repaired copy of `src` to `out` (or swap it in place), and say what changed and what is left."""
@@ -200,6 +213,6 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     after = validate(target, videos=True)
     report.output = str(target.absolute())
     report.after = _counts(after.findings)
-    report.remaining = [f.to_json() for f in after.findings]
+    report.remaining = [f.to_json() for f in after.findings] + _left_out(ds, before.findings)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
