@@ -58,7 +58,8 @@ FILE_KINDS = {
         "video.mp4": f"videos/{CAMERA}/chunk-000/file-000.mp4",
     },
 }
-BYTE_MUTATIONS = ("truncate-0", "truncate-half", "truncate-tail", "flip-bits", "zero-block")
+BYTE_MUTATIONS = ("truncate-0", "truncate-half", "truncate-tail", "flip-bits", "flip-tail", "zero-block",
+                  "zero-head")
 JSON_MUTATIONS = ("json-null", "json-wrong-type", "json-missing-key", "json-wrong-value")
 MP4_MUTATIONS = ("flip-tag",)   # a bit flipped in the moov's encoder tag: PyAV's strict reader fails on it
 
@@ -99,6 +100,13 @@ def mutate(path: Path, mutation: str, rng: random.Random) -> None:
     elif mutation == "flip-bits":
         for _ in range(max(4, n // 256)):
             data[rng.randrange(n)] ^= 1 << rng.randrange(8)
+    elif mutation == "flip-tail":   # the footer of a parquet file, the moov of an mp4 written without faststart
+        tail = max(1, n // 8)
+        for _ in range(8):
+            data[n - 1 - rng.randrange(tail)] ^= 1 << rng.randrange(8)
+    elif mutation == "zero-head":   # magic bytes, ftyp, the first keys of a JSON file
+        size = max(1, min(64, n // 4))
+        data[:size] = bytes(size)
     elif mutation == "zero-block":
         size = max(1, min(256, n // 4))
         start = rng.randrange(n - size + 1)
