@@ -16,6 +16,7 @@ import numpy as np
 
 from lerodoc import mp4
 from lerodoc.errors import LerodocError
+from lerodoc.video import READ_ERRORS, open_video, reason
 
 FALLBACK_GAP_S = 1.0
 
@@ -37,10 +38,10 @@ class _Open:
 
     def __init__(self, path: Path):
         try:
-            self.container = av.open(str(path))
+            self.container = open_video(path)
             self.stream = self.container.streams.video[0]
-        except (av.FFmpegError, OSError, IndexError) as exc:
-            raise LerodocError(f"cannot open video for training ({exc})", file=path) from None
+        except READ_ERRORS + (IndexError,) as exc:
+            raise LerodocError(f"cannot open video for training ({reason(exc)})", file=path) from None
         self.stream.thread_type = "AUTO"
         try:
             track = mp4.read_track(path)
@@ -111,8 +112,8 @@ class FrameReader:
                     f.pending = frame
                     break
                 best, f.last, f.position = frame, frame, t
-        except av.FFmpegError as exc:
-            raise LerodocError(f"cannot decode the frame at {target:.4f} s ({exc})", file=path) from None
+        except READ_ERRORS as exc:
+            raise LerodocError(f"cannot decode the frame at {target:.4f} s ({reason(exc)})", file=path) from None
         if best is None or abs(float(best.time) - target) > max(self.tolerance_s, 1.5 / self._fps(f)):
             raise LerodocError(f"no frame at {target:.4f} s (the nearest decoded one is at "
                                f"{'none' if best is None else f'{float(best.time):.4f} s'})", file=path,
