@@ -321,6 +321,8 @@ def problems(result: dict) -> list[str]:
             for f in findings:
                 if not re.fullmatch(r"[A-Z]{2,4}\d{3}", f.get("code") or ""):
                     found.append(f"a finding without a code: {f}")
+                elif f["severity"] == "error" and not f.get("file"):
+                    found.append(f"an error finding that names no file: {f}")
     out = result["out"]
     if out is not None:
         out = Path(out)
