@@ -33,6 +33,11 @@ class LerodocError(Exception):
         self.field = field
         self.hint = hint
 
+    def __reduce__(self):
+        """Pickle by state, not by __init__'s arguments, so that subclasses with their own signatures cross
+        process boundaries (a worker's error reaches the parent whole, not as an unpickling failure)."""
+        return _restore, (type(self), dict(self.__dict__))
+
     def location(self) -> str:
         parts = [self.file] if self.file else []
         if self.episode is not None:
@@ -55,3 +60,10 @@ class VerificationError(LerodocError):
     """The written output does not match what was read; it is left unpromoted."""
 
     exit_code = ExitCode.VERIFY_FAILED
+
+
+def _restore(cls: type, state: dict) -> LerodocError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, state.get("message"))
+    exc.__dict__.update(state)
+    return exc

@@ -69,12 +69,12 @@ COMMANDS = {
     "info": ((), False),
     "validate": (("--json",), False),
     "validate-videos": (("--videos", "--json"), False),
-    "convert": (("-j", "1"), True),
-    "merge": (("-j", "1"), True),
-    "repair": (("-j", "1"), True),
-    "flatten": (("-j", "1"), True),
-    "quantiles": (("-j", "1"), True),
-    "select": (("-j", "1", *SELECT_ARGS), True),
+    "convert": (("-j", "2"), True),
+    "merge": (("-j", "2"), True),
+    "repair": (("-j", "2"), True),
+    "flatten": (("-j", "2"), True),
+    "quantiles": (("-j", "2"), True),
+    "select": (("-j", "2", *SELECT_ARGS), True),
 }
 EXIT_CODES = {  # docs/exit-codes.md: 1 only where a command reports findings
     "validate": {0, 1, 3}, "validate-videos": {0, 1, 3}, "repair": {0, 1, 3, 4},
