@@ -429,6 +429,34 @@ def test_a_bug_is_named_as_one(tmp_path):
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
+def test_an_interrupted_command_leaves_nothing(tmp_path):
+    """Ctrl-C in the middle of writing: exit 130, no output under the name asked for, no staging sibling."""
+    root = tmp_path / "ds"
+    make_dataset(root, version="v2.1", **TINY)
+    code = ("import sys\nfrom lerodoc import cli\nimport lerodoc.ops.rewrite as rewrite\nwrite = rewrite.write\n"
+            "def interrupted(picks, info, tasks, to, tmp, *a, **k):\n"
+            "    write(picks, info, tasks, to, tmp, *a, **k)\n    raise KeyboardInterrupt\n"
+            "rewrite.write = interrupted\n"
+            f"sys.argv = ['lerodoc', 'convert', {str(root)!r}, '-o', {str(tmp_path / 'out')!r}]\ncli.main()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists() and not [p for p in tmp_path.iterdir() if STAGING.search(p.name)]
+
+
+def test_errors_cross_process_boundaries():
+    """A worker's LerodocError (any subclass, whatever its __init__) reaches the parent with its location."""
+    import pickle
+
+    from lerodoc.errors import ExitCode, LerodocError
+    from lerodoc.video import NotOnKeyframe, VerifyError
+
+    for exc in (LerodocError("m", file="f.parquet", episode=3, field="x", hint="h"),
+                VerifyError("differs", Path("v.mp4")), NotOnKeyframe(Path("v.mp4"), 2)):
+        back = pickle.loads(pickle.dumps(exc))
+        assert (type(back), back.render(), back.exit_code) == (type(exc), exc.render(), exc.exit_code)
+    assert pickle.loads(pickle.dumps(VerifyError("x", Path("v")))).exit_code == ExitCode.VERIFY_FAILED
+
+
 if __name__ == "__main__":  # python -m tests.test_fuzz DIR: build and run, keep everything under DIR
     root = Path(sys.argv[1])
     shutil.rmtree(root, ignore_errors=True)
