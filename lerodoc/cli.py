@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -48,6 +49,7 @@ def root(version: Annotated[bool, typer.Option("--version", is_eager=True, callb
 
 
 BUG_PREFIX = "internal error (a bug in lerodoc, not in your data):"
+PACKAGE = Path(__file__).resolve().parent
 
 
 def main() -> None:
@@ -67,9 +69,11 @@ def main() -> None:
     except Exception as exc:  # not bad input (that is a LerodocError): a bug, said as one, where it happened
         if os.environ.get("LERODOC_DEBUG"):
             raise
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        text = (f"{type(exc).__name__}: {exc} at {where.filename}:{where.lineno} ({where.name}); outputs were not "
-                f"promoted")
+        frames = traceback.extract_tb(exc.__traceback__)
+        ours = [f for f in frames if Path(f.filename).is_relative_to(PACKAGE)]
+        where = (ours or frames)[-1]   # the last line of lerodoc's own code that ran, not pyarrow's or PyAV's
+        text = (f"{type(exc).__name__}: {' '.join(str(exc).split())} at {where.filename}:{where.lineno} "
+                f"({where.name}); outputs were not promoted")
         if "--json" in sys.argv:
             render.print_json({"error": text, "bug": True, "exit_code": int(ExitCode.BUG)})
         render.err.print(f"[bold red]{BUG_PREFIX}[/] {escape(text)}. LERODOC_DEBUG=1 shows the traceback; please report it "

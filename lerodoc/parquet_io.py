@@ -19,7 +19,20 @@ def read_parquet(path: Path | str, columns: list[str] | None = None, episode: in
     try:
         return pq.ParquetFile(path).read(columns=columns)
     except (OSError, pa.ArrowException) as exc:
-        raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=episode) from None
+        raise LerodocError(f"cannot read parquet ({_one_line(exc)})", file=path, episode=episode) from None
+
+
+def open_parquet(path: Path | str, episode: int | None = None) -> pq.ParquetFile:
+    """A parquet file opened for its footer (schema, row counts) and row groups; an unreadable file is a clear
+    error."""
+    try:
+        return pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise LerodocError(f"cannot read parquet ({_one_line(exc)})", file=path, episode=episode) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:
@@ -27,7 +40,7 @@ def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:
     try:
         return pq.read_schema(path)
     except (OSError, pa.ArrowException) as exc:
-        raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=episode) from None
+        raise LerodocError(f"cannot read parquet ({_one_line(exc)})", file=path, episode=episode) from None
 
 
 def numpy_dtype(kind: pa.DataType) -> np.dtype | None:

@@ -36,7 +36,8 @@ from tests.helpers import packets, run_cli
 
 SEED = int(os.environ.get("LERODOC_FUZZ_SEED", "1313"))   # another seed explores other bytes
 CAMERA = "observation.images.top"
-TINY = dict(episodes=2, lengths=[5, 6], cameras=(CAMERA,), height=32, width=48, gop=30)
+# three episodes; v3.0 holds two per file, so the last episode's data and video are files of their own
+TINY = dict(episodes=3, lengths=[5, 6, 4], cameras=(CAMERA,), height=32, width=48, gop=30, episodes_per_file=2)
 
 # file kind -> path in the dataset, per version
 FILE_KINDS = {
@@ -47,7 +48,9 @@ FILE_KINDS = {
         "episodes_stats.jsonl": "meta/episodes_stats.jsonl",
         "stats.json": "meta/stats.json",
         "data.parquet": "data/chunk-000/episode_000000.parquet",
+        "data-last.parquet": "data/chunk-000/episode_000002.parquet",   # read by a worker, not up front
         "video.mp4": f"videos/chunk-000/{CAMERA}/episode_000000.mp4",
+        "video-last.mp4": f"videos/chunk-000/{CAMERA}/episode_000002.mp4",
     },
     "v3.0": {
         "info.json": "meta/info.json",
@@ -55,7 +58,9 @@ FILE_KINDS = {
         "tasks.parquet": "meta/tasks.parquet",
         "episodes.parquet": "meta/episodes/chunk-000/file-000.parquet",
         "data.parquet": "data/chunk-000/file-000.parquet",
+        "data-last.parquet": "data/chunk-000/file-001.parquet",
         "video.mp4": f"videos/{CAMERA}/chunk-000/file-000.mp4",
+        "video-last.mp4": f"videos/{CAMERA}/chunk-000/file-001.mp4",
     },
 }
 BYTE_MUTATIONS = ("truncate-0", "truncate-half", "truncate-tail", "flip-bits", "flip-tail", "zero-block",
@@ -75,9 +80,12 @@ COMMANDS = {
     "flatten": (("-j", "2"), True),
     "quantiles": (("-j", "2"), True),
     "select": (("-j", "2", *SELECT_ARGS), True),
+    "repair-inplace": (("-j", "2", "--in-place"), False),
+    "quantiles-inplace": (("-j", "2", "--in-place"), False),
 }
+IN_PLACE = {"repair-inplace", "quantiles-inplace"}   # each runs on its own copy, which a failure leaves as it was
 EXIT_CODES = {  # docs/exit-codes.md: 1 only where a command reports findings
-    "validate": {0, 1, 3}, "validate-videos": {0, 1, 3}, "repair": {0, 1, 3, 4},
+    "validate": {0, 1, 3}, "validate-videos": {0, 1, 3}, "repair": {0, 1, 3, 4}, "repair-inplace": {0, 1, 3, 4},
 }
 DEFAULT_EXIT_CODES = {0, 3, 4}
 STAGING = re.compile(r"\.lerodoc-(tmp|old)")
@@ -203,7 +211,7 @@ def build(root: Path) -> tuple[dict[str, Path], list[dict]]:
     partner = root / "partner"  # merge's clean second dataset
     make_dataset(partner, version="v2.1", dataset_id=1, **TINY)
     # what a writing command that succeeds must carry over: every episode, frame and task of its inputs
-    one = {"episodes": TINY["episodes"], "frames": sum(TINY["lengths"]), "tasks": TINY["episodes"]}
+    one = {"episodes": TINY["episodes"], "frames": sum(TINY["lengths"]), "tasks": min(TINY["episodes"], 2)}
     both = {"episodes": 2 * one["episodes"], "frames": 2 * one["frames"], "tasks": one["tasks"]}
     runs, made = [], set()
     for i, case in enumerate(all_cases()):
@@ -214,14 +222,19 @@ def build(root: Path) -> tuple[dict[str, Path], list[dict]]:
             mutate(ds / FILE_KINDS[case.version][case.kind], case.mutation, random.Random(f"{SEED}:{case.name}"))
         extra, writes = COMMANDS[case.command]
         out = root / "out" / f"{case.name}-{case.command}"
-        args = [case.command.split("-")[0], str(ds)]
+        source = ds
+        if case.command in IN_PLACE:
+            source = root / "in-place" / f"{case.name}-{case.command}"
+            shutil.copytree(ds, source)
+        args = [case.command.split("-")[0], str(source)]
         if case.command == "merge":
             args.append(str(partner))
         args += list(extra)
         if writes:
             args += ["-o", str(out)]
         runs.append({"case": case.__dict__, "args": args, "out": str(out) if writes else None,
-                     "file": FILE_KINDS[case.version][case.kind], "index": i,
+                     "file": FILE_KINDS[case.version][case.kind], "index": i, "mutated": str(ds),
+                     "source": str(source),
                      "expect": both if case.command == "merge" else one})
     return clean, runs
 
@@ -255,6 +268,11 @@ def drive(runs_file: str, results_file: str) -> None:
         results.append({**run, "rc": code, "stdout": out.getvalue()[-200_000:], "stderr": err.getvalue()[-4000:],
                         "seconds": time.perf_counter() - start, "written": _written(run["out"])})
     Path(results_file).write_text(json.dumps(results))
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file under `root` by relative path, with its bytes."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def _written(out: str | None) -> dict | str | None:
@@ -323,6 +341,13 @@ def problems(result: dict) -> list[str]:
                     found.append(f"a finding without a code: {f}")
                 elif f["severity"] == "error" and not f.get("file"):
                     found.append(f"an error finding that names no file: {f}")
+    if case["command"] in IN_PLACE:
+        source = Path(result["source"])
+        if rc not in (0, 1) and _tree(source) != _tree(Path(result["mutated"])):
+            found.append(f"exit {rc} but the dataset was changed in place")
+        left = [p.name for p in source.parent.iterdir() if STAGING.search(p.name)]
+        if left:
+            found.append(f"staging left behind: {left}")
     out = result["out"]
     if out is not None:
         out = Path(out)

@@ -24,7 +24,7 @@ from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import column_digests, column_matrix, from_numpy, numpy_dtype, read_parquet
+from lerodoc.parquet_io import column_digests, column_matrix, from_numpy, numpy_dtype, open_parquet, read_parquet
 from lerodoc.staging import link_or_copy
 from lerodoc.stats import column_stats
 
@@ -413,7 +413,7 @@ def _unchanged_data_files(picks: list[Pick], new_eps: list[Episode], schema: pa.
         same_ids = all((p.episode.index, p.episode.from_index) == (n.index, n.from_index)
                        for p, n in zip(picks[i:j], new_eps[i:j]))
         same_tasks = pick.task_map is None or list(pick.task_map) == list(range(len(pick.task_map)))
-        parquet = pq.ParquetFile(pick.dataset.path(pick.episode.data_file))
+        parquet = open_parquet(pick.dataset.path(pick.episode.data_file), pick.episode.index)
         rows, own = parquet.metadata.num_rows, parquet.schema_arrow
         same_schema = schema is None or own.equals(schema, check_metadata=False)
         if same_ids and same_tasks and same_schema and all(p.episode.stats for p in picks[i:j]) \
