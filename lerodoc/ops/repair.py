@@ -154,11 +154,22 @@ def _canonical_features(ds: Dataset, episodes: list[Episode]) -> dict:
 
 
 def _clean_stats(stats: dict, features: dict) -> dict:
-    """Stats without count=0 placeholders or NaN, reshaped to their feature."""
+    """Stats without count=0 placeholders, NaN or values of another size than their feature (a damaged file),
+    reshaped to their feature; repair recomputes what is dropped."""
     kept = {name: by_stat for name, by_stat in stats.items()
-            if name in features and int(np.ravel(by_stat.get("count", [1]))[0]) > 0
+            if name in features and all(_fits(stat, v, features[name]) for stat, v in by_stat.items())
+            and int(np.ravel(by_stat.get("count", [1]))[0]) > 0
             and all(np.all(np.isfinite(np.asarray(v, dtype=np.float64))) for v in by_stat.values())}
     return _normalise_stats(kept, features)[0]
+
+
+def _fits(stat: str, value, spec: dict) -> bool:
+    size = np.size(value)
+    if stat == "count":
+        return size == 1
+    if spec["dtype"] in ("video", "image"):
+        return size > 0
+    return size == int(np.prod(spec["shape"]))
 
 
 def _left_out(ds: Dataset, findings: list) -> list[dict]:
