@@ -406,7 +406,9 @@ def test_mp4_tag_that_is_not_utf8(tmp_path, version):
 
     validate = run_cli("validate", root, "--videos", "--deep", "--json", check=False)
     assert validate.returncode in (0, 1) and "Traceback" not in validate.stderr, validate.stderr
-    assert not [f for f in json.loads(validate.stdout)["findings"] if f["code"].startswith("VID")]
+    found = [(f["code"], f["severity"], f["file"]) for f in json.loads(validate.stdout)["findings"]
+             if f["code"].startswith("VID")]
+    assert found == [("VID013", "warning", FILE_KINDS[version]["video.mp4"])]   # named; every frame decodes
 
     out = tmp_path / "out"
     convert = run_cli("convert", root, "-o", out, check=False)
@@ -415,6 +417,11 @@ def test_mp4_tag_that_is_not_utf8(tmp_path, version):
     for path in written:   # written with tags lerobot's pyav backend reads (strictly)
         av.open(str(path)).close()
     assert sum(len(packets(p)) for p in written) == sum(TINY["lengths"])
+
+    repaired = tmp_path / "repaired"
+    repair = run_cli("repair", root, "-o", repaired, check=False)
+    assert repair.returncode == 0 and "Traceback" not in repair.stderr, repair.stderr
+    av.open(str(repaired / FILE_KINDS[version]["video.mp4"])).close()
 
 
 def test_mp4_unreadable_names_the_file(tmp_path):

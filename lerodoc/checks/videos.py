@@ -21,7 +21,7 @@ from lerodoc.checks import ERROR, WARNING, Context, Finding
 from lerodoc.checks.layout import finding_factory
 from lerodoc.checks.timestamps import Rows, episode_rows, tolerance_advice
 from lerodoc.dataset import Episode
-from lerodoc.video import NO_CODEC, READ_ERRORS, open_video, reason
+from lerodoc.video import NO_CODEC, READ_ERRORS, open_video, reason, strict_tags
 
 WINDOWS = "lerodoc repair recomputes the windows from the packets' timestamps"
 CODES = {
@@ -47,6 +47,9 @@ CODES = {
                "pass it to lerobot (--tolerance_s), or repair the windows and timestamps", False),
     "VID012": (ERROR, "--deep: the first or last frame of an episode's window does not decode at its time",
                "re-encode the episode from its source frames", False),
+    "VID013": (WARNING, "a video's metadata tags are not UTF-8 (a flipped bit): the frames are intact, but "
+                        "PyAV's default reader, lerobot's pyav backend, refuses to open the file",
+               "lerodoc repair (or convert, merge) writes the file anew with fresh tags", True),
 }
 _finding = finding_factory(CODES)
 # info.json names for the codecs FFmpeg calls by their canonical name
@@ -175,6 +178,10 @@ def check(ctx: Context) -> list[Finding]:
                 continue
             found, worst = _file_findings(ctx, group, stream)
             findings += found
+            if not strict_tags(ctx.root / group.file):
+                findings.append(_finding("VID013", f"{group.file} has metadata tags that are not UTF-8; PyAV opens it "
+                                                   "only with metadata_errors relaxed",
+                                         file=group.file, episode=_single(group), feature=group.key))
             misses += worst
             if ctx.deep:
                 findings += _deep(ctx, group, stream)
