@@ -150,7 +150,10 @@ def add_channel_stats(ds: Dataset, report: SelectReport, workers: int) -> None:
     """q01/q99 (and flags) for every selected channel, from stats.json or computed from the parquet."""
     sources = sorted({c["source"] for c in report.channels})
     have = ds.stats or {}
-    missing = [s for s in sources if not {"q01", "q99", "min", "max"} <= set(have.get(s, {}))]
+    # stats a damaged or foreign stats file holds in another size than the feature count as missing
+    width = {s: int(np.prod(ds.info.features[s]["shape"])) for s in sources}
+    missing = [s for s in sources if not all(np.size(have.get(s, {}).get(k, ())) == width[s]
+                                             for k in ("q01", "q99", "min", "max"))]
     stats = {**have, **(compute(ds, missing, workers=workers)[0] if missing else {})}
     for row in report.channels:
         s = stats[row["source"]]
