@@ -10,7 +10,7 @@ from tests.lerobot_oracle import check_many_with_lerobot, summarize
 from tests.zoo import members
 
 MEMBERS = members()
-LOADING = [m for m in MEMBERS if m.lerobot_loads]
+LOADING = [m for m in MEMBERS if m.lerobot_loads and m.version == "v3.0"]   # v2.x: judged after lerobot's converter
 
 
 def test_zoo_is_there():

@@ -24,6 +24,7 @@ class Member:
     lerobot_loads: bool        # LeRobotDataset 0.6.1 loads it with every frame aligned
     writer: str                # e.g. "lerobot 0.4.4 record (...)" or "exporter: ..."
     refusal: str | None = None  # what lerobot 0.6.1 said when it did not load it
+    oracle: str = ""           # how lerobot_loads was decided (v2.x: lerobot 0.6.1's converter, then the loader)
 
     @property
     def release(self) -> str | None:
@@ -40,5 +41,6 @@ def members() -> list[Member]:
         meta = json.loads(path.read_text())
         out.append(Member(name=path.stem, root=MEMBERS / path.stem, version=meta["version"],
                           expect=meta["expect"], lerobot_loads=bool(meta.get("lerobot_loads")),
-                          writer=meta["writer"], refusal=meta.get("refusal")))
+                          writer=meta["writer"], refusal=meta.get("refusal"),
+                          oracle=meta.get("oracle", "")))
     return out
