@@ -78,7 +78,9 @@ class Dataset:
     def require_complete(self) -> None:
         """Refuse to rewrite a dataset whose info.json counts more episodes, frames or tasks than its metadata
         lists: a lost metadata line (a truncated episodes or tasks file) would otherwise be left out of the
-        output without a word. Repair is the command that decides what such a dataset holds."""
+        output without a word; or whose stats do not fit their feature's shape (a damaged stats file), which
+        would be carried into the output. Repair is the command that decides what such a dataset holds."""
+        self._require_stats_shapes()
         listed = {"total_episodes": len(self.episodes), "total_frames": self.total_frames,
                   "total_tasks": len(self.tasks)}
         for name, count in listed.items():
@@ -90,6 +92,26 @@ class Dataset:
                 raise LerodocError(f"lists {count} {noun} but meta/info.json's {name} is {stated}; nothing is "
                                    "written that might leave some out", file=self.root / where,
                                    hint="lerodoc validate names the difference; lerodoc repair rewrites the metadata")
+
+    def _require_stats_shapes(self) -> None:
+        stats_file = "meta/stats.json"
+        episodes_file = "meta/episodes" if self.version == "v3.0" else "meta/episodes_stats.jsonl"
+        for episode, stats, where in [(None, self.stats or {}, stats_file)] + \
+                [(ep.index, ep.stats, episodes_file) for ep in self.episodes]:
+            for name, by_stat in stats.items():
+                spec = self.info.features.get(name)
+                if spec is None:
+                    continue
+                width = 1 if spec["dtype"] in ("video", "image") else int(np.prod(spec["shape"]))
+                for stat, value in by_stat.items():
+                    want = 1 if stat == "count" else width
+                    if spec["dtype"] in ("video", "image") and stat != "count":
+                        continue
+                    if np.size(value) != want:
+                        raise LerodocError(f"holds {np.size(value)} value(s) where the feature's shape "
+                                           f"{list(spec['shape'])} needs {want}", file=self.root / where,
+                                           episode=episode, field=f"{name}.{stat}",
+                                           hint="lerodoc repair recomputes the stats")
 
     def data_files(self) -> list[str]:
         """Data parquet files in row order."""

@@ -65,7 +65,8 @@ FILE_KINDS = {
 }
 BYTE_MUTATIONS = ("truncate-0", "truncate-half", "truncate-tail", "flip-bits", "flip-tail", "zero-block",
                   "zero-head")
-JSON_MUTATIONS = ("json-null", "json-wrong-type", "json-missing-key", "json-wrong-value")
+JSON_MUTATIONS = ("json-null", "json-wrong-type", "json-missing-key", "json-wrong-value", "json-wrong-value-2",
+                  "json-short-list")
 MP4_MUTATIONS = ("flip-tag",)   # a bit flipped in the moov's encoder tag: PyAV's strict reader fails on it
 
 SELECT_ARGS = ("--state", "observation.state[0:3]", "--action", "action[0:3]")
@@ -148,6 +149,11 @@ def _mutate_json(path: Path, text: str, mutation: str, rng: random.Random) -> st
 
 
 def _mutate_value(value, mutation: str, rng: random.Random):
+    if mutation == "json-short-list":   # one list (a shape, a stat's channels, names) loses its last element
+        lists = list(_lists(value, ()))
+        if not lists:
+            return None
+        return _replace(value, rng.choice(lists), lambda v: v[:-1])
     if mutation == "json-null":
         return None
     if mutation == "json-wrong-type":
@@ -164,6 +170,23 @@ def _mutate_value(value, mutation: str, rng: random.Random):
         sub = rng.choice(sorted(inner))
         return {**value, key: {**inner, sub: _wrong(inner[sub], rng)}}
     return {**value, key: _wrong(inner, rng)}
+
+
+def _lists(value, path: tuple):
+    """Paths to every list of two or more elements inside `value`."""
+    if isinstance(value, list) and len(value) >= 2:
+        yield path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, inner in items:
+        yield from _lists(inner, path + (key,))
+
+
+def _replace(value, path: tuple, change):
+    if not path:
+        return change(value)
+    copy = dict(value) if isinstance(value, dict) else list(value)
+    copy[path[0]] = _replace(value[path[0]], path[1:], change)
+    return copy
 
 
 def _wrong(value, rng: random.Random):

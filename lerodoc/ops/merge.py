@@ -179,12 +179,12 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
     """Merge `sources` (in order) into a new dataset at `out`."""
     started = time.perf_counter()
     datasets = [Dataset.open(p) for p in sources]
-    for ds in datasets:
-        ds.require_complete()
     labels, names = labels_for(sources), [Path(p).name for p in sources]
     excluded = parse_selection(list(exclude), labels, names, "--exclude")
     kept_only = parse_selection(list(episodes), labels, names, "--episodes")
     info, notes = reconcile(datasets, labels)
+    for ds in datasets:   # after reconcile: a conflict between the sources is the better message
+        ds.require_complete()
     summaries = [SourceSummary(label, str(ds.root), ds.version, len(ds.episodes), ds.total_frames)
                  for label, ds in zip(labels, datasets)]
 
