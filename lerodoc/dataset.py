@@ -102,12 +102,9 @@ class Dataset:
                 spec = self.info.features.get(name)
                 if spec is None:
                     continue
-                width = 1 if spec["dtype"] in ("video", "image") else int(np.prod(spec["shape"]))
                 for stat, value in by_stat.items():
-                    want = 1 if stat == "count" else width
-                    if spec["dtype"] in ("video", "image") and stat != "count":
-                        continue
-                    if np.size(value) != want:
+                    want = stat_size(spec, stat)
+                    if want is not None and np.size(value) != want:
                         raise LerodocError(f"holds {np.size(value)} value(s) where the feature's shape "
                                            f"{list(spec['shape'])} needs {want}", file=self.root / where,
                                            episode=episode, field=f"{name}.{stat}",
@@ -139,6 +136,20 @@ class Dataset:
         """The episode's rows, reading only `columns` (all when None)."""
         return read_rows(self.path(episode.data_file), episode.data_row, episode.length,
                          columns=columns, episode=episode.index)
+
+
+def stat_size(spec: dict, stat: str) -> int | None:
+    """How many values a stat of a feature holds: 1 for count, one per channel for a camera (channels from
+    names or the shape's small axis; None when neither tells), else one per element of the shape."""
+    if stat == "count":
+        return 1
+    shape, names = list(spec.get("shape") or []), spec.get("names")
+    if spec.get("dtype") not in ("video", "image"):
+        return int(np.prod(shape))
+    if isinstance(names, list) and "channels" in names and len(names) == len(shape):
+        return int(shape[names.index("channels")])
+    small = [n for n in (shape[-1:] + shape[:1]) if 0 < n <= 4] if len(shape) == 3 else []
+    return int(small[0]) if small else None
 
 
 def read_rows(path: Path, start: int, length: int, columns: list[str] | None = None,

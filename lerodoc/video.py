@@ -290,6 +290,10 @@ def reencode(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Wri
         tb = Fraction(stream.time_base)
         lo, hi = _window(clip, tb, fps)
         codec = stream.codec_context
+        if not (codec.pix_fmt and codec.width and codec.height):
+            raise LerodocError(f"cannot re-encode the clip: the stream's pixel format or size is unknown "
+                               f"({codec.pix_fmt}, {codec.width}x{codec.height}; damaged header?)",
+                               file=clip.path, episode=episode)
         with av.open(str(out), "w", format="mp4") as dst:
             encoder = ENCODERS.get(codec.codec.canonical_name, codec.codec.canonical_name)
             ostream = dst.add_stream(encoder, rate=fps, options=LOSSLESS.get(encoder, {}))

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc import formats, mp4, video
-from lerodoc.dataset import Dataset, Episode, VideoSpan
+from lerodoc.dataset import Dataset, Episode, VideoSpan, stat_size
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
 from lerodoc.ops import rewrite
@@ -164,12 +164,8 @@ def _clean_stats(stats: dict, features: dict) -> dict:
 
 
 def _fits(stat: str, value, spec: dict) -> bool:
-    size = np.size(value)
-    if stat == "count":
-        return size == 1
-    if spec["dtype"] in ("video", "image"):
-        return size > 0
-    return size == int(np.prod(spec["shape"]))
+    want = stat_size(spec, stat)
+    return np.size(value) == want if want is not None else np.size(value) > 0
 
 
 def _left_out(ds: Dataset, findings: list) -> list[dict]:
