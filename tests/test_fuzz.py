@@ -294,7 +294,9 @@ def drive(runs_file: str, results_file: str) -> None:
     from lerodoc import cli
     runs = json.loads(Path(runs_file).read_text())
     results = []
+    current = Path(results_file + ".current")   # names the run if the process dies (a crash inside FFmpeg)
     for run in runs:
+        current.write_text(" ".join(run["args"]))
         sys.argv = ["lerodoc", *run["args"]]
         out, err = io.StringIO(), io.StringIO()
         start = time.perf_counter()
@@ -345,7 +347,11 @@ def run_all(root: Path, runs: list[dict], shards: int) -> list[dict]:
     results = []
     for proc, results_file in procs:
         output, _ = proc.communicate()
-        assert proc.returncode == 0, f"fuzz driver died:\n{output[-4000:]}"
+        if proc.returncode != 0:
+            current = Path(str(results_file) + ".current")
+            running = current.read_text() if current.exists() else "?"
+            raise AssertionError(f"the fuzz driver died (exit {proc.returncode}) running lerodoc {running}:\n"
+                                 f"{output[-4000:]}")
         results += json.loads(results_file.read_text())
     return sorted(results, key=lambda r: r["index"])
 
