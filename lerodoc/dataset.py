@@ -15,7 +15,7 @@ import pyarrow as pa
 from lerodoc import formats
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
-from lerodoc.parquet_io import read_parquet
+from lerodoc.parquet_io import read_parquet, read_schema
 
 Stats = dict[str, dict[str, np.ndarray]]   # feature -> stat name -> array
 
@@ -79,8 +79,10 @@ class Dataset:
         """Refuse to rewrite a dataset whose info.json counts more episodes, frames or tasks than its metadata
         lists: a lost metadata line (a truncated episodes or tasks file) would otherwise be left out of the
         output without a word; or whose stats do not fit their feature's shape (a damaged stats file), which
-        would be carried into the output. Repair is the command that decides what such a dataset holds."""
+        would be carried into the output. Repair is the command that decides what such a dataset holds.
+        Also refused: a feature of a dtype no writer knows, or one the data files do not hold."""
         self._require_stats_shapes()
+        self.require_columns()
         listed = {"total_episodes": len(self.episodes), "total_frames": self.total_frames,
                   "total_tasks": len(self.tasks)}
         for name, count in listed.items():
@@ -92,6 +94,24 @@ class Dataset:
                 raise LerodocError(f"lists {count} {noun} but meta/info.json's {name} is {stated}; nothing is "
                                    "written that might leave some out", file=self.root / where,
                                    hint="lerodoc validate names the difference; lerodoc repair rewrites the metadata")
+
+    def require_columns(self) -> None:
+        """Every feature info.json stores in the parquet has a dtype lerodoc writes and a column in the first data
+        file (its footer only is read); a dataset that breaks this stops here, naming the feature."""
+        from lerodoc.formats.hf import ARROW
+        info_file = self.root / formats.INFO_PATH
+        for name, spec in self.info.features.items():
+            if spec["dtype"] not in (*ARROW, "video", "image"):
+                raise LerodocError(f"dtype {spec['dtype']!r} is none lerodoc writes ({', '.join(ARROW)}, image, "
+                                   "video)", file=info_file, field=f"features.{name}.dtype")
+        first = self.episodes[0]
+        columns = set(read_schema(self.path(first.data_file), first.index).names)
+        for name in self.info.data_keys:
+            if name not in columns:
+                raise LerodocError(f"info.json declares the feature {name!r}, which this data file does not hold",
+                                   file=self.path(first.data_file), field=name,
+                                   hint="lerodoc validate lists the columns; drop the feature from info.json or "
+                                        "restore the column")
 
     def _require_stats_shapes(self) -> None:
         stats_file = "meta/stats.json"

@@ -17,6 +17,8 @@ DEFAULT_FEATURE_SPECS = {
     "task_index": {"dtype": "int64", "shape": [1], "names": None},
 }
 NON_NUMERIC_DTYPES = ("video", "image", "string")
+# what the versions' data_path / video_path templates may name
+TEMPLATE_KEYS = {"episode_chunk": 0, "episode_index": 0, "video_key": "camera", "chunk_index": 0, "file_index": 0}
 
 
 @dataclass
@@ -58,9 +60,12 @@ class Info:
                 raise LerodocError(f"dtype must be a string, got {spec['dtype']!r}", file=source,
                                    field=f"features.{name}.dtype")
             shape = spec["shape"]
-            if not isinstance(shape, (list, tuple)) or not all(_whole(n) and n >= 0 for n in shape):
-                raise LerodocError(f"shape must be a list of whole numbers, got {shape!r}", file=source,
+            if not isinstance(shape, (list, tuple)) or not all(_whole(n) and n > 0 for n in shape):
+                raise LerodocError(f"shape must be a list of positive whole numbers, got {shape!r}", file=source,
                                    field=f"features.{name}.shape")
+            if not isinstance(spec.get("info"), (dict, type(None))):
+                raise LerodocError(f"info must be an object, got {spec['info']!r}", file=source,
+                                   field=f"features.{name}.info")
         for name, kind in (("total_episodes", int), ("total_frames", int), ("total_tasks", int),
                            ("chunks_size", int), ("data_files_size_in_mb", float),
                            ("video_files_size_in_mb", float), ("robot_type", str), ("data_path", str),
@@ -77,6 +82,13 @@ class Info:
         for name in ("chunks_size", "data_files_size_in_mb", "video_files_size_in_mb"):
             if name in values and values[name] <= 0:
                 raise LerodocError(f"must be positive, got {values[name]!r}", file=source, field=name)
+        for name in ("data_path", "video_path"):
+            if values.get(name) is not None:
+                try:   # every placeholder one of the versions' keys, the braces balanced
+                    values[name].format(**TEMPLATE_KEYS)
+                except (KeyError, ValueError, IndexError, AttributeError) as exc:
+                    raise LerodocError(f"is not a path template lerobot fills ({type(exc).__name__}: {exc}; "
+                                       f"keys: {', '.join(TEMPLATE_KEYS)})", file=source, field=name) from None
         extra = {k: v for k, v in raw.items() if k not in known}
         return cls(**values, extra=extra)
 
@@ -135,8 +147,9 @@ def _whole(value) -> bool:
 
 
 def flat_names(names) -> list[str] | None:
-    """A feature's channel names as a flat list, whatever shape `names` has in the wild."""
-    if names is None:
+    """A feature's channel names as a flat list, whatever shape `names` has in the wild (None for a value that
+    cannot be names at all, such as a number)."""
+    if names is None or not isinstance(names, (list, dict)):
         return None
     if isinstance(names, dict):
         values = list(names.values())

@@ -53,10 +53,22 @@ class Group:
     names: tuple[str, ...]
     widths: tuple[int, ...]
 
-    def matrix(self, table: pa.Table, start: int = 0, length: int | None = None) -> np.ndarray:
-        """(rows, channels) of the group's columns; a row range when `length` is given."""
+    def matrix(self, table: pa.Table, start: int = 0, length: int | None = None, source=None) -> np.ndarray:
+        """(rows, channels) of the group's columns; a row range when `length` is given. A column whose rows hold
+        another number of values than its feature's shape is a LerodocError naming `source` and the feature."""
         length = table.num_rows - start if length is None else length
-        return np.hstack([column_matrix(table.column(n).slice(start, length), length) for n in self.names])
+        parts = []
+        for name, width in zip(self.names, self.widths):
+            try:
+                part = column_matrix(table.column(name).slice(start, length), length)
+                held = str(part.shape[1])
+            except ValueError:   # ragged lists: rows of different lengths
+                part, held = None, "rows of different lengths"
+            if part is None or part.shape[1] != width:
+                raise LerodocError(f"holds {held} value(s) per row where info.json's shape gives {width}",
+                                   file=source, field=name, hint="lerodoc validate compares columns and info.json")
+            parts.append(part)
+        return np.hstack(parts)
 
     def split(self, stats: dict[str, np.ndarray]) -> Stats:
         """Per-channel stats of the whole group -> per-feature stats."""
@@ -101,7 +113,7 @@ def episode_stats(args: tuple[str, list[tuple[int, int, int]], list[Group]]) -> 
     out: dict[int, Stats] = {index: {} for index, _, _ in episodes}
     for group in groups:
         for index, start, length in episodes:
-            block = group.matrix(table, start, length).T
+            block = group.matrix(table, start, length, source=path).T
             _check_finite(block, group, path, index)
             out[index].update(group.split(block_stats(block)))
     return out
@@ -123,7 +135,7 @@ def compute(ds: Dataset, features: list[str], *, workers: int = 1, budget: int =
     if ds.total_frames * sum(sum(g.widths) for g in groups) <= budget:
         dataset: Stats = {}
         for group in groups:
-            rows = gather(lambda: (group.matrix(read_parquet(f, list(group.names))) for f in by_file),
+            rows = gather(lambda: (group.matrix(read_parquet(f, list(group.names)), source=f) for f in by_file),
                           ds.total_frames, sum(group.widths), group.dtype)
 
             def one(ep, group=group, rows=rows):
@@ -153,7 +165,7 @@ def dataset_quantiles(files: list[Path], features: list[str], specs: dict, count
     for group in groups_of(features, specs):
         def chunks(group=group):
             for path in files:
-                yield group.matrix(read_parquet(path, list(group.names)))
+                yield group.matrix(read_parquet(path, list(group.names)), source=path)
         values, used = exact_quantiles(chunks, LEVELS, count=count, width=sum(group.widths), dtype=group.dtype,
                                        budget=budget, threads=workers)
         passes = max(passes, used)
@@ -191,6 +203,7 @@ def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, fea
     """Compute exact stats; write them into a copy at `out`, into `src` itself (`in_place`), or nowhere."""
     started = time.perf_counter()
     ds = Dataset.open(src)
+    ds.require_columns()
     numeric = ds.info.numeric_keys
     features = list(features or numeric)
     unknown = [f for f in features if f not in numeric]

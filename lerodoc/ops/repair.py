@@ -189,6 +189,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         raise LerodocError("give either -o OUTPUT or --in-place")
     before = validate(src, videos=True)
     ds = Dataset.open(src)
+    ds.require_columns()
     report = RepairReport(dataset=str(ds.root), output=None, before=_counts(before.findings))
     episodes, report.changes = reconstruct(ds, drop_broken)
     if not episodes:

@@ -76,13 +76,15 @@ class SelectReport:
 def resolve(ds: Dataset, spec: str) -> Part:
     """One SPEC -> the source feature and its channel indices."""
     match = _SPEC.fullmatch(spec.strip())
+    info_file = ds.root / formats.INFO_PATH   # the features a SPEC names are info.json's
     feature = match.group("feature").strip() if match else spec
     if not match or feature not in ds.info.features:
         raise LerodocError(f"{spec!r}: no feature {feature!r} (features: {', '.join(ds.info.numeric_keys)})",
-                           field=feature, hint="write SPEC as feature, feature[28:42], feature[3,5] or feature[name*]")
+                           field=feature, file=info_file,
+                           hint="write SPEC as feature, feature[28:42], feature[3,5] or feature[name*]")
     shape = ds.info.features[feature]["shape"]
     if ds.info.features[feature]["dtype"] in ("video", "image", "string") or len(shape) != 1:
-        raise LerodocError(f"{spec!r}: {feature} is not a numeric vector", field=feature)
+        raise LerodocError(f"{spec!r}: {feature} is not a numeric vector", field=feature, file=info_file)
     width, names = int(shape[0]), flat_names(ds.info.features[feature].get("names")) or []
     if match.group("items") is None:
         return Part(feature, tuple(range(width)))
@@ -93,19 +95,20 @@ def resolve(ds: Dataset, spec: str) -> Part:
         elif re.fullmatch(r"-?\d+", item):
             if not -width <= int(item) < width:
                 raise LerodocError(f"{spec!r}: channel {item} is out of range for {feature} ({width} channels)",
-                                   field=feature)
+                                   field=feature, file=info_file)
             indices.append(int(item) % width)
         else:
             hits = [i for i, n in enumerate(names) if fnmatch.fnmatchcase(n, item)]
             if not hits:
                 raise LerodocError(f"{spec!r}: no channel of {feature} is named {item!r}", field=feature,
+                                   file=info_file,
                                    hint=f"names: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''}"
                                    if names else "this feature has no channel names; use indices")
             indices += hits
     if not indices:
-        raise LerodocError(f"{spec!r} selects no channel", field=feature)
+        raise LerodocError(f"{spec!r} selects no channel", field=feature, file=info_file)
     if len(set(indices)) != len(indices):
-        raise LerodocError(f"{spec!r} selects a channel twice", field=feature)
+        raise LerodocError(f"{spec!r} selects a channel twice", field=feature, file=info_file)
     return Part(feature, tuple(indices))
 
 
