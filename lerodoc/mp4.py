@@ -19,7 +19,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from lerodoc.video import READ_ERRORS, Clip, NotOnKeyframe, Written, _window, reason
+from lerodoc.video import READ_ERRORS, Clip, NotOnKeyframe, Written, _window, fits_grid, reason
 
 
 class Unsupported(Exception):
@@ -528,6 +528,8 @@ def concat(clips: list[Clip], out_path: Path, fps: int, episodes: list[int | Non
     for clip, episode in zip(clips, episodes):
         if clip.path not in tracks:
             tracks[clip.path] = read_track(clip.path)
+            if not fits_grid(Fraction(1, tracks[clip.path].timescale), fps):
+                raise Unsupported(f"time base 1/{tracks[clip.path].timescale} cannot place frames at k/{fps} s")
         parts.append(select(tracks[clip.path], clip, fps, episode))
     out = layout(parts)
     write(out_path, parts, out)

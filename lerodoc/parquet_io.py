@@ -123,3 +123,30 @@ def set_episode_columns(table: pa.Table, episode_index: int, from_index: int) ->
             table = table.set_column(position, table.schema.field(name),
                                      pa.array(values, type=table.schema.field(name).type))
     return table
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` in `schema` (columns in its order, its types and metadata). A list column whose rows each hold
+    one value becomes the scalar the schema wants (the one change of representation a cast cannot make);
+    values are never changed. Raises LerodocError naming the column (the caller adds file and episode)."""
+    if table.schema.equals(schema, check_metadata=False):
+        return table.replace_schema_metadata(schema.metadata)
+    missing = sorted(set(schema.names) ^ set(table.column_names))
+    if missing:
+        raise LerodocError(f"columns differ from the target schema: {missing}", field=missing[0])
+    table = table.select(schema.names)
+    for name in schema.names:
+        kind, target = table.schema.field(name).type, schema.field(name).type
+        listed = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+        if listed and not (pa.types.is_list(target) or pa.types.is_large_list(target)
+                           or pa.types.is_fixed_size_list(target)):
+            column = table.column(name).combine_chunks()
+            lengths = pc.list_value_length(column)
+            if column.null_count or len(column) and (pc.min(lengths).as_py() != 1 or pc.max(lengths).as_py() != 1):
+                raise LerodocError("holds lists that are not all of one value, so it cannot become a scalar",
+                                   field=name)
+            table = table.set_column(table.column_names.index(name), name, pc.list_flatten(column))
+    try:
+        return table.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise LerodocError(f"cannot be cast to the target schema ({exc})") from None

@@ -39,8 +39,9 @@ def staged_output(out: Path, *, force: bool = False):
             if problems:
                 raise VerificationError("the output would not load in LeRobotDataset: " + "; ".join(problems[:3])
                                         + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""),
-                                        file=out, hint="nothing was written; lerodoc validate names the columns "
-                                                       "and lerodoc flatten stores list columns as lerobot loads them")
+                                        file=out, hint="nothing was written; the input has the same problem: "
+                                                       "lerodoc repair (or convert) fixes it, then run this command "
+                                                       "on its output")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

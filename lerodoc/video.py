@@ -7,7 +7,7 @@ durations. Decoding happens only for the rare cut that does not start on a keyfr
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -53,6 +53,28 @@ class Written:
     frames: int
     digest: str          # blake2b of the clip's packet payloads, in order; "" where not computed
     reencoded: bool = False
+    retimed: bool = False   # packets moved onto the k/fps grid (a time base that could not place them there)
+
+
+GRID_TIME_BASE = 15360   # lerobot's (and FFmpeg's mp4 default for 30 fps) video time base
+LEROBOT_TOLERANCE_S = 1e-4   # lerobot's default tolerance_s: a query time must find a frame closer than this
+
+
+def grid_deviation(time_base: Fraction, fps: int) -> Fraction:
+    """How far (seconds) ticks of `time_base` can be from k/fps at worst: frame k at the nearest tick."""
+    ratio = Fraction(1, fps) / Fraction(time_base)        # ticks per frame, p/q in lowest terms
+    return Fraction(ratio.denominator // 2, ratio.denominator) * Fraction(time_base)
+
+
+def fits_grid(time_base: Fraction, fps: int) -> bool:
+    """Whether ticks of `time_base` place frame k close enough to k/fps for lerobot (1/1000 does not at 30 fps:
+    frames are up to a third of a millisecond off, past its 1e-4 s tolerance)."""
+    return grid_deviation(time_base, fps) < LEROBOT_TOLERANCE_S
+
+
+def grid_time_base(fps: int) -> Fraction:
+    """The time base retimed files get: 1/15360 where it fits `fps`, else 1/(512 fps)."""
+    return Fraction(1, GRID_TIME_BASE) if GRID_TIME_BASE % fps == 0 else Fraction(1, 512 * fps)
 
 
 # What PyAV raises on a damaged or hostile file: FFmpeg's errors, the OS's, and UnicodeDecodeError where a
@@ -187,7 +209,7 @@ def concat(clips: list[Clip], out: Path, fps: int, episodes: list[int] | None = 
         return mp4.concat(clips, out, fps, episodes)
     except mp4.Unsupported:
         pass
-    digests, counts = [], []
+    digests, counts, retimed = [], [], []
     with av.open(str(out), "w", format="mp4") as dst:
         ostream, extradata, cursor = None, None, 0
         for clip, episode in zip(clips, episodes):
@@ -195,14 +217,16 @@ def concat(clips: list[Clip], out: Path, fps: int, episodes: list[int] | None = 
                 stream = src.streams.video[0]
                 if ostream is None:
                     ostream = dst.add_stream_from_template(stream, opaque=True)
-                    ostream.time_base = stream.time_base
+                    ostream.time_base = stream.time_base if fits_grid(stream.time_base, fps) else grid_time_base(fps)
                     extradata = stream.codec_context.extradata
                 elif (stream.codec.canonical_name, stream.codec_context.extradata) != (ostream.codec.canonical_name,
                                                                                     extradata):
                     raise LerodocError("codec parameters differ from the first clip of this file, so it cannot "
                                        "be joined by stream copy", file=clip.path, episode=episode)
                 src_tb, out_tb = Fraction(stream.time_base), Fraction(ostream.time_base)
-                digest, n, first, end = hashlib.blake2b(digest_size=16), 0, None, None
+                retime = not fits_grid(src_tb, fps)
+                step = Fraction(1, fps) / out_tb   # ticks per frame on the output grid (whole when retiming)
+                digest, n, first, end, last_dts, slots = hashlib.blake2b(digest_size=16), 0, None, None, None, set()
                 for packet in _demux_checked(_clip_packets(src, clip, fps, episode), clip.path, episode):
                     if first is None:
                         if not packet.is_keyframe:
@@ -211,9 +235,21 @@ def concat(clips: list[Clip], out: Path, fps: int, episodes: list[int] | None = 
                     duration = packet.duration or round(1 / (fps * src_tb))
                     end = max(end or 0, packet.pts + duration)
                     digest.update(bytes(packet))
-                    packet.pts = cursor + round((packet.pts - first) * src_tb / out_tb)
-                    packet.dts = cursor + round((packet.dts - first) * src_tb / out_tb)
-                    packet.duration = round(duration * src_tb / out_tb)
+                    if retime:   # each frame onto its nearest k/fps slot, one frame per slot
+                        slot = round((packet.pts - first) * src_tb * fps)
+                        dts = cursor + int(round((packet.dts - first) * src_tb * fps) * step)
+                        if slot in slots or (last_dts is not None and dts <= last_dts):
+                            raise LerodocError(f"two frames fall into one 1/{fps} s slot near "
+                                               f"{float(packet.pts * src_tb):.4f} s, so the frames cannot be "
+                                               "re-timed onto the frame grid without guessing", file=clip.path,
+                                               episode=episode, hint="re-encode the video at a constant frame rate")
+                        slots.add(slot)
+                        packet.pts, packet.dts, packet.duration = cursor + int(slot * step), dts, int(step)
+                        last_dts = dts
+                    else:
+                        packet.pts = cursor + round((packet.pts - first) * src_tb / out_tb)
+                        packet.dts = cursor + round((packet.dts - first) * src_tb / out_tb)
+                        packet.duration = round(duration * src_tb / out_tb)
                     packet.time_base = ostream.time_base
                     packet.stream = ostream
                     dst.mux(packet)
@@ -221,10 +257,14 @@ def concat(clips: list[Clip], out: Path, fps: int, episodes: list[int] | None = 
                 if not n:
                     raise LerodocError(f"holds no frames in [{clip.from_timestamp}, {clip.to_timestamp})",
                                        file=clip.path, episode=episode)
-                cursor += round((end - first) * src_tb / out_tb)
+                if retime:
+                    cursor += int(round((end - first) * src_tb * fps) * step)
+                else:
+                    cursor += round((end - first) * src_tb / out_tb)
                 digests.append(digest.hexdigest())
                 counts.append(n)
-    return read_back(out, counts, digests, fps)
+                retimed.append(retime)
+    return [replace(w, retimed=r) for w, r in zip(read_back(out, counts, digests, fps), retimed)]
 
 
 def read_back(path: Path, counts: list[int], digests: list[str], fps: int) -> list[Written]:
@@ -261,6 +301,9 @@ def link(clips: list[Clip], out: Path, fps: int, episodes: list[int]) -> list[Wr
     source = clips[0].path
     try:
         track = mp4.read_track(source)
+        if not fits_grid(Fraction(1, track.timescale), fps):
+            return None      # re-timed by concat's remux
+
         parts = [mp4.select(track, clip, fps, episode) for clip, episode in zip(clips, episodes)]
     except (mp4.Unsupported, NotOnKeyframe):
         return None

@@ -93,7 +93,7 @@ def test_no_output_is_promoted_that_lerobot_cannot_load(tmp_path):
     store_scalars_as_lists(fixture.root, columns=("frame_index",))
     proc = run_cli("quantiles", fixture.root, "-o", tmp_path / "out", check=False)
     assert proc.returncode == ExitCode.VERIFY_FAILED, proc.stderr
-    assert "Traceback" not in proc.stderr and "frame_index" in proc.stderr and "lerodoc flatten" in proc.stderr
+    assert "Traceback" not in proc.stderr and "frame_index" in proc.stderr and "lerodoc repair" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
     run_cli("flatten", fixture.root, "-o", tmp_path / "flat")
     run_cli("quantiles", tmp_path / "flat", "-o", tmp_path / "out")

@@ -82,15 +82,24 @@ def _expect(member: Member, repeat: int = 1, stats_keys: dict | None = None) -> 
 
 
 def _writes(member: Member, work: Path) -> list[tuple[str, Path, dict]]:
-    """Run every writing command on `member` under `work`: (label, v3.0 root to load, expectation)."""
+    """Run every writing command on `member` under `work`: (label, v3.0 root to load, expectation).
+
+    On a member lerobot loads, every command must succeed (flatten may say there is no list column). On one
+    it refuses, a command may also refuse (exit 1, 3 or 4, leaving no output); what it does write must load.
+    """
     src = member.root
     to_load: list[tuple[str, Path, dict]] = []
     outputs: list[tuple[str, Path, dict]] = []
+    lenient = () if member.lerobot_loads else (1, 3, 4)
 
     def cli(label: str, *args, ok_codes=(0,)) -> bool:
         proc = run_cli(*map(str, args), check=False)
         _no_traceback(proc)
-        assert proc.returncode in ok_codes, f"{member.name}: lerodoc {label} exited {proc.returncode}: {proc.stderr}"
+        assert proc.returncode in (*ok_codes, *lenient), \
+            f"{member.name}: lerodoc {label} exited {proc.returncode}: {proc.stderr}"
+        if proc.returncode not in (0, 1):
+            out = Path(args[args.index("-o") + 1])
+            assert not out.exists() and not list(out.parent.glob(f".{out.name}*")), f"{label} left {out}"
         return proc.returncode == 0
 
     def as_v30(label: str, root: Path, expect: dict) -> None:
@@ -102,24 +111,24 @@ def _writes(member: Member, work: Path) -> list[tuple[str, Path, dict]]:
         outputs.append((label, root, expect))
 
     if member.version == "v3.0":
-        cli("convert --to v2.1", "convert", src, "-o", work / "v21", "--to", "v2.1")
-        as_v30("convert v3.0 -> v2.1 -> v3.0", work / "v21", _expect(member))
-    else:
-        cli("convert --to v3.0", "convert", src, "-o", work / "v30", "--to", "v3.0")
+        if cli("convert --to v2.1", "convert", src, "-o", work / "v21", "--to", "v2.1"):
+            as_v30("convert v3.0 -> v2.1 -> v3.0", work / "v21", _expect(member))
+    elif cli("convert --to v3.0", "convert", src, "-o", work / "v30", "--to", "v3.0"):
         as_v30("convert -> v3.0", work / "v30", _expect(member))
-    cli("merge", "merge", src, src, "-o", work / "merged")
-    as_v30("merge with itself", work / "merged", _expect(member, repeat=2))
+    if cli("merge", "merge", src, src, "-o", work / "merged"):
+        as_v30("merge with itself", work / "merged", _expect(member, repeat=2))
     if cli("flatten", "flatten", src, "-o", work / "flat", ok_codes=(0, 3)):
         as_v30("flatten", work / "flat", _expect(member))
     features = json.loads((src / "meta/info.json").read_text())["features"]
     if "observation.state" in features and "action" in features:
-        cli("select", "select", src, "-o", work / "selected", "--state", "observation.state", "--action", "action")
-        as_v30("select", work / "selected", _expect(member))
+        if cli("select", "select", src, "-o", work / "selected", "--state", "observation.state", "--action",
+               "action"):
+            as_v30("select", work / "selected", _expect(member))
     numeric = [k for k in ("observation.state", "action") if k in features]
-    cli("quantiles -o", "quantiles", src, "-o", work / "quantiles")
-    as_v30("quantiles -o", work / "quantiles", _expect(member, stats_keys={k: QUANTILE_KEYS for k in numeric}))
-    cli("repair -o", "repair", src, "-o", work / "repaired", ok_codes=(0, 1))
-    as_v30("repair -o", work / "repaired", _expect(member))
+    if cli("quantiles -o", "quantiles", src, "-o", work / "quantiles"):
+        as_v30("quantiles -o", work / "quantiles", _expect(member, stats_keys={k: QUANTILE_KEYS for k in numeric}))
+    if cli("repair -o", "repair", src, "-o", work / "repaired", ok_codes=(0, 1) if member.lerobot_loads else (0,)):
+        as_v30("repair -o", work / "repaired", _expect(member))
     to_load += outputs
     return to_load
 
@@ -129,8 +138,6 @@ def loaded(tmp_path_factory) -> dict[str, list[tuple[str, dict]]]:
     """Every writing command on every loadable member, then all outputs loaded by lerobot in one go."""
     jobs, labels = [], []
     for member in MEMBERS:
-        if not member.lerobot_loads:
-            continue
         work = tmp_path_factory.mktemp(member.name)
         try:
             for label, root, expect in _writes(member, work):
@@ -147,11 +154,14 @@ def loaded(tmp_path_factory) -> dict[str, list[tuple[str, dict]]]:
     return out
 
 
-@pytest.mark.parametrize("member", [m for m in MEMBERS if m.lerobot_loads],
-                         ids=[m.name for m in MEMBERS if m.lerobot_loads])
+@pytest.mark.parametrize("member", MEMBERS, ids=IDS)
 def test_every_writing_command_output_loads_aligned_in_lerobot(member: Member, loaded):
     results = loaded.get(member.name, [])
-    assert len(results) >= 5, f"{member.name}: only {[label for label, _ in results]} were written"
+    written = {label.split()[0] for label, _ in results}
+    # lerobot refuses the list<1> and 1/1000 time base members; convert, merge and repair still fix them
+    wanted = {"convert", "merge", "repair", "quantiles", "select"} if member.lerobot_loads else \
+        {"convert", "merge", "repair"}
+    assert wanted <= written, f"{member.name}: only {[label for label, _ in results]} were written"
     bad = [f"{label}: {'; '.join(report['problems'])}" for label, report in results if not report["ok"]]
     assert bad == [], f"{member.name} ({member.writer}):\n" + "\n".join(bad)
     for label, report in results:

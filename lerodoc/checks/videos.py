@@ -34,8 +34,8 @@ CODES = {
     "VID004": (ERROR, "a video's frame rate differs from info.json fps",
                "re-encode the video at info.json fps, or correct fps", False),
     "VID005": (ERROR, "the file's time base cannot place frames at k/fps within tolerance_s",
-               "remux with timescale 15360 (ffmpeg -i IN -c copy -video_track_timescale 15360 OUT) "
-               "or pass --tolerance-s", False),
+               "lerodoc repair (and convert, merge) stream-copies the packets onto a 1/15360 s time base, each "
+               "frame at k/fps", True),
     "VID006": (ERROR, "an episode's [from_timestamp, to_timestamp) window lies outside its video file", WINDOWS, True),
     "VID007": (ERROR, "an episode's window holds fewer frames than the episode has rows (lerobot then "
                       "silently returns the next episode's frames, or fails)", WINDOWS, True),

@@ -49,14 +49,17 @@ def module(version: str) -> ModuleType:
 
 def load_problems(root: Path) -> list[str]:
     """What would stop LeRobotDataset 0.6.1 from loading the dataset at `root`: each data parquet's schema
-    against info.json's features, as the `datasets` cast on load sees it (footers only, no rows read)."""
+    against info.json's features, as the `datasets` cast on load sees it (footers only, no rows read), and
+    each video's time base, which must place frames at k/fps within lerobot's tolerance (headers only)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from lerodoc import video
     from lerodoc.formats.hf import CAST_ON_LOAD, schema_problems
 
     root = Path(root)
-    features = read_json(root / INFO_PATH).get("features") or {}
+    info = read_json(root / INFO_PATH)
+    features = info.get("features") or {}
     problems = []
     for path in sorted(root.glob("data/**/*.parquet")):
         try:
@@ -66,4 +69,14 @@ def load_problems(root: Path) -> list[str]:
             continue
         problems += [f"{path.relative_to(root)}: {code} {text}" for code, _, text in schema_problems(features, schema)
                      if code not in CAST_ON_LOAD]
+    fps = info.get("fps")
+    for path in sorted(root.glob("videos/**/*.mp4")) if isinstance(fps, (int, float)) and fps > 0 else []:
+        try:
+            time_base = video.probe(path).time_base
+        except LerodocError as exc:
+            problems.append(f"{path.relative_to(root)}: {exc.message}")
+            continue
+        if not video.fits_grid(time_base, int(fps)):
+            problems.append(f"{path.relative_to(root)}: VID005 time base {time_base} places frames up to "
+                            f"{float(video.grid_deviation(time_base, int(fps))) * 1e3:.3g} ms off k/{int(fps)} s")
     return problems

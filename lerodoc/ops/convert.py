@@ -34,6 +34,7 @@ class ConvertReport:
     seconds: float = 0.0
     renumbered_episodes: list[int] = field(default_factory=list)
     reencoded_clips: list[dict] = field(default_factory=list)
+    retimed_clips: list[dict] = field(default_factory=list)   # stream-copied onto the k/fps grid (VID005)
     normalised_columns: dict[str, dict] = field(default_factory=dict)   # column -> {"from", "to"} Arrow types
     warnings: list[str] = field(default_factory=list)
 
@@ -70,6 +71,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
         formats.module(to).write_meta(tmp, ds.info, episodes, ds.tasks, stats)
         rewrite.verify(tmp, to, episodes)
         report.renumbered_episodes, report.reencoded_clips = result.renumbered, result.reencoded
+        report.retimed_clips = result.retimed
         if result.computed_stats:
             report.warnings.append("source had no per-episode stats: computed them from the parquet for numeric "
                                    "features (camera stats need decoding and were not computed)")

@@ -21,7 +21,7 @@ from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats.hf import schema_for
 from lerodoc.ops.quantiles import block_stats, dataset_quantiles
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import column_digests, column_matrix, read_parquet, read_schema
+from lerodoc.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema
 from lerodoc.staging import staged_edit
 from lerodoc.stats import aggregate
 
@@ -43,13 +43,17 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
     """Worker: transform one data file, write it (one row group per episode), re-read and verify it."""
     job, transform, schema = args
     source = read_parquet(job.src)
-    table = transform.apply(source, job.src).select(schema.names).cast(schema)
+    try:   # stored as lerobot 0.6.1 loads it: a list<1> column of a shape-(1,) feature becomes its scalar
+        table = conform(transform.apply(source, job.src).select(schema.names), schema)
+    except LerodocError as exc:
+        raise LerodocError(exc.message, file=job.src, field=exc.field) from None
     if table.num_rows != source.num_rows:
         raise VerificationError(f"transform changed the row count ({source.num_rows} -> {table.num_rows})",
                                 file=job.src)
     kept = [c for c in schema.names if c not in transform.changed and c in source.column_names]
     expected = column_digests(table)
-    if {c: expected[c] for c in kept} != column_digests(source.select(kept)):
+    kept_schema = pa.schema([schema.field(c) for c in kept])
+    if {c: expected[c] for c in kept} != column_digests(conform(source.select(kept), kept_schema)):
         raise VerificationError("values of untouched columns changed", file=job.src)
     Path(job.out).parent.mkdir(parents=True, exist_ok=True)
     with pq.ParquetWriter(job.out, schema, use_dictionary=False) as writer:

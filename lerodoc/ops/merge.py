@@ -52,6 +52,7 @@ class MergeReport:
     reconciled: list[str] = field(default_factory=list)
     normalised_columns: dict[str, dict] = field(default_factory=dict)   # column -> {"from", "to"} Arrow types
     reencoded_clips: list[dict] = field(default_factory=list)
+    retimed_clips: list[dict] = field(default_factory=list)   # stream-copied onto the k/fps grid (VID005)
     bytes_copied: int = 0
     seconds: float = 0.0
 
@@ -242,6 +243,7 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
         rewrite.verify(tmp, to, new_eps)
         report.episodes, report.frames, report.tasks = len(new_eps), sum(e.length for e in new_eps), len(tasks)
         report.reencoded_clips = result.reencoded
+        report.retimed_clips = result.retimed
         report.bytes_copied = rewrite.tree_size(tmp)
     report.seconds = round(time.perf_counter() - started, 3)
     return report

@@ -181,6 +181,14 @@ def _left_out(ds: Dataset, findings: list) -> list[dict]:
             for f in findings if f.code in ("LAY042", "LAY043") and (f.file or "").startswith("data/")]
 
 
+def _retimed_files(result: rewrite.Result) -> list[str]:
+    """One line per camera whose clips were re-timed: 'camera (episodes 0, 1, ...)'."""
+    by_camera: dict[str, list[int]] = {}
+    for clip in result.retimed:
+        by_camera.setdefault(clip["camera"], []).append(clip["episode"])
+    return [f"{camera} (episodes {', '.join(map(str, eps))})" for camera, eps in by_camera.items()]
+
+
 def repair(src: Path, out: Path | None = None, *, in_place: bool = False, workers: int = 1,
            force: bool = False, drop_broken: bool = False) -> RepairReport:
     """Write a repaired copy of `src` to `out` (or swap it in place), and say what changed and what is left."""
@@ -209,6 +217,9 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     to = "v2.1" if ds.version == "v2.0" else ds.version
     with staged_output(target, force=force or in_place) as tmp:
         result = rewrite.write(picks, info, tasks, to, tmp, schema, caps_mb=caps, workers=workers, retime=True)
+        for files in _retimed_files(result):
+            report.changes.append(f"{files}: packets stream-copied onto the 1/fps frame grid (time base "
+                                  "could not place frames within tolerance_s)")
         module = formats.module(to)
         module.write_meta(tmp, info, result.episodes, tasks, _clean_stats(ds.stats or {}, info.features))
         fixed = Dataset.open(tmp)

@@ -14,7 +14,6 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lerodoc import video
@@ -24,7 +23,8 @@ from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import column_digests, column_matrix, from_numpy, numpy_dtype, open_parquet, read_parquet
+from lerodoc.parquet_io import (column_digests, column_matrix, conform, from_numpy, numpy_dtype, open_parquet,
+                                read_parquet)
 from lerodoc.staging import link_or_copy
 from lerodoc.stats import column_stats
 
@@ -81,6 +81,7 @@ class Result:
     episodes: list[Episode]
     renumbered: list[int] = field(default_factory=list)        # episodes whose rows got new ids
     reencoded: list[dict] = field(default_factory=list)        # {"episode", "camera"} cut by re-encoding
+    retimed: list[dict] = field(default_factory=list)          # {"episode", "camera"} moved onto the k/fps grid
     computed_stats: list[int] = field(default_factory=list)    # episodes whose stats were computed from rows
 
 
@@ -171,29 +172,11 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
 
 
 def _cast(rows: pa.Table, schema: pa.Schema, piece: RowPiece) -> pa.Table:
-    """The rows in the target schema; a list column of single values becomes the scalar the schema wants."""
-    if rows.schema.equals(schema, check_metadata=False):
-        return rows.replace_schema_metadata(schema.metadata)
-    if set(rows.column_names) != set(schema.names):
-        missing = set(schema.names) ^ set(rows.column_names)
-        raise LerodocError(f"columns differ from the first data file: {sorted(missing)}",
-                           file=piece.src_file, episode=piece.source_episode, field=sorted(missing)[0])
-    rows = rows.select(schema.names)
-    for name in schema.names:
-        kind, target = rows.schema.field(name).type, schema.field(name).type
-        listed = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
-        if listed and not (pa.types.is_list(target) or pa.types.is_fixed_size_list(target)):
-            column = rows.column(name).combine_chunks()
-            if column.null_count or pc.max(pc.list_value_length(column)).as_py() != 1 \
-                    or pc.min(pc.list_value_length(column)).as_py() != 1:
-                raise LerodocError("holds lists that are not all of one value, so it cannot become a scalar",
-                                   file=piece.src_file, episode=piece.source_episode, field=name)
-            rows = rows.set_column(rows.column_names.index(name), name, pc.list_flatten(column))
+    """The rows in the target schema (`parquet_io.conform`), errors naming the piece's file and episode."""
     try:
-        return rows.cast(schema)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise LerodocError(f"cannot be cast to the target schema ({exc})",
-                           file=piece.src_file, episode=piece.source_episode) from None
+        return conform(rows, schema)
+    except LerodocError as exc:
+        raise LerodocError(exc.message, file=piece.src_file, episode=piece.source_episode, field=exc.field) from None
 
 
 def _numeric_stats(rows: pa.Table, schema: pa.Schema) -> dict:
@@ -470,6 +453,8 @@ def write(picks: list[Pick], info: Info, tasks: list[str], to: str, tmp: Path, s
                                    hint="lerodoc validate --videos names the cause")
             if clip.reencoded:
                 result.reencoded.append({"episode": number, "camera": job.key})
+            if clip.retimed:
+                result.retimed.append({"episode": number, "camera": job.key})
     for ep in new_eps:
         ep.videos = {key: ep.videos[key] for key in info.video_keys}
     return result
