@@ -98,3 +98,33 @@ def test_no_output_is_promoted_that_lerobot_cannot_load(tmp_path):
     run_cli("flatten", fixture.root, "-o", tmp_path / "flat")
     run_cli("quantiles", tmp_path / "flat", "-o", tmp_path / "out")
     assert (tmp_path / "out/meta/info.json").is_file()
+
+
+def test_a_time_base_off_the_frame_grid_is_retimed_by_stream_copy(tmp_path):
+    """An exporter's mp4 on a 1/1000 time base at 30 fps (lerobot refuses: frames up to 0.33 ms off k/30 s)
+    converts into files on 1/15360 with every packet on its k/30 slot and every payload unchanged."""
+    from fractions import Fraction
+
+    import av
+
+    from tests.helpers import packets
+    from tests.zoo import members
+
+    [member] = [m for m in members() if m.name == "export-v21-timebase-1000"]
+    assert not member.lerobot_loads
+    before = json.loads(run_cli("validate", member.root, "--videos", "--json", check=False).stdout)
+    assert "VID005" in {f["code"] for f in before["findings"] if f["severity"] == "error"}
+    report = convert(member.root, tmp_path / "out", to="v3.0")
+    top = "observation.images.top"    # on 1/1000; the wrist camera is on 1/15360 and is joined as it is
+    assert sorted((c["camera"], c["episode"]) for c in report.retimed_clips) == \
+        [(top, e) for e in range(len(member.expect["episodes"]))]
+    after = run_json("validate", tmp_path / "out", "--videos")
+    assert after["errors"] == 0, after["findings"]
+    [written] = sorted((tmp_path / "out/videos" / top).rglob("*.mp4"))
+    with av.open(str(written)) as container:
+        stream = container.streams.video[0]
+        assert Fraction(stream.time_base) == Fraction(1, 15360)
+        pts = sorted(p.pts for p in container.demux(stream) if p.size)
+    assert pts == [512 * k for k in range(len(pts))]     # frame k at exactly k/30 s
+    sources = sorted((member.root / "videos").glob(f"*/{top}/*.mp4"))
+    assert packets(written) == [p for src in sources for p in packets(src)]   # stream copy: payloads unchanged
