@@ -74,6 +74,22 @@ BYTE_MUTATIONS = ("truncate-0", "truncate-half", "truncate-tail", "flip-bits", "
 JSON_MUTATIONS = ("json-null", "json-wrong-type", "json-missing-key", "json-wrong-value", "json-wrong-value-2",
                   "json-short-list")
 MP4_MUTATIONS = ("flip-tag",)   # a bit flipped in the moov's encoder tag: PyAV's strict reader fails on it
+# info.json edits that are valid JSON and plausible by themselves, each wrong for this dataset
+INFO_EDITS = {
+    "info-dtype-unknown": lambda i: i["features"]["action"].update(dtype="foo"),
+    "info-dtype-string": lambda i: i["features"]["action"].update(dtype="string"),
+    "info-state-as-video": lambda i: i["features"]["observation.state"].update(dtype="video"),
+    "info-shape-zero": lambda i: i["features"]["action"].update(shape=[0]),
+    "info-names-number": lambda i: i["features"]["action"].update(names=5),
+    "info-fps-fraction": lambda i: i.update(fps=29.97),
+    "info-data-path-key": lambda i: i.update(data_path="data/{bogus}.parquet"),
+    "info-video-path-brace": lambda i: i.update(video_path="videos/{"),
+    "info-feature-absent": lambda i: i["features"].update(extra={"dtype": "float32", "shape": [2], "names": None}),
+    "info-no-timestamp": lambda i: i["features"].pop("timestamp"),
+    "info-no-camera": lambda i: i["features"].pop(CAMERA),
+    "info-camera-info-string": lambda i: i["features"][CAMERA].update(info="x"),
+    "info-codebase-v2.0": lambda i: i.update(codebase_version="v2.0"),
+}
 
 SELECT_ARGS = ("--state", "observation.state[0:3]", "--action", "action[0:3]")
 # command name -> (arguments after the dataset, writes an output)
@@ -107,6 +123,11 @@ def mutate(path: Path, mutation: str, rng: random.Random) -> None:
     data = bytearray(path.read_bytes())
     n = len(data)
     if mutation == "none":
+        return
+    if mutation in INFO_EDITS:
+        info = json.loads(data)
+        INFO_EDITS[mutation](info)
+        path.write_text(json.dumps(info, indent=4))
         return
     if mutation == "truncate-0":
         data = b""
@@ -217,16 +238,18 @@ class Case:
 
 
 def all_cases() -> list[Case]:
-    """The full cross product version x file kind x mutation x command, in a fixed order."""
+    """The cross product version x file kind x mutation x command (the in-place commands on every other
+    mutation of each kind), in a fixed order."""
     cases = []
     for version, kinds in FILE_KINDS.items():
         cases += [Case(version, "info.json", "none", command) for command in COMMANDS]   # the baseline
         for kind, rel in kinds.items():
             mutations = BYTE_MUTATIONS + (JSON_MUTATIONS if rel.endswith((".json", ".jsonl")) else ()) \
-                + (MP4_MUTATIONS if rel.endswith(".mp4") else ())
-            for mutation in mutations:
+                + (MP4_MUTATIONS if rel.endswith(".mp4") else ()) + (tuple(INFO_EDITS) if kind == "info.json" else ())
+            for m, mutation in enumerate(mutations):
                 for command in COMMANDS:
-                    cases.append(Case(version, kind, mutation, command))
+                    if command not in IN_PLACE or m % 2 == 0:   # in place: every other mutation, to bound the time
+                        cases.append(Case(version, kind, mutation, command))
     return cases
 
 
