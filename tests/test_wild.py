@@ -128,3 +128,26 @@ def test_a_time_base_off_the_frame_grid_is_retimed_by_stream_copy(tmp_path):
     assert pts == [512 * k for k in range(len(pts))]     # frame k at exactly k/30 s
     sources = sorted((member.root / "videos").glob(f"*/{top}/*.mp4"))
     assert packets(written) == [p for src in sources for p in packets(src)]   # stream copy: payloads unchanged
+
+
+@pytest.mark.lerobot
+def test_videos_under_another_top_folder_are_named_and_moved_by_repair(tmp_path):
+    """Videos stored as video/<camera>/chunk-000/file-000.mp4 while info.json says videos/... (seen on the hub):
+    validate names where each one is and that repair moves it; repair's output loads aligned."""
+    import shutil
+
+    fixture = make_dataset(tmp_path / "src", version="v3.0", dataset_id=6, episodes=3)
+    for path in sorted((fixture.root / "videos").rglob("*.mp4")):
+        moved = fixture.root / "video" / path.relative_to(fixture.root / "videos")
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        path.rename(moved)
+    shutil.rmtree(fixture.root / "videos")
+    report = json.loads(run_cli("validate", fixture.root, "--json", check=False).stdout)
+    misplaced = [f for f in report["findings"] if f["code"] == "LAY041"]
+    assert misplaced and all(f["file"].startswith("video/") and f["fixable"] for f in misplaced)
+    assert "belongs at videos/observation.images.top/chunk-000/file-000.mp4" in " ".join(f["message"] for f in misplaced)
+    assert not [f for f in report["findings"] if f["code"] in ("LAY040", "LAY042")]
+    run_cli("repair", fixture.root, "-o", tmp_path / "fixed")
+    assert (tmp_path / "fixed/videos/observation.images.top/chunk-000/file-000.mp4").is_file()
+    assert not (tmp_path / "fixed/video").exists()
+    check_with_lerobot(tmp_path / "fixed", expect_from_fixture(fixture), backend="pyav")

@@ -377,34 +377,20 @@ def _hf_metadata(ctx: Context) -> list[Finding]:
 
 # ---------------------------------------------------------------- where files are on disk
 
-def _components(path: str) -> tuple[str, ...]:
-    return tuple(sorted(Path(path).parts[1:]))
-
-
 def _strays(ctx: Context) -> dict[str, list[str]]:
-    """Files under data/ and videos/ that no episode references, by top folder."""
+    """Parquet ("data") and mp4 ("videos") files anywhere outside meta/ that no episode references."""
     if "strays" not in ctx.cache:
         ds = ctx.dataset
         referenced = set(ds.data_files()) | {f for key in ds.info.video_keys for f in ds.video_files(key)}
-        ctx.cache["strays"] = {
-            top: sorted(p.relative_to(ctx.root).as_posix() for p in (ctx.root / top).rglob(f"*{suffix}")
-                        if p.is_file() and p.relative_to(ctx.root).as_posix() not in referenced)
-            for top, suffix in (("data", ".parquet"), ("videos", ".mp4"))}
+        ctx.cache["strays"] = {kind: [p for p in formats.loose_files(ctx.root, suffix) if p not in referenced]
+                               for kind, suffix in (("data", ".parquet"), ("videos", ".mp4"))}
     return ctx.cache["strays"]
 
 
 def _stray_for(ctx: Context, expected: str, key: str | None = None) -> str | None:
-    """The unreferenced file that is `expected` stored under another folder: the same path parts in
-    another order, else the same file name under a folder naming the camera `key`."""
-    top = Path(expected).parts[0]
-    candidates = _strays(ctx).get(top, [])
-    for stray in candidates:
-        if _components(stray) == _components(expected):
-            return stray
-    for stray in candidates:
-        if Path(stray).name == Path(expected).name and (key is None or key in Path(stray).parts):
-            return stray
-    return None
+    """The unreferenced file that is `expected` stored under another folder (formats.find_misplaced)."""
+    kind = "videos" if expected.endswith(".mp4") else "data"
+    return formats.find_misplaced(expected, _strays(ctx)[kind], key)
 
 
 def _placement(ctx: Context) -> list[Finding]:
@@ -438,11 +424,11 @@ def _placement(ctx: Context) -> list[Finding]:
 
 def _unreferenced(ctx: Context, placed: set[str]) -> list[Finding]:
     out = []
-    for top, paths in _strays(ctx).items():
+    for paths in _strays(ctx).values():
         for path in paths:
             if path in placed:
                 continue
-            read_by_v30 = ctx.dataset.version == "v3.0" and top == "data" and len(Path(path).parts) == 3
+            read_by_v30 = ctx.dataset.version == "v3.0" and Path(path).parts[0] == "data" and len(Path(path).parts) == 3
             code = "LAY043" if read_by_v30 else "LAY042"
             out.append(_finding(code, f"{path} is on disk but no episode references it", file=path))
     return out

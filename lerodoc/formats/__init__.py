@@ -47,6 +47,32 @@ def module(version: str) -> ModuleType:
     return importlib.import_module(f"lerodoc.formats.v{version[1]}{version[3]}")
 
 
+def loose_files(root: Path, suffix: str) -> list[str]:
+    """Every `suffix` file of the dataset tree outside meta/ and hidden folders, relative, sorted: where a
+    data or video file may sit when it is not where the template puts it."""
+    root = Path(root)
+    out = []
+    for path in root.rglob(f"*{suffix}"):
+        rel = path.relative_to(root)
+        if rel.parts[0] != "meta" and not any(part.startswith(".") for part in rel.parts) and path.is_file():
+            out.append(rel.as_posix())
+    return sorted(out)
+
+
+def find_misplaced(expected: str, candidates: list[str], key: str | None = None) -> str | None:
+    """The one candidate that is `expected` stored under another folder: the same path parts below the top
+    folder in another order or under another top folder (`video/image/chunk-000/file-000.mp4` for
+    `videos/image/chunk-000/file-000.mp4`), else the same file name in a folder naming the camera `key`.
+    None when there is none, or more than one (then nothing can be moved without guessing)."""
+    parts = sorted(Path(expected).parts[1:])
+    same = [c for c in candidates if c != expected and sorted(Path(c).parts[1:]) == parts]
+    if same:
+        return same[0] if len(same) == 1 else None
+    named = [c for c in candidates if c != expected and Path(c).name == Path(expected).name
+             and (key is None or key in Path(c).parts)]
+    return named[0] if len(named) == 1 else None
+
+
 def load_problems(root: Path) -> list[str]:
     """What would stop LeRobotDataset 0.6.1 from loading the dataset at `root`: each data parquet's schema
     against info.json's features, as the `datasets` cast on load sees it (footers only, no rows read), and

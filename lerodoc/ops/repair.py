@@ -75,13 +75,11 @@ def locate_rows(ds: Dataset) -> dict[int, tuple[str, int, int]]:
     return found
 
 
-def _find_video(ds: Dataset, relative: str, key: str) -> str | None:
-    """The file the metadata names, or a file of that name under videos/ in a folder naming the camera."""
+def _find_video(ds: Dataset, relative: str, key: str, loose: list[str]) -> str | None:
+    """The file the metadata names, or the one file that is it stored under another folder."""
     if ds.path(relative).is_file():
         return relative
-    name = Path(relative).name
-    hits = [p for p in ds.root.glob(f"videos/**/{name}") if key in p.relative_to(ds.root).parts]
-    return hits[0].relative_to(ds.root).as_posix() if len(hits) == 1 else None
+    return formats.find_misplaced(relative, loose, key)
 
 
 def _windows(ds: Dataset, file: str, lengths: list[int]) -> list[tuple[float, float]] | None:
@@ -115,12 +113,13 @@ def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], 
             changes.append(f"episode {ep.index}: rows are in {file} at row {first} ({length} rows); the metadata "
                            f"said {ep.data_file} at row {ep.data_row} ({ep.length} rows)")
         episodes.append(replace(ep, data_file=file, data_row=first, length=length, videos=dict(ep.videos)))
+    loose = formats.loose_files(ds.root, ".mp4") if ds.info.video_keys else []
     for key in ds.info.video_keys:
         by_file: dict[str, list[Episode]] = {}
         for ep in episodes:
             by_file.setdefault(ep.videos[key].file, []).append(ep)
         for relative, group in by_file.items():
-            found = _find_video(ds, relative, key)
+            found = _find_video(ds, relative, key, loose)
             if found is None:
                 continue          # the missing file stays missing; validate reports it
             if found != relative:
