@@ -461,6 +461,25 @@ def test_fuzz_every_file_kind_every_command(tmp_path):
     assert not bad, f"{len(bad)} of {len(results)} runs broke the rules:\n" + "\n".join(bad[:40])
 
 
+def test_in_process_runs_end_as_python_m_lerodoc_does(tmp_path):
+    """The fuzz runs many commands per process; a seeded sample of them, each run alone as `python -m lerodoc`,
+    ends with the same exit code and the same error line."""
+    _, runs = build(tmp_path)
+    sample = sorted(random.Random(SEED).sample([r for r in runs if r["case"]["command"] not in IN_PLACE], 5),
+                    key=lambda r: r["index"])   # run_all answers in index order
+    for run in sample:   # fresh output paths: the driver's runs write their own
+        if run["out"]:
+            run["args"][run["args"].index(run["out"])] = run["out"] = run["out"] + "-alone"
+    alone = [run_cli(*run["args"], check=False) for run in sample]
+    for run in sample:
+        if run["out"]:
+            run["args"][run["args"].index(run["out"])] = run["out"] = run["out"][:-len("-alone")]
+    for run, result, proc in zip(sample, run_all(tmp_path, sample, shards=1), alone):
+        def error_line(text):
+            return [line for line in text.splitlines() if line.startswith("error:")]
+        assert (proc.returncode, error_line(proc.stderr)) == (result["rc"], error_line(result["stderr"])), run["args"]
+
+
 @pytest.mark.parametrize("version", ["v2.1", "v3.0"])
 def test_mp4_tag_that_is_not_utf8(tmp_path, version):
     """The field report's crash: bits flipped in the mp4's metadata made PyAV raise UnicodeDecodeError while
