@@ -148,5 +148,5 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
             table = table.set_column(table.column_names.index(name), name, pc.list_flatten(column))
     try:
         return table.cast(schema)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
         raise LerodocError(f"cannot be cast to the target schema ({exc})") from None
