@@ -15,8 +15,8 @@ import typer
 from rich.markup import escape
 
 from lerodoc import __version__, render
-from lerodoc.commands import (convert, download, flatten, info, merge, push, quantiles, repair, select, train,
-                              validate)
+from lerodoc.commands import (convert, delete, download, features, flatten, info, merge, push, quantiles, repair,
+                              select, split, tasks, train, validate)
 from lerodoc.errors import ExitCode, LerodocError
 
 app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=False,
@@ -26,6 +26,10 @@ app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=False,
 app.command(rich_help_panel="Format")(info.info)
 app.command(rich_help_panel="Format")(convert.convert)
 app.command(rich_help_panel="Edit")(merge.merge)
+app.command(rich_help_panel="Edit")(delete.delete)
+app.command(rich_help_panel="Edit")(split.split)
+app.command(rich_help_panel="Edit")(tasks.tasks)
+app.command(rich_help_panel="Edit")(features.features)
 app.command(rich_help_panel="Edit")(flatten.flatten)
 app.command(rich_help_panel="Edit")(select.select)
 app.command(rich_help_panel="Stats")(quantiles.quantiles)

@@ -56,12 +56,5 @@ def merge(
 
 
 def _ranges(numbers: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5'."""
-    parts, start = [], None
-    for i, n in enumerate(numbers):
-        if start is None:
-            start = n
-        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
-            parts.append(str(start) if start == n else f"{start}-{n}")
-            start = None
-    return ",".join(parts)
+    from lerodoc.ops.merge import format_ranges
+    return format_ranges(numbers)

@@ -22,7 +22,7 @@ from lerodoc.formats.hf import schema_for
 from lerodoc.ops.quantiles import block_stats, dataset_quantiles
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema
-from lerodoc.staging import staged_edit
+from lerodoc.staging import link_or_copy, staged_edit
 from lerodoc.stats import aggregate
 
 
@@ -68,8 +68,13 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
 
 
 def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, *, in_place: bool = False,
-           force: bool = False, workers: int = 1) -> Path:
-    """Write `ds` with its data files transformed and `features` as its new info.json features."""
+           force: bool = False, workers: int = 1, moved: dict[str, str | None] | None = None,
+           renamed: dict[str, str] | None = None) -> Path:
+    """Write `ds` with its data files transformed and `features` as its new info.json features.
+
+    `moved` maps other files (relative paths, a renamed camera's videos say) to their new path, or to None
+    to leave them out (a dropped camera's); every other file is kept as it is. `renamed` maps old feature
+    names to new ones, so that their stats (dataset and per-episode) follow."""
     ds.require_complete()
     if ds.version == "v2.0":
         raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
@@ -81,14 +86,18 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
     base = read_schema(ds.path(ds.episodes[0].data_file), ds.episodes[0].index)
     columns = [name for name, spec in features.items() if spec["dtype"] != "video"]
     schema = schema_for(features, columns, base)
-    rewritten = set(by_file) | module.stats_files(ds.root) | {formats.INFO_PATH}
+    moved, renamed = moved or {}, renamed or {}
+    rewritten = set(by_file) | module.stats_files(ds.root) | {formats.INFO_PATH} | set(moved)
     with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=rewritten) as tmp:
+        for old, new in moved.items():
+            if new is not None:
+                link_or_copy(ds.path(old), tmp / new)
         jobs = [(FileJob(str(ds.path(f)), str(tmp / f), tuple(eps)), transform, schema) for f, eps in by_file.items()]
         per_episode = {r["episode"]: r["stats"] for part in pmap(rewrite_file, jobs, workers=workers) for r in part}
         for ep in ds.episodes:
-            ep.stats = {k: v for k, v in ep.stats.items() if k in features}
+            ep.stats = {renamed.get(k, k): v for k, v in ep.stats.items() if renamed.get(k, k) in features}
             ep.stats.update(per_episode[ep.index])
-        stats = {k: v for k, v in (ds.stats or {}).items() if k in features}
+        stats = {renamed.get(k, k): v for k, v in (ds.stats or {}).items() if renamed.get(k, k) in features}
         changed = list(transform.changed)
         if changed:
             fresh = aggregate([{k: ep.stats[k] for k in changed} for ep in ds.episodes])

@@ -85,6 +85,18 @@ def parse_selection(values: list[str], labels: list[str], names: list[str], opti
     return chosen
 
 
+def format_ranges(numbers: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5' (the inverse of the selection syntax)."""
+    parts, start = [], None
+    for i, n in enumerate(numbers):
+        if start is None:
+            start = n
+        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
+            parts.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ",".join(parts)
+
+
 def _codec(spec: dict) -> str | None:
     codec = (spec.get("info") or {}).get("video.codec")
     return CODEC_ALIASES.get(codec, codec)
@@ -175,9 +187,10 @@ def _normalise_stats(stats: dict, features: dict) -> tuple[dict, bool]:
 
 
 def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: list[str] = (),
-          to: str = "v3.0", workers: int = 1, force: bool = False,
+          to: str = "v3.0", workers: int = 1, force: bool = False, dry_run: bool = False,
           progress: rewrite.Progress | None = None) -> MergeReport:
-    """Merge `sources` (in order) into a new dataset at `out`."""
+    """Merge `sources` (in order) into a new dataset at `out`; `dry_run` returns the plan's report, writing
+    nothing."""
     started = time.perf_counter()
     datasets = [Dataset.open(p) for p in sources]
     labels, names = labels_for(sources), [Path(p).name for p in sources]
@@ -229,6 +242,10 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
 
     report = MergeReport(output=str(Path(out).absolute()), to_version=to, sources=summaries, reconciled=notes,
                          normalised_columns=normalised)
+    if dry_run:
+        report.episodes, report.frames, report.tasks = len(picks), sum(p.episode.length for p in picks), len(tasks)
+        report.seconds = round(time.perf_counter() - started, 3)
+        return report
     with staged_output(Path(out), force=force) as tmp:
         result = rewrite.write(picks, info, tasks, to, tmp, schema, caps_mb=caps, workers=workers,
                                progress=progress)

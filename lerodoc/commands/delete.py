@@ -1,0 +1,51 @@
+"""`lerodoc delete`: leave episodes out (the engine of `merge --exclude`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from lerodoc import render
+from lerodoc.commands.convert import Target
+from lerodoc.commands.flatten import OptionalOutput
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
+
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan and write nothing.",
+                                         rich_help_panel="Output")]
+
+
+def delete(
+    dataset: DatasetArg,
+    episodes: Annotated[list[str], typer.Option("--episodes", "-e", help="Episodes to delete: N, N-M or N,M-K "
+                                                "(repeatable).")],
+    output: OptionalOutput = None,
+    in_place: InPlaceOpt = False,
+    to: Annotated[Optional[Target], typer.Option("--to", help="Version to write (default: the dataset's own; "
+                                                 "v2.0 becomes v2.1).")] = None,
+    dry_run: DryRunOpt = False,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    force: ForceOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Delete episodes: the rest are renumbered 0..N-1, videos reused or cut by stream copy, stats recomputed.
+
+    Example: lerodoc delete DATASET -o OUT --episodes 3,7-9. The output keeps the dataset's version
+    (v2.0 becomes v2.1). Episodes whose video does not start on a keyframe are re-encoded and listed.
+    """
+    from lerodoc.ops.merge import format_ranges
+    from lerodoc.ops.delete import delete as delete_episodes
+    with render.progress(not json and not dry_run) as track:
+        report = delete_episodes(dataset, output, episodes, in_place=in_place, to=to.value if to else None,
+                                 workers=workers, force=force, dry_run=dry_run, progress=track)
+    if json:
+        render.print_json({**report.to_json(), "dry_run": dry_run})
+        return
+    source = report.sources[0]
+    for clip in report.reencoded_clips:
+        render.out.print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
+    verb = "would delete" if dry_run else "deleted"
+    render.out.print(f"{verb} episodes {format_ranges(source.excluded)} of {source.path}: {report.episodes} episodes, "
+                     f"{report.frames} frames, {report.tasks} tasks remain ({report.to_version})"
+                     + ("; dry run, nothing written" if dry_run else
+                        f" at {report.output} ({render.human_bytes(report.bytes_copied)}, {report.seconds:.2f} s)"))

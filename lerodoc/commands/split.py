@@ -1,0 +1,58 @@
+"""`lerodoc split`: parts of a dataset (train/val, ...), each a complete dataset with stats of its own."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from lerodoc import render
+from lerodoc.commands.convert import Target
+from lerodoc.commands.delete import DryRunOpt
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, OutputOpt, WorkersOpt
+
+
+def split(
+    dataset: DatasetArg,
+    output: OutputOpt,
+    into: Annotated[Optional[str], typer.Option("--into", help="Parts by fraction of the episodes: "
+                                                "train=0.9,val=0.1 (in episode order, or shuffled with "
+                                                "--seed).")] = None,
+    episodes: Annotated[list[str], typer.Option("--episodes", "-e", help="Parts by episode: "
+                                                "train:0-99,val:100-119 (repeatable).")] = [],
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Shuffle the episodes with this seed before "
+                                                "cutting --into fractions.")] = None,
+    to: Annotated[Optional[Target], typer.Option("--to", help="Version to write (default: the dataset's own; "
+                                                 "v2.0 becomes v2.1).")] = None,
+    dry_run: DryRunOpt = False,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    force: ForceOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Split DATASET into parts, each a complete dataset at OUTPUT/<part>.
+
+    Example: lerodoc split DATASET -o OUT --into train=0.9,val=0.1 --seed 0. Rows are renumbered per
+    part, videos cut by stream copy at episode boundaries (a clip that does not start on a keyframe is
+    re-encoded and listed), and each part gets exact stats of its own.
+    """
+    from lerodoc.ops.merge import format_ranges
+    from lerodoc.ops.split import split as split_dataset
+    with render.progress(not json and not dry_run) as track:
+        report = split_dataset(dataset, output, into=into, episodes=episodes, seed=seed, to=to.value if to else None,
+                               workers=workers,
+                               force=force, dry_run=dry_run, progress=track)
+    if json:
+        render.print_json({**report.to_json(), "dry_run": dry_run})
+        return
+    rows = [[name, format_ranges(eps), part["episodes"], part["frames"], part["tasks"],
+             len(part["reencoded_clips"]), part["output"]] for (name, eps), part in
+            zip(report.parts.items(), report.reports.values())]
+    render.out.print(render.table("parts", ["part", "source episodes", "episodes", "frames", "tasks",
+                                            "re-encoded clips", "output"], rows))
+    for name, part in report.reports.items():
+        for clip in part["reencoded_clips"]:
+            render.out.print(f"{name}: re-encoded episode {clip['episode']} {clip['camera']}: its start is not a "
+                             "keyframe")
+    if report.left_out:
+        render.out.print(f"in no part: episodes {format_ranges(report.left_out)}")
+    render.out.print("dry run: nothing written" if dry_run else f"written to {report.output} ({report.seconds:.2f} s)")

@@ -1,0 +1,47 @@
+"""`lerodoc tasks`: edit task strings; frames keep their task_index or follow a merge of two texts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from lerodoc import render
+from lerodoc.commands.delete import DryRunOpt
+from lerodoc.commands.flatten import OptionalOutput
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
+
+
+def tasks(
+    dataset: DatasetArg,
+    output: OptionalOutput = None,
+    set_: Annotated[list[str], typer.Option("--set", help="'OLD TEXT=NEW TEXT' (repeatable).")] = [],
+    from_file: Annotated[Optional[Path], typer.Option("--from", exists=True, dir_okay=False,
+                                                      help='A JSON file: {"old text": "new text", ...} or a list '
+                                                           "of texts by task_index.")] = None,
+    in_place: InPlaceOpt = False,
+    dry_run: DryRunOpt = False,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    force: ForceOpt = False,
+    json: JsonOpt = False,
+) -> None:
+    """Edit task strings: the tasks file, every episode's tasks and the frames' task_index follow.
+
+    Example: lerodoc tasks DATASET -o OUT --set 'pick up the cube=pick the red cube'. Frames keep their
+    task_index unless two texts become one; then the later one's frames are re-pointed to the first.
+    """
+    from lerodoc.ops.tasks import edit_tasks
+    report = edit_tasks(dataset, output, set_=set_, from_file=from_file, in_place=in_place, dry_run=dry_run,
+                        workers=workers, force=force)
+    if json:
+        render.print_json({**report.to_json(), "dry_run": dry_run})
+        return
+    render.out.print(render.table("tasks", ["task_index", "task", "was"],
+                                  [[i, t, " | ".join(o for o, n in report.renamed.items() if n == t) or "-"]
+                                   for i, t in enumerate(report.tasks)]))
+    for new, olds in report.merged.items():
+        render.out.print(f"merged into {new!r}: {', '.join(repr(o) for o in olds)}")
+    render.out.print(f"{len(report.episodes_changed)} episodes name an edited task; "
+                     + (f"written to {report.output} ({report.seconds:.2f} s)" if report.output
+                        else "dry run: nothing written"))

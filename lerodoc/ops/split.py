@@ -1,0 +1,142 @@
+"""Split a dataset into parts, each a complete dataset at OUT/<part>: `merge` of one source with
+`--episodes` per part, so rows are renumbered, videos cut by stream copy (only clips that do not start on
+a keyframe are re-encoded, and reported), and each part gets exact stats of its own.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
+from lerodoc.ops import rewrite
+from lerodoc.ops.delete import output_version
+from lerodoc.ops.merge import MergeReport, format_ranges, merge, parse_selection
+from lerodoc.staging import staged_output
+
+_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+@dataclass
+class SplitReport:
+    dataset: str
+    output: str
+    parts: dict[str, list[int]]                       # part -> source episodes, in order
+    left_out: list[int] = field(default_factory=list)  # source episodes in no part
+    reports: dict[str, dict] = field(default_factory=dict)   # part -> its merge report
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _part_name(name: str, option: str) -> str:
+    if not _PART.fullmatch(name):
+        raise LerodocError(f"{option}: {name!r} is not a usable part name (letters, digits, _ . -)")
+    return name
+
+
+def parse_fractions(spec: str) -> dict[str, float]:
+    """`train=0.9,val=0.1` -> {"train": 0.9, "val": 0.1}; fractions must sum to at most 1."""
+    parts: dict[str, float] = {}
+    for item in (i.strip() for i in spec.split(",") if i.strip()):
+        name, sep, value = item.partition("=")
+        try:
+            fraction = float(value)
+        except ValueError:
+            fraction = -1.0
+        if not sep or not 0 < fraction <= 1:
+            raise LerodocError(f"--into {item!r}: expected NAME=FRACTION with 0 < FRACTION <= 1")
+        if name in parts:
+            raise LerodocError(f"--into: part {name!r} is named twice")
+        parts[_part_name(name.strip(), "--into")] = fraction
+    if not parts or sum(parts.values()) > 1 + 1e-9:
+        raise LerodocError(f"--into {spec!r}: fractions must be given and sum to at most 1")
+    return parts
+
+
+def assign_fractions(episodes: list[int], fractions: dict[str, float], seed: int | None) -> dict[str, list[int]]:
+    """Episodes into parts by fraction: counts by largest remainder (every part at least one episode when
+    the fractions sum to 1); in episode order, or shuffled by `seed` first. Each part's list is sorted."""
+    order = list(episodes) if seed is None else [int(i) for i in np.random.default_rng(seed).permutation(episodes)]
+    n = len(order)
+    exact = {name: f * n for name, f in fractions.items()}
+    counts = {name: int(np.floor(x)) for name, x in exact.items()}
+    budget = min(n, int(round(sum(exact.values()))))
+    for name in sorted(exact, key=lambda k: exact[k] - counts[k], reverse=True)[:max(budget - sum(counts.values()), 0)]:
+        counts[name] += 1
+    empty = [name for name, c in counts.items() if c == 0]
+    if empty:
+        raise LerodocError(f"--into: part {empty[0]!r} would hold no episode ({n} episodes in the dataset)")
+    parts, start = {}, 0
+    for name, count in counts.items():
+        parts[name] = sorted(order[start:start + count])
+        start += count
+    return parts
+
+
+def parse_parts(values: list[str], episodes: list[int]) -> dict[str, list[int]]:
+    """`train:0-99,val:100-119` (or repeated options) -> {part: sorted episodes}; an item without `NAME:`
+    continues the part before it (`train:0-3,7`)."""
+    parts: dict[str, list[str]] = {}
+    current = None
+    for value in values:
+        for item in (i.strip() for i in value.split(",") if i.strip()):
+            name, sep, spec = item.rpartition(":")
+            if sep:
+                current = _part_name(name, "--episodes")
+                parts.setdefault(current, [])
+            elif current is None:
+                raise LerodocError(f"--episodes {value!r}: expected PART:N-M,PART:N-M")
+            parts[current].append(spec)
+    if not parts:
+        raise LerodocError("--episodes: no part given")
+    out, seen = {}, {}
+    for name, specs in parts.items():
+        chosen = parse_selection([f"{name}:{','.join(specs)}"], [name], [], "--episodes")[0]
+        unknown = sorted(chosen - set(episodes))
+        if unknown:
+            raise LerodocError(f"--episodes: part {name!r} names episode {unknown[0]}, which the dataset does not "
+                               f"hold ({format_ranges(sorted(episodes))})", episode=unknown[0])
+        for e in chosen:
+            if e in seen:
+                raise LerodocError(f"--episodes: episode {e} is in both {seen[e]!r} and {name!r}", episode=e)
+            seen[e] = name
+        out[name] = sorted(chosen)
+    return out
+
+
+def split(src: Path, out: Path, *, into: str | None = None, episodes: list[str] = (), seed: int | None = None,
+          to: str | None = None, workers: int = 1, force: bool = False, dry_run: bool = False,
+          progress: rewrite.Progress | None = None) -> SplitReport:
+    """Write each part of `src` as a complete dataset at `out/<part>`."""
+    started = time.perf_counter()
+    if (into is None) == (not episodes):
+        raise LerodocError("give either --into NAME=FRACTION,... or --episodes NAME:N-M,...")
+    ds = Dataset.open(src)
+    numbers = [ep.index for ep in ds.episodes]
+    parts = assign_fractions(numbers, parse_fractions(into), seed) if into else parse_parts(list(episodes), numbers)
+    used = {e for eps in parts.values() for e in eps}
+    report = SplitReport(dataset=str(Path(src).absolute()), output=str(Path(out).absolute()), parts=parts,
+                         left_out=[e for e in numbers if e not in used])
+    to = to or output_version(src)
+
+    def run(root: Path, plan_only: bool) -> None:
+        for name, chosen in parts.items():
+            part: MergeReport = merge([Path(src)], root / name, episodes=[f"A:{format_ranges(chosen)}"], to=to,
+                                      workers=workers, dry_run=plan_only, progress=progress)
+            part.output = str(Path(out).absolute() / name)
+            report.reports[name] = part.to_json()
+
+    if dry_run:
+        run(Path(out), True)
+    else:
+        with staged_output(Path(out), force=force) as tmp:   # every part, or none
+            run(tmp, False)
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
