@@ -77,7 +77,8 @@ def find_misplaced(expected: str, candidates: list[str], key: str | None = None)
 def load_problems(root: Path) -> list[str]:
     """What would stop LeRobotDataset 0.6.1 from loading the dataset at `root`: each data parquet's schema
     against info.json's features, as the `datasets` cast on load sees it (footers only, no rows read), and
-    each video's time base, which must place frames at k/fps within lerobot's tolerance (headers only)."""
+    each video's time base, which must place frames at k/fps within lerobot's tolerance, and its tags, which
+    must be UTF-8 (headers only)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -106,6 +107,9 @@ def load_problems(root: Path) -> list[str]:
             except LerodocError as exc:
                 problems.append(f"{path.relative_to(root)}: {exc.message}")
                 continue
+        if not video.strict_tags(path):
+            problems.append(f"{path.relative_to(root)}: VID013 metadata tags are not UTF-8 (lerobot's pyav backend "
+                            "cannot open it)")
         if not video.fits_grid(time_base, int(fps)):
             problems.append(f"{path.relative_to(root)}: VID005 time base {time_base} places frames up to "
                             f"{float(video.grid_deviation(time_base, int(fps))) * 1e3:.3g} ms off k/{int(fps)} s")
