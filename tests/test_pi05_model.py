@@ -212,9 +212,20 @@ def test_full_preset_parameter_count():
 def test_flops_per_sample_matches_the_research_estimate():
     # research/openpi.md §6: 3.92 TF forward x 3 = 11.75 TF at prompt 28, horizon 10, three cameras
     h10 = replace(full(), action_horizon=10)
-    assert flops_per_sample(h10, prompt_len=28, cameras=3) == pytest.approx(11.75e12, rel=0.02)
-    assert flops_per_sample(h10, prompt_len=28, cameras=2) == pytest.approx(7.9e12, rel=0.02)  # masked camera dropped
-    assert flops_per_sample(full(), prompt_len=200, cameras=3) == pytest.approx(3 * 4.68e12, rel=0.02)
+    assert flops_per_sample(h10, prompt_len=28, cameras=3, openpi=True) == pytest.approx(11.75e12, rel=0.02)
+    assert flops_per_sample(h10, prompt_len=28, cameras=2, openpi=True) == pytest.approx(7.9e12, rel=0.02)
+    assert flops_per_sample(full(), prompt_len=200, cameras=3, openpi=True) == pytest.approx(3 * 4.68e12, rel=0.02)
+
+
+def test_flops_per_sample_counts_only_the_work_done():
+    # the last joint layer: the prefix projects q, k, v only (no o_proj, no MLP) and only the H action rows attend
+    c = full()
+    g, P, H = c.vlm, 2 * c.vision.num_patches + 28, c.action_horizon
+    skipped = P * (g.width * g.num_heads * g.head_dim + 3 * g.width * g.mlp_dim)   # o_proj and the MLP
+    skipped += 2 * g.num_heads * g.head_dim * P * (P + H)
+    done, openpi = flops_per_sample(c, 28, 2), flops_per_sample(c, 28, 2, openpi=True)
+    assert openpi - done == pytest.approx(6 * skipped, rel=1e-9)
+    assert done == pytest.approx(7.64e12, rel=0.01)
 
 
 def test_weights_round_trip_in_lerobot_layout(model, tmp_path):

@@ -226,12 +226,14 @@ def apply_rotary(x, cos, sin):
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
-def run_layers(towers, xs, conds, positions, mask, cache=None, checkpoint: bool = False):
+def run_layers(towers, xs, conds, positions, mask, cache=None, checkpoint: bool = False, layer_fn=None):
     """Run streams xs (one per tower: [prefix, suffix], [prefix] or [suffix]) through all layers. In each layer
     every stream projects q/k/v with its own weights and one attention runs over the concatenated streams (plus
     the cached (k, v) of earlier tokens, if given). The prefix reaches the actions only through its keys and
     values, so its last layer stops there. Returns the suffix after the expert's final norm (None when only the
-    prefix runs) and this call's per-layer (k, v) after RoPE. `checkpoint` recomputes each layer in backward."""
+    prefix runs) and this call's per-layer (k, v) after RoPE. `checkpoint` recomputes each layer in backward.
+    `layer_fn` runs one joint layer: joint_layer, or its torch.compile'd form (PI05.compile_layers)."""
+    layer_fn = layer_fn or joint_layer
     cos, sin = rotary(positions, towers[0].layers[0].self_attn.head_dim, xs[0].dtype)
     new_cache = []
     depth = len(towers[0].layers)
@@ -243,10 +245,10 @@ def run_layers(towers, xs, conds, positions, mask, cache=None, checkpoint: bool 
             new_cache.append(joint_layer(layers, xs, conds, cos, sin, mask, past, keys_only=True))
             return None, new_cache
         if checkpoint and torch.is_grad_enabled():
-            xs, kv = torch.utils.checkpoint.checkpoint(joint_layer, layers, xs, conds, cos, sin, mask, past, last,
+            xs, kv = torch.utils.checkpoint.checkpoint(layer_fn, layers, xs, conds, cos, sin, mask, past, last,
                                                        use_reentrant=False)
         else:
-            xs, kv = joint_layer(layers, xs, conds, cos, sin, mask, past, last)
+            xs, kv = layer_fn(layers, xs, conds, cos, sin, mask, past, last)
         new_cache.append(kv)
     return towers[-1].norm(xs[-1], conds[-1])[0], new_cache
 
@@ -326,11 +328,21 @@ class PI05(nn.Module):
             time_mlp_in=nn.Linear(width, width),
             time_mlp_out=nn.Linear(width, width)))
         self.gradient_checkpointing = False   # recompute each layer in backward: less memory, ~1/3 more compute
+        self.layer_fn = joint_layer           # compile_layers swaps in the compiled form
         self.apply(init_weights)
         vlm = self.paligemma.language_model
         for unused in (vlm.layers[-1].self_attn.q_proj, vlm.layers[-1].self_attn.o_proj,
                        vlm.layers[-1].post_attention_layernorm, vlm.layers[-1].mlp, vlm.norm):
             unused.requires_grad_(False)  # never reach the actions (run_layers skips them); kept for the names
+
+    def compile_layers(self, **options) -> None:
+        """Regional compilation: torch.compile each repeated block (the joint Gemma layer, each SigLIP layer),
+        and leave the glue eager. Every block's backward is then its own autograd node, so DDP's gradient hooks
+        fire layer by layer and all-reduce while backward goes on (no DDPOptimizer graph splits), and the
+        repeated layers share one compiled graph (a short compile)."""
+        self.layer_fn = torch.compile(joint_layer, **options)
+        for layer in self.paligemma.vision_tower.vision_model.encoder.layers:
+            layer.compile(**options)
 
     @property
     def paligemma(self) -> nn.ModuleDict:
@@ -346,16 +358,18 @@ class PI05(nn.Module):
     def embed_prefix(self, images, image_masks, tokens, token_masks):
         """Images (list of (B, 3, S, S) in [-1, 1], masks (B,)) and prompt (B, L) -> prefix (B, P, D) and its
         validity (B, P). A camera that no sample of the batch shows is skipped; otherwise its tokens are
-        masked per sample."""
+        masked per sample. A mask of None means every sample shows the camera: no `mask.any()`, so no host
+        sync (and no torch.compile graph break) in the step."""
         pg = self.paligemma
-        shown = [(image, mask) for image, mask in zip(images, image_masks) if mask.any()]
+        shown = [(image, mask) for image, mask in zip(images, image_masks) if mask is None or mask.any()]
         embs, valid = [], []
         if shown:
             tower = pg.vision_tower(torch.cat([image for image, _ in shown]), self.gradient_checkpointing)
             features = pg.multi_modal_projector.linear(tower)
             for f, (_, mask) in zip(features.chunk(len(shown)), shown):  # (B, N, D) per camera
                 embs.append(f)
-                valid.append(mask[:, None].expand(-1, f.shape[1]))
+                valid.append(f.new_ones(f.shape[:2], dtype=torch.bool) if mask is None
+                             else mask[:, None].expand(-1, f.shape[1]))
         embs.append(pg.language_model.embed_tokens(tokens) * math.sqrt(self.config.vlm.width))
         valid.append(token_masks)
         return torch.cat(embs, dim=1), torch.cat(valid, dim=1)
@@ -372,7 +386,7 @@ class PI05(nn.Module):
         suffix, cond = self.embed_suffix(x_t, t)
         mask, positions = attention_layout(prefix_valid, suffix.shape[1])
         out, _ = run_layers([self.paligemma.language_model, self.expert], [prefix, suffix], [None, cond],
-                            positions, mask, checkpoint=self.gradient_checkpointing)
+                            positions, mask, checkpoint=self.gradient_checkpointing, layer_fn=self.layer_fn)
         return self.model.action_out_proj(out)
 
     def forward(self, images, image_masks, tokens, token_masks, actions, action_is_pad=None, noise=None, time=None,
@@ -427,13 +441,15 @@ def init_weights(module: nn.Module):
         nn.init.zeros_(module.dense.weight)
 
 
-def flops_per_sample(config: PI05Config, prompt_len: int, cameras: int) -> float:
+def flops_per_sample(config: PI05Config, prompt_len: int, cameras: int, openpi: bool = False) -> float:
     """Training FLOPs of one sample: 6 x multiply-accumulates (2 forward, 4 backward). Linears count
     params x tokens: SigLIP (patch embedding, layers) and the projector x N tokens per camera, VLM layers x
     P = cameras * N + prompt_len, expert layers and action_in/out_proj x H, the time MLP and adaRMS dense layers
-    x 1 (once per sample). Attention counts QK^T and AV over the full square: 2 h d T^2 per layer, with
-    T = N in SigLIP and T = P + H in the joint layers. Embedding lookups and norms are free; the masked
-    prefix rows and the last layer's unused prefix rows are counted as computed by openpi."""
+    x 1 (once per sample). Attention counts QK^T and AV: 2 h d per query-key pair, with T = N in SigLIP and
+    T = P + H in the joint layers. Embedding lookups and norms are free.
+    The work done (default): in the last joint layer the prefix only projects q, k and v (run_layers skips its
+    o_proj and MLP) and only the H action rows attend. `openpi=True` counts that layer's prefix rows in full,
+    as openpi computes them (then drops the result)."""
     v, g, e = config.vision, config.vlm, config.expert
     N, H = v.num_patches, config.action_horizon
     P = cameras * N + prompt_len
@@ -445,8 +461,14 @@ def flops_per_sample(config: PI05Config, prompt_len: int, cameras: int) -> float
         attention = 2 * c.width * (c.num_heads + c.num_kv_heads) * c.head_dim  # q and o, k and v
         return attention + 3 * c.width * c.mlp_dim
 
-    vlm = P * g.depth * gemma_layer(g)
     expert = H * (e.depth * gemma_layer(e) + 2 * config.max_action_dim * e.width)
     per_sample = 2 * e.width**2 + (2 * e.depth + 1) * 3 * e.width**2
-    joint_attention = g.depth * 2 * g.num_heads * g.head_dim * (P + H) ** 2
+    attention_pair = 2 * g.num_heads * g.head_dim
+    if openpi:
+        vlm = P * g.depth * gemma_layer(g)
+        joint_attention = g.depth * attention_pair * (P + H) ** 2
+    else:
+        last_prefix = g.width * (g.num_heads + 2 * g.num_kv_heads) * g.head_dim   # q, k, v only
+        vlm = P * ((g.depth - 1) * gemma_layer(g) + last_prefix)
+        joint_attention = attention_pair * (P + H) * ((g.depth - 1) * (P + H) + H)
     return 6.0 * (vision + vision_attention + vlm + expert + per_sample + joint_attention)

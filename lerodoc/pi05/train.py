@@ -58,6 +58,11 @@ class RunConfig:
     precision: str = "auto"               # bf16 autocast on GPU, fp32 on CPU
     device: str = "auto"
     compile: bool = False
+    compile_scope: str = "model"          # "model": torch.compile(DDP(model)); "layers": PI05.compile_layers
+    ddp_bucket_mb: int = 25               # DDP's gradient bucket size (its default)
+    ddp_bucket_view: bool = False         # gradients live in DDP's buckets (no copy, 13 GB less at full)
+    ddp_static_graph: bool = False
+    pin_workers: bool = True              # each rank's data workers on its own share of the CPUs
     gradient_checkpointing: bool = False
     fsdp: bool = False
     workers: int = 4
@@ -169,8 +174,9 @@ def parallelise(model: PI05, run: RunConfig, procs: Processes, bf16: bool) -> to
             register_fsdp_forward_method(model, method)
         return model
     if procs.world > 1:
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=[procs.device] if procs.device.type == "cuda"
-                                                         else None)
+        return torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[procs.device] if procs.device.type == "cuda" else None, bucket_cap_mb=run.ddp_bucket_mb,
+            gradient_as_bucket_view=run.ddp_bucket_view, static_graph=run.ddp_static_graph)
     return model
 
 
@@ -276,19 +282,39 @@ def loader(setup: Setup, start: int, stop: int, batch_per_device: int | None = N
                               batch_per_device=batch_per_device or run.batch_per_device, rank=procs.rank,
                               world=procs.world, start=start, stop=stop, noise_width=setup.config.max_action_dim)
     workers = run.workers
+    cpus = rank_cpus(procs) if workers and run.pin_workers else None
     return torch.utils.data.DataLoader(batches, batch_size=None, num_workers=workers,
                                        pin_memory=procs.device.type == "cuda",
                                        prefetch_factor=4 if workers else None, persistent_workers=False,
-                                       multiprocessing_context="fork" if workers else None)
+                                       multiprocessing_context="fork" if workers else None,
+                                       worker_init_fn=_Pin(cpus) if cpus else None)
+
+
+def rank_cpus(procs: Processes) -> list[int] | None:
+    """This rank's share of the CPUs this process may use, for its data workers, when several processes share a
+    node: ranks' workers then do not compete for the same cores. None with one process per node or no affinity."""
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local_world <= 1 or not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    share = len(cpus) // local_world
+    return cpus[procs.local_rank * share:(procs.local_rank + 1) * share] if share >= 2 else None
+
+
+class _Pin:
+    def __init__(self, cpus: list[int]):
+        self.cpus = cpus
+
+    def __call__(self, worker: int) -> None:
+        os.sched_setaffinity(0, self.cpus)
 
 
 def to_device(batch: dict, device: torch.device) -> dict:
     """Model inputs from a loader batch: uint8 images to [-1, 1] float per camera, on the device."""
     moved = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
     images = moved.pop("images").permute(1, 0, 4, 2, 3)  # (cameras, B, 3, S, S)
-    B = images.shape[1]
-    return dict(images=[im.float() / 127.5 - 1 for im in images],
-                image_masks=[torch.ones(B, dtype=torch.bool, device=device)] * len(images),
+    # every sample shows every camera the loader sends: masks of None (no mask.any() host sync in the step)
+    return dict(images=[im.float() / 127.5 - 1 for im in images], image_masks=[None] * len(images),
                 tokens=moved["tokens"], token_masks=moved["token_masks"], actions=moved["actions"],
                 action_is_pad=moved["action_is_pad"], noise=moved["noise"], time=moved["time"],
                 real_steps=moved["real_steps"])
@@ -339,9 +365,13 @@ def build(setup: Setup) -> Parts:
     if run.ema and run.fsdp:
         raise LerodocError("--ema is not supported with --fsdp", hint="drop one of them")
     ema = EMA(model, run.ema) if run.ema else None
+    layers = run.compile and run.compile_scope == "layers" and not run.fsdp
+    if layers:   # before DDP wraps the model: DDP then runs eager around compiled layers
+        model.compile_layers()
     wrapped = parallelise(model, run, procs, bf16)
     optimizer = make_optimizer(wrapped, run, procs.device)
-    return Parts(model, ema, wrapped, optimizer, torch.compile(wrapped) if run.compile else wrapped, bf16)
+    return Parts(model, ema, wrapped, optimizer, torch.compile(wrapped) if run.compile and not layers else wrapped,
+                 bf16)
 
 
 PEAK_BF16_FLOPS = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12}   # dense tensor-core spec sheets

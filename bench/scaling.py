@@ -1,0 +1,350 @@
+"""bench/scaling: pi0.5 training throughput on 1 and N GPUs of one host (weak scaling), eager and compiled.
+
+    python -m bench.scaling [--seed-dataset DIR] [--episodes 60] [--batch 32] [--worlds 1,2] [--modes compile,eager]
+                            [--variants after] [--steps 20] [--warmup 6] [--workers 12] [--profile] [--budget-s 540]
+                            [--commit SHA] [--out scaling.json]
+
+The data is bench.train's: the seed v2.1 dataset (real AV1 640x480) tiled to --episodes episodes x 2 cameras, the
+prompt padded to 28 tokens, the full preset, batch --batch per GPU, --workers decoding workers per rank. Each
+run is one `torchrun --standalone --nproc-per-node W -m bench.scaling --worker SPEC` over lerodoc.pi05.train's
+own prepare/build/loader/train_step and its Metrics (one loss all-reduce and host sync per --log-every steps),
+so it measures what `lerodoc train pi05` does. Per run: --warmup steps (compilation, DDP's bucket rebuild),
+then --steps timed steps between two device syncs.
+
+Printed and written per run: per-GPU samples/s, MFU on the work done (lerodoc.pi05.model.flops_per_sample over
+989.4 TFLOP/s), the share of the timed wall time spent waiting for data, peak memory (rank 0), and weak-scaling
+efficiency = per-GPU samples/s at W GPUs / per-GPU samples/s at 1 GPU of the same mode and variant.
+--profile traces --profile-steps steps after the timed ones on rank 0 (torch.profiler) and summarises: the top
+GPU ops, NCCL kernel time and how much of it no compute kernel overlaps (exposed), GPU idle time and its
+largest gaps, and host syncs. Variants are RunConfig settings (VARIANTS below): `before` is the code's old
+defaults (torch.compile over DDP, 25 MB buckets), `after` the new ones.
+The JSON holds provenance (git commit, torch/CUDA versions, GPU name, date, command) and is rewritten after
+each run, so a run cut short by a time limit keeps what finished. Runs that would start past --budget-s are
+skipped and listed as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# RunConfig settings per variant; "after" equals RunConfig's defaults now
+VARIANTS = {
+    "before": dict(compile_scope="model", ddp_bucket_mb=25, ddp_bucket_view=False, ddp_static_graph=False,
+                   pin_workers=False),
+    "after": dict(),
+    "buckets": dict(compile_scope="model", ddp_bucket_mb=100, ddp_bucket_view=True, pin_workers=True),
+    "layers": dict(compile_scope="layers", ddp_bucket_mb=100, ddp_bucket_view=True, pin_workers=True),
+    "layers25": dict(compile_scope="layers", ddp_bucket_mb=25, ddp_bucket_view=True, pin_workers=True),
+    "static": dict(compile_scope="layers", ddp_bucket_mb=100, ddp_bucket_view=True, ddp_static_graph=True,
+                   pin_workers=True),
+}
+
+
+# ------------------------------------------------------------------------------------------------ worker
+
+
+def worker(spec: dict) -> None:
+    """One run under torchrun: warm-up, timed steps, optional profile; rank 0 writes spec['result']."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from lerodoc.pi05 import train as T
+    from lerodoc.pi05.data import DataSpec
+    from lerodoc.pi05.model import flops_per_sample
+
+    if spec.get("dump_after_s"):
+        import faulthandler
+        faulthandler.dump_traceback_later(spec["dump_after_s"], exit=True)
+    started = time.perf_counter()
+    data = DataSpec(action_key="action", state_key="observation.state", cameras=(), action_horizon=0, image_size=0,
+                    state_in_prompt=False, max_token_len=28)
+    run = T.RunConfig(dataset=spec["dataset"], output=spec["work"], tokenizer=spec["tokenizer"], preset=spec["preset"],
+                      steps=10**6, batch_per_device=spec["batch"], compile=spec["mode"] == "compile",
+                      workers=spec["workers"], log_every=spec["log_every"], data=data, save_every=0,
+                      **VARIANTS[spec["variant"]])
+    setup = T.prepare(run, resume=False, writes=False)
+    run, procs = setup.run, setup.procs
+    parts = T.build(setup)
+    flops = flops_per_sample(setup.config, run.data.max_token_len, len(run.data.cameras))
+    peak = T.peak_flops(procs.device)
+    total = spec["warmup"] + spec["steps"] + (spec["profile_steps"] if spec["profile"] else 0)
+    stream = iter(T.loader(setup, 0, total))
+    log = T.Metrics(Path(spec["work"]), procs, run, run.batch_per_device * procs.world, flops, peak)
+    Path(spec["work"]).mkdir(parents=True, exist_ok=True)
+
+    def step(i: int) -> float:
+        t = time.perf_counter()
+        batch = next(stream)
+        waited = time.perf_counter() - t
+        loss, norm = T.train_step(parts.step_fn, parts.wrapped, parts.optimizer, batch, setup, parts.bf16,
+                                  run.lr_at(i))
+        log.add(i, loss, norm, run.lr_at(i), waited)
+        return waited
+
+    cuda = procs.device.type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(procs.device)
+        if dist.is_initialized():
+            dist.barrier()
+
+    for i in range(spec["warmup"]):
+        step(i)
+    log.flush()
+    sync()
+    warm_s = time.perf_counter() - started
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(procs.device)
+    t0 = time.perf_counter()
+    waits = [step(spec["warmup"] + i) for i in range(spec["steps"])]
+    log.flush()
+    sync()
+    wall = time.perf_counter() - t0
+    per_gpu = run.batch_per_device * spec["steps"] / wall
+    result = {"mode": spec["mode"], "variant": spec["variant"], "settings": VARIANTS[spec["variant"]],
+              "world": procs.world, "batch_per_gpu": run.batch_per_device, "steps": spec["steps"],
+              "step_s": wall / spec["steps"], "samples_per_s_per_gpu": per_gpu,
+              "samples_per_s": per_gpu * procs.world, "mfu": per_gpu * flops / peak if peak else None,
+              "data_wait": sum(waits) / wall,
+              "peak_gib": torch.cuda.max_memory_allocated(procs.device) / 2**30 if cuda else 0.0,
+              "warmup_s": warm_s, "flops_per_sample": flops, "losses": [r["loss"] for r in log.rows]}
+    if spec["profile"]:
+        from torch.profiler import ProfilerActivity, profile
+        first = spec["warmup"] + spec["steps"]
+        if procs.main:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for i in range(spec["profile_steps"]):
+                    step(first + i)
+                if cuda:
+                    torch.cuda.synchronize(procs.device)
+            trace = Path(spec["work"]) / "trace.json"
+            prof.export_chrome_trace(str(trace))
+            result["profile"] = summarise(prof, trace, spec["profile_steps"])
+            if spec.get("trace_out"):
+                with open(trace, "rb") as src, gzip.open(spec["trace_out"], "wb", compresslevel=6) as dst:
+                    shutil.copyfileobj(src, dst)
+        else:
+            for i in range(spec["profile_steps"]):
+                step(first + i)
+        log.flush()
+        sync()
+    if procs.main:
+        Path(spec["result"]).write_text(json.dumps(result))
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    # exit without tearing down the DataLoader iterator: after torch.profiler its fork()ed workers can hang
+    # the shutdown (seen on CPU with gloo)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _length(intervals) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def _intersect(xs, ys) -> float:
+    i = j = 0
+    total = 0.0
+    while i < len(xs) and j < len(ys):
+        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        total += max(0.0, b - a)
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def summarise(prof, trace: Path, steps: int) -> dict:
+    """Where the GPU time of the profiled steps goes (ms per step): kernels by name, NCCL and how much of it
+    overlaps no compute kernel, idle time and the largest idle gaps, host-device syncs."""
+    events = json.loads(trace.read_text())["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
+    if not kernels:
+        return {"error": "no kernel events"}
+    nccl = [(e["ts"], e["ts"] + e["dur"]) for e in kernels if "nccl" in e["name"].lower()]
+    compute = [(e["ts"], e["ts"] + e["dur"]) for e in kernels if "nccl" not in e["name"].lower()]
+    busy_all, busy_compute, busy_nccl = _union(nccl + compute), _union(compute), _union(nccl)
+    start, end = busy_all[0][0], busy_all[-1][1]
+    gaps = sorted(((b[0] - a[1], a[1] - start) for a, b in zip(busy_all, busy_all[1:])), reverse=True)
+    by_name: dict[str, list[float]] = {}
+    for e in kernels:
+        by_name.setdefault(e["name"][:120], []).append(e["dur"])
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:20]
+    runtime = [e for e in events if e.get("cat") == "cuda_runtime"]
+    syncs = {}
+    for e in runtime:
+        name = e.get("name", "")
+        if "Synchronize" in name or ("Memcpy" in name and "Async" not in name):
+            syncs[name] = syncs.get(name, 0) + 1
+    ms = 1e-3 / steps   # trace times are microseconds
+    return {"steps": steps, "wall_ms_per_step": (end - start) * ms,
+            "compute_busy_ms": _length(busy_compute) * ms, "nccl_ms": _length(busy_nccl) * ms,
+            "nccl_exposed_ms": (_length(busy_nccl) - _intersect(busy_nccl, busy_compute)) * ms,
+            "idle_ms": ((end - start) - _length(busy_all)) * ms, "nccl_kernels": len(nccl) / steps,
+            "kernels_per_step": len(kernels) / steps,
+            "largest_gaps_ms": [[round(g * 1e-3, 3), round(at * 1e-3, 2)] for g, at in gaps[:12]],
+            "gaps_over_1ms_total_ms": sum(g for g, _ in gaps if g > 1000) * ms,
+            "top_kernels": [{"name": n, "ms_per_step": sum(d) * ms, "calls_per_step": len(d) / steps}
+                            for n, d in top],
+            "host_syncs": syncs}
+
+
+# ------------------------------------------------------------------------------------------------ driver
+
+
+def provenance(commit: str | None) -> dict:
+    import torch
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                    check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            commit = None
+    return {"git_commit": commit, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None,
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "gpus": torch.cuda.device_count(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": "python -m bench.scaling " + " ".join(sys.argv[1:])}
+
+
+def table(runs: list[dict]) -> str:
+    lines = ["| mode | variant | GPUs | per-GPU samples/s | total | weak scaling | MFU | data wait | peak GiB | "
+             "step s | warm-up s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        if "samples_per_s_per_gpu" not in r:
+            lines.append(f"| {r['mode']} | {r['variant']} | {r['world']} | {r.get('error', 'skipped')} |||||||| |")
+            continue
+        eff = r.get("weak_scaling")
+        lines.append(f"| {r['mode']} | {r['variant']} | {r['world']} | {r['samples_per_s_per_gpu']:.1f} | "
+                     f"{r['samples_per_s']:.1f} | {'' if eff is None else f'{100 * eff:.1f}%'} | "
+                     f"{100 * (r['mfu'] or 0):.1f}% | {100 * r['data_wait']:.2f}% | {r['peak_gib']:.1f} | "
+                     f"{r['step_s']:.3f} | {r['warmup_s']:.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--seed-dataset", type=Path, default=None)
+    p.add_argument("--episodes", type=int, default=60)
+    p.add_argument("--preset", default="full")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--worlds", default="1,2")
+    p.add_argument("--modes", default="compile,eager")
+    p.add_argument("--variants", default="after")
+    p.add_argument("--order", choices=["variant", "world"], default="variant",
+                   help="variant: every world of one (mode, variant) before the next; world: every variant at "
+                        "the largest world first")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=6)
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--workers", type=int, default=12)
+    p.add_argument("--profile", action="store_true", help="profile the multi-GPU runs (rank 0)")
+    p.add_argument("--profile-steps", type=int, default=3)
+    p.add_argument("--budget-s", type=float, default=540, help="start no run after this many seconds")
+    p.add_argument("--commit", default=None)
+    p.add_argument("--work", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=Path("scaling.json"))
+    args = p.parse_args()
+    if args.worker:
+        worker(json.loads(args.worker))
+        return
+
+    from bench.dataset import seed_dataset, tile_v21
+    from bench.train import lerodoc
+    from tests.fixtures.tokenizer import train_tokenizer
+
+    started = time.perf_counter()
+    work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-scaling-"))
+    seed = args.seed_dataset or seed_dataset(work)
+    dataset = tile_v21(seed, work / "dataset", args.episodes, cameras=2)
+    lerodoc("quantiles", dataset, "--in-place")
+    tasks = tuple(json.loads(line)["task"] for line in (dataset / "meta/tasks.jsonl").read_text().splitlines() if line)
+    tokenizer = train_tokenizer(work / "tokenizer", tasks=tasks)
+    report = {"provenance": provenance(args.commit),
+              "setup": {"dataset": str(seed), "episodes": args.episodes, "cameras": 2, "prompt": 28,
+                        "preset": args.preset, "batch_per_gpu": args.batch, "workers_per_rank": args.workers,
+                        "warmup_steps": args.warmup, "timed_steps": args.steps, "log_every": args.log_every},
+              "variants": VARIANTS, "runs": []}
+    worlds = [int(w) for w in args.worlds.split(",")]
+    plan = [(m, v, w) for m in args.modes.split(",") for v in args.variants.split(",") for w in worlds]
+    if args.order == "world":
+        plan.sort(key=lambda mvw: -mvw[2])
+    for mode, variant, world in plan:
+        entry = {"mode": mode, "variant": variant, "world": world}
+        left = args.budget_s - (time.perf_counter() - started)
+        if left < 60:
+            report["runs"].append(entry | {"error": "skipped: budget"})
+            continue
+        spec = {"dataset": str(dataset), "tokenizer": str(tokenizer), "preset": args.preset, "batch": args.batch,
+                "mode": mode, "variant": variant, "workers": args.workers, "log_every": args.log_every,
+                "warmup": args.warmup, "steps": args.steps, "profile": args.profile and world > 1,
+                "profile_steps": args.profile_steps, "dump_after_s": max(60.0, left - 20), "work": str(work / f"run-{mode}-{variant}-{world}"),
+                "result": str(work / f"result-{mode}-{variant}-{world}.json"),
+                "trace_out": str(args.out.parent / f"trace_{mode}_{variant}_{world}.json.gz") if args.profile else None}
+        cmd = ["torchrun", "--standalone", f"--nproc-per-node={world}", "-m", "bench.scaling", "--worker",
+               json.dumps(spec)]
+        print(f"== {mode} {variant} x{world} ({left:.0f} s left)", flush=True)
+        t = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, timeout=left, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+            rc, out = proc.returncode, proc.stdout
+        except subprocess.TimeoutExpired as exc:
+            rc, out = "timeout", (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        result = Path(spec["result"])
+        if rc == 0 and result.exists():
+            entry = json.loads(result.read_text())
+        else:
+            entry |= {"error": f"exit {rc}", "log_tail": out[-3000:]}
+            print(out[-3000:], flush=True)
+        entry["run_s"] = time.perf_counter() - t
+        report["runs"].append(entry)
+        one = {(r["mode"], r["variant"]): r for r in report["runs"] if r["world"] == 1 and "samples_per_s_per_gpu" in r}
+        for r in report["runs"]:
+            base = one.get((r["mode"], r["variant"]))
+            if base and "samples_per_s_per_gpu" in r:
+                r["weak_scaling"] = r["samples_per_s_per_gpu"] / base["samples_per_s_per_gpu"]
+        args.out.write_text(json.dumps(report, indent=2))
+        show = {k: entry.get(k) for k in ("samples_per_s_per_gpu", "mfu", "data_wait", "peak_gib", "warmup_s")}
+        print(json.dumps(show), flush=True)
+        if "profile" in entry:
+            prof = {k: v for k, v in entry["profile"].items() if k != "top_kernels"}
+            print(json.dumps(prof), flush=True)
+            for k in entry["profile"].get("top_kernels", [])[:12]:
+                print(f"  {k['ms_per_step']:8.2f} ms {k['calls_per_step']:6.0f}x  {k['name'][:90]}", flush=True)
+    print(table(report["runs"]), flush=True)
+    args.out.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
