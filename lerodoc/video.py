@@ -318,6 +318,23 @@ def link(clips: list[Clip], out: Path, fps: int, episodes: list[int]) -> list[Wr
                     p.stop - p.start, "") for p in parts]
 
 
+def starts_on_keyframe(clip: Clip, fps: int, episode: int | None = None) -> bool:
+    """Whether the clip's first frame (in decode order) is a keyframe, so that it can be cut by stream copy:
+    from the mp4 sample tables, or from the first packet PyAV demuxes in the window."""
+    from lerodoc import mp4  # late: mp4 imports this module
+    try:
+        mp4.select(mp4.read_track(clip.path), clip, fps, episode)
+        return True
+    except NotOnKeyframe:
+        return False
+    except mp4.Unsupported:
+        pass
+    with _open(clip.path, episode) as src:
+        for packet in _demux_checked(_clip_packets(src, clip, fps, episode), clip.path, episode):
+            return bool(packet.is_keyframe)
+    return True
+
+
 def cut(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Written:
     """Copy one clip into its own file; re-encode it only when it does not start on a keyframe."""
     try:

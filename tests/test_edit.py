@@ -105,13 +105,15 @@ def built(tmp_path_factory):
     k = make_dataset(tmp / "k", version="v3.0", dataset_id=2, episodes=4, episodes_per_file=4, gop=1000,
                      keyframe_at_episode_start=False)
     out["split-keyframes"] = {"src": k, "report": run_json("split", k.root, "-o", tmp / "k_split", "--episodes",
-                                                           "odd:1,3", "--episodes", "even:0,2", "--to", "v2.1")}
-    out["split-keyframes-v30"] = run_cli("split", k.root, "-o", tmp / "k_split30", "--episodes", "odd:1,3",
-                                         "--episodes", "even:0,2", check=False)
-    for name, eps in (("odd", [1, 3]), ("even", [0, 2])):   # v2.1 parts, converted for lerobot 0.6.1
-        run_cli("convert", tmp / "k_split" / name, "-o", tmp / f"k_{name}30", "--to", "v3.0")
-        out[f"split-keyframes-{name}"] = {"src": k, "out": tmp / f"k_{name}30",
+                                                           "odd:1,3", "--episodes", "even:0,2")}
+    out["split-keyframes-v21"] = {"src": k, "report": run_json("split", k.root, "-o", tmp / "k_split21", "--episodes",
+                                                               "odd:1,3", "--episodes", "even:0,2", "--to", "v2.1")}
+    for name, eps in (("odd", [1, 3]), ("even", [0, 2])):
+        out[f"split-keyframes-{name}"] = {"src": k, "out": tmp / "k_split" / name,
                                           "expect": {**expect_from_fixture(k), "episodes": expect_episodes(k, eps)}}
+        run_cli("convert", tmp / "k_split21" / name, "-o", tmp / f"k_{name}30", "--to", "v3.0")
+        out[f"split-keyframes-v21-{name}"] = {"src": k, "out": tmp / f"k_{name}30",
+                                              "expect": {**expect_from_fixture(k), "episodes": expect_episodes(k, eps)}}
 
     for name, member in ZOO.items():
         n = len(member.expect["episodes"])
@@ -178,6 +180,7 @@ def test_split_parts_are_complete_seeded_and_exact(built):
     parts = built["split-seed7"]["report"]["parts"]
     assert sorted(e for eps in parts.values() for e in eps) == list(range(6)) and len(parts["val"]) == 3
     assert parts == built["split-seed7b"]["report"]["parts"]          # the seed decides
+    assert parts == {"train": [0, 2, 5], "val": [1, 3, 4]}            # numpy.random.default_rng(7), not in order
     src = rows_by_episode(built["delete"]["src"].root)
     for name in parts:
         case = built[f"split-{name}"]
@@ -205,17 +208,16 @@ def test_split_without_seed_is_in_order_and_bad_parts_are_refused(tmp_path):
 
 
 def test_split_reencodes_only_clips_off_a_keyframe_and_says_which(built):
-    """To v2.1 (one file per episode) a clip off a keyframe is re-encoded and listed; v3.0 files are joined by
-    stream copy only, so such a clip is refused, naming it, and nothing is written."""
-    refused = built["split-keyframes-v30"]
-    assert refused.returncode == 3 and "does not start on a keyframe" in refused.stderr
-    assert not (built["split-keyframes"]["src"].root.parent / "k_split30").exists()
-    report = built["split-keyframes"]["report"]
-    odd = report["reports"]["odd"]["reencoded_clips"]
-    even = report["reports"]["even"]["reencoded_clips"]
-    # episode 0 starts its file on a keyframe; the others start mid-GOP
-    assert {c["episode"] for c in even} == {1} and {c["episode"] for c in odd} == {0, 1}
-    assert len(odd) == 4 and len(even) == 2   # both cameras
+    """Files encoded continuously: only the clips that do not start on a keyframe are re-encoded, and listed,
+    whether the parts are v3.0 (joined files) or v2.1 (one file per episode)."""
+    for label in ("split-keyframes", "split-keyframes-v21"):
+        report = built[label]["report"]
+        odd = report["reports"]["odd"]["reencoded_clips"]
+        even = report["reports"]["even"]["reencoded_clips"]
+        # source episode 0 starts its file on a keyframe; 1, 2 and 3 start mid-GOP
+        assert {c["episode"] for c in even} == {1} and {c["episode"] for c in odd} == {0, 1}, label
+        assert len(odd) == 4 and len(even) == 2, label   # both cameras
+    assert not list(built["split-keyframes"]["src"].root.parent.glob("k_split/**/.reencoded*"))
 
 
 def test_tasks_rename_keeps_task_index_and_join_repoints(built):

@@ -8,7 +8,8 @@ compared between source and re-read output.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import shutil
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -222,18 +223,29 @@ def write_videos(args: tuple[VideoJob, int]) -> list[tuple[str, video.Written]]:
             Path(out_file).parent.mkdir(parents=True, exist_ok=True)
             placed.append((out_file, video.cut(clip, Path(out_file), fps, episode)))
         return placed
-    signatures = [video.signature(c.path, e) for c, e in zip(job.clips, job.episodes)]
-    groups = file_groups(list(job.sizes), job.cap_bytes, job.whole_files,
+    # A clip that does not start on a keyframe cannot be joined by stream copy: it is re-encoded on its own
+    # first (into a scratch file of the staging tree), then placed like any other clip.
+    scratch = Path(job.out_root) / f".reencoded-{job.key}"
+    all_clips, reencoded = list(job.clips), set()
+    for i, (clip, episode) in enumerate(zip(job.clips, job.episodes)):
+        if not video.starts_on_keyframe(clip, fps, episode):
+            scratch.mkdir(parents=True, exist_ok=True)
+            video.reencode(clip, scratch / f"{episode}.mp4", fps, episode)
+            all_clips[i], reencoded = video.Clip(scratch / f"{episode}.mp4"), reencoded | {i}
+    whole = tuple((a, b) for a, b in job.whole_files if not reencoded & set(range(a, b)))
+    signatures = [video.signature(c.path, e) for c, e in zip(all_clips, job.episodes)]
+    groups = file_groups(list(job.sizes), job.cap_bytes, whole,
                          joinable=lambda a, b: signatures[a] == signatures[b])
     chunk, file, placed = 0, 0, []
     for kind, group in groups:
         out_file = str(Path(job.out_root) / v30.video_file(job.key, chunk, file))
         Path(out_file).parent.mkdir(parents=True, exist_ok=True)
-        clips, episodes = [job.clips[i] for i in group], [job.episodes[i] for i in group]
+        clips, episodes = [all_clips[i] for i in group], [job.episodes[i] for i in group]
         written = (video.link(clips, Path(out_file), fps, episodes) if kind == "link" else None) \
             or video.concat(clips, Path(out_file), fps, episodes)
-        placed += [(out_file, w) for w in written]
+        placed += [(out_file, replace(w, reencoded=True) if i in reencoded else w) for i, w in zip(group, written)]
         chunk, file = v30.next_file(chunk, file, job.chunks_size)
+    shutil.rmtree(scratch, ignore_errors=True)
     return placed
 
 
