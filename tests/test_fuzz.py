@@ -105,6 +105,10 @@ COMMANDS = {
     "flatten": (("-j", "2"), True),
     "quantiles": (("-j", "2"), True),
     "select": (("-j", "2", *SELECT_ARGS), True),
+    "delete": (("--episodes", "1"), True),
+    "split": (("--into", "a=0.5,b=0.5"), True),
+    "tasks": (("--set", "pick up the cube=grasp the cube"), True),
+    "features": (("--rename", "action=action.joints"), True),
     "repair-inplace": (("-j", "2", "--in-place"), False),
     "quantiles-inplace": (("-j", "2", "--in-place"), False),
 }
@@ -114,8 +118,8 @@ EXIT_CODES = {  # docs/exit-codes.md: 1 only where a command reports findings
 }
 DEFAULT_EXIT_CODES = {0, 3, 4}
 STAGING = re.compile(r"\.lerodoc-(tmp|old)")
-# quantiles -o rewrites only the stats and links the rest as it is
-LOSSY = {"quantiles"}
+# quantiles -o rewrites only the stats and links the rest as it is; the edits change what the output holds
+LOSSY = {"quantiles", "delete", "split", "tasks", "features"}
 
 
 # ------------------------------------------------------------------------------------------- mutations

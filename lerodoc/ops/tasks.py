@@ -55,7 +55,7 @@ class TasksReport:
         return asdict(self)
 
 
-def parse_set(value: str, known: list[str]) -> tuple[str, str]:
+def parse_set(value: str, known: list[str], tasks_file: Path | None = None) -> tuple[str, str]:
     """`old text=new text` -> (old, new). Either text may hold `=`: the split taken is the one whose left
     side is an existing task."""
     cuts = [i for i, c in enumerate(value) if c == "="]
@@ -64,7 +64,7 @@ def parse_set(value: str, known: list[str]) -> tuple[str, str]:
             return value[:i], value[i + 1:]
     if not cuts:
         raise LerodocError(f"--set {value!r}: expected 'OLD TEXT=NEW TEXT'")
-    raise LerodocError(f"--set {value!r}: no task reads {value[:cuts[0]]!r}",
+    raise LerodocError(f"--set {value!r}: no task reads {value[:cuts[0]]!r}", file=tasks_file,
                        hint="lerodoc info DATASET --json lists the tasks" if len(known) > 20
                        else f"tasks: {'; '.join(repr(t) for t in known)}")
 
@@ -108,9 +108,10 @@ def edit_tasks(src: Path, out: Path | None = None, *, set_: list[str] = (), from
     """Write `src` with its task texts edited."""
     started = time.perf_counter()
     ds = Dataset.open(src)
+    ds.require_complete()   # before the edit: a truncated tasks file must not pass as a shorter list
     mapping = read_mapping(from_file, ds.tasks) if from_file else {}
     for value in set_:
-        old, new = parse_set(value, ds.tasks)
+        old, new = parse_set(value, ds.tasks, ds.root / formats.module(ds.version).TASKS_PATH)
         mapping[old] = new
     if not mapping:
         raise LerodocError("nothing to edit: give --set 'OLD=NEW' or --from tasks.json")
@@ -119,7 +120,6 @@ def edit_tasks(src: Path, out: Path | None = None, *, set_: list[str] = (), from
         if out is None and not in_place:
             raise LerodocError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
                                file=ds.root / formats.INFO_PATH)
-        ds.require_complete()   # before the edit: a truncated tasks file must not pass as a shorter list
         ds.info.total_tasks = len(report.tasks)
         for ep in ds.episodes:
             ep.tasks = list(dict.fromkeys(mapping.get(t, t) for t in ep.tasks))
