@@ -76,6 +76,11 @@ def main() -> None:
     lerodoc("validate", work / "broken_v30", ok_codes=(1,))
     lerodoc("repair", work / "broken_v30", "-o", work / "repaired_v30")
     lerodoc("info", work / "merged_selected")
+    lerodoc("delete", work / "merged_v30", "-o", work / "merged_without_0", "--episodes", "0")
+    lerodoc("split", work / "merged_v30", "-o", work / "merged_split", "--into", "train=0.8,val=0.2", "--seed", "0")
+    lerodoc("tasks", work / "merged_v30", "-o", work / "merged_retasked", "--set", "pick up the cube=grasp the cube")
+    lerodoc("features", work / "merged_v30", "-o", work / "merged_one_camera", "--drop", "observation.images.wrist",
+            "--rename", "observation.images.top=observation.images.front")
     train_tiny(work)
     print(f"\ndone under {work}:"
           f"\n  part_a_v30, part_a_back_v21  A converted to v3.0 and back to v2.1"
@@ -84,6 +89,9 @@ def main() -> None:
           f"\n                               openpi norm stats in norm_stats.json"
           f"\n  merged_selected              state/action cut to the chosen channels"
           f"\n  broken_v30 -> repaired_v30   a copy with wrong totals, found by validate and repaired"
+          f"\n  merged_without_0, merged_split/{{train,val}}, merged_retasked, merged_one_camera"
+          f"\n                               episode 0 deleted; split 80/20; a task text edited; the wrist camera"
+          f"\n                               dropped and the top one renamed (all by stream copy)"
           f"\n  run_tiny                     pi0.5 (tiny preset) trained on merged_selected: checkpoints,"
           f"\n                               metrics.jsonl, loss.png (skipped without torch)")
 
