@@ -41,7 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# RunConfig settings per variant; "after" equals RunConfig's defaults now
+# RunConfig settings per variant ("env": environment variables set before the process group starts);
+# "after" is RunConfig's defaults now, "before" the defaults of c93f43b's parent
 VARIANTS = {
     "before": dict(compile_scope="model", ddp_bucket_mb=25, ddp_bucket_view=False, ddp_static_graph=False,
                    pin_workers=False),
@@ -49,8 +50,11 @@ VARIANTS = {
     "buckets": dict(compile_scope="model", ddp_bucket_mb=100, ddp_bucket_view=True, pin_workers=True),
     "layers": dict(compile_scope="layers", ddp_bucket_mb=100, ddp_bucket_view=True, pin_workers=True),
     "layers25": dict(compile_scope="layers", ddp_bucket_mb=25, ddp_bucket_view=True, pin_workers=True),
-    "static": dict(compile_scope="layers", ddp_bucket_mb=100, ddp_bucket_view=True, ddp_static_graph=True,
-                   pin_workers=True),
+    "static": dict(ddp_static_graph=True),
+    "ctas8": dict(env={"NCCL_MAX_CTAS": "8"}),
+    "simple": dict(env={"NCCL_PROTO": "Simple"}),
+    "simple_ctas8": dict(env={"NCCL_PROTO": "Simple", "NCCL_MAX_CTAS": "8"}),
+    "bf16": dict(ddp_reduce="bf16"),
 }
 
 
@@ -63,6 +67,8 @@ def worker(spec: dict) -> None:
     import torch
     import torch.distributed as dist
 
+    settings = dict(VARIANTS[spec["variant"]])
+    os.environ.update(settings.pop("env", {}))
     from lerodoc.pi05 import train as T
     from lerodoc.pi05.data import DataSpec
     from lerodoc.pi05.model import flops_per_sample
@@ -76,7 +82,7 @@ def worker(spec: dict) -> None:
     run = T.RunConfig(dataset=spec["dataset"], output=spec["work"], tokenizer=spec["tokenizer"], preset=spec["preset"],
                       steps=10**6, batch_per_device=spec["batch"], compile=spec["mode"] == "compile",
                       workers=spec["workers"], log_every=spec["log_every"], data=data, save_every=0,
-                      **VARIANTS[spec["variant"]])
+                      **settings)
     setup = T.prepare(run, resume=False, writes=False)
     run, procs = setup.run, setup.procs
     parts = T.build(setup)
@@ -264,6 +270,8 @@ def main() -> None:
     p.add_argument("--order", choices=["variant", "world"], default="variant",
                    help="variant: every world of one (mode, variant) before the next; world: every variant at "
                         "the largest world first")
+    p.add_argument("--plan", default=None, help="explicit runs MODE:VARIANT:GPUS,... (instead of the product of "
+                   "--modes, --variants and --worlds)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=6)
     p.add_argument("--log-every", type=int, default=10)
@@ -299,6 +307,8 @@ def main() -> None:
     plan = [(m, v, w) for m in args.modes.split(",") for v in args.variants.split(",") for w in worlds]
     if args.order == "world":
         plan.sort(key=lambda mvw: -mvw[2])
+    if args.plan:
+        plan = [(m, v, int(w)) for m, v, w in (item.split(":") for item in args.plan.split(","))]
     for mode, variant, world in plan:
         entry = {"mode": mode, "variant": variant, "world": world}
         left = args.budget_s - (time.perf_counter() - started)
