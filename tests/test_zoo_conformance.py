@@ -4,7 +4,7 @@ exporter-style tools.
 For every member:
 - where lerobot 0.6.1 loads it, `lerodoc info` and `validate --videos` read it with no error-level finding;
 - where lerobot refuses it, `validate` names the reason with a code;
-- every writing command (convert both ways, merge, flatten, select, quantiles -o, repair -o) writes a
+- every writing command (convert both ways, merge, delete, split, flatten, select, quantiles -o, repair -o) writes a
   dataset that LeRobotDataset 0.6.1 loads with every frame aligned and every value as recorded (v2.1 outputs
   are converted back to v3.0 by lerodoc first, since 0.6.1 loads v3.0 only).
 
@@ -69,13 +69,15 @@ def test_info_and_validate_read_every_member(member: Member):
                                                     "validate finds nothing"
 
 
-def _expect(member: Member, repeat: int = 1, stats_keys: dict | None = None) -> dict:
-    """The member's expectation for an output holding its episodes `repeat` times, in order."""
+def _expect(member: Member, repeat: int = 1, stats_keys: dict | None = None, keep=None) -> dict:
+    """The member's expectation for an output holding its episodes (those at `keep` positions) `repeat`
+    times, in order."""
     expect = copy.deepcopy(member.expect)
     expect.pop("stats_keys", None)
     for key in ("total_frames", "total_episodes"):
         expect.pop(key, None)
-    expect["episodes"] = expect["episodes"] * repeat
+    episodes = expect["episodes"] if keep is None else [expect["episodes"][i] for i in keep]
+    expect["episodes"] = episodes * repeat
     if stats_keys:
         expect["stats_keys"] = stats_keys
     return expect
@@ -117,6 +119,13 @@ def _writes(member: Member, work: Path) -> list[tuple[str, Path, dict]]:
         as_v30("convert -> v3.0", work / "v30", _expect(member))
     if cli("merge", "merge", src, src, "-o", work / "merged"):
         as_v30("merge with itself", work / "merged", _expect(member, repeat=2))
+    n = len(member.expect["episodes"])
+    if n >= 2:
+        if cli("delete", "delete", src, "-o", work / "deleted", "--episodes", "0"):
+            as_v30("delete episode 0", work / "deleted", _expect(member, keep=range(1, n)))
+        if cli("split", "split", src, "-o", work / "split", "--episodes", "a:0", "--episodes", f"b:1-{n - 1}"):
+            as_v30("split part a", work / "split/a", _expect(member, keep=[0]))
+            as_v30("split part b", work / "split/b", _expect(member, keep=range(1, n)))
     if cli("flatten", "flatten", src, "-o", work / "flat", ok_codes=(0, 3)):
         as_v30("flatten", work / "flat", _expect(member))
     features = json.loads((src / "meta/info.json").read_text())["features"]
@@ -159,7 +168,7 @@ def test_every_writing_command_output_loads_aligned_in_lerobot(member: Member, l
     results = loaded.get(member.name, [])
     written = {label.split()[0] for label, _ in results}
     # lerobot refuses the list<1> and 1/1000 time base members; convert, merge and repair still fix them
-    wanted = {"convert", "merge", "repair", "quantiles", "select"} if member.lerobot_loads else \
+    wanted = {"convert", "merge", "repair", "quantiles", "select", "delete", "split"} if member.lerobot_loads else \
         {"convert", "merge", "repair"}
     assert wanted <= written, f"{member.name}: only {[label for label, _ in results]} were written"
     bad = [f"{label}: {'; '.join(report['problems'])}" for label, report in results if not report["ok"]]
