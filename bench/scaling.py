@@ -220,6 +220,7 @@ def summarise(prof, trace: Path, steps: int) -> dict:
             "gaps_over_1ms_total_ms": sum(g for g, _ in gaps if g > 1000) * ms,
             "top_kernels": [{"name": n, "ms_per_step": sum(d) * ms, "calls_per_step": len(d) / steps}
                             for n, d in top],
+            "kernels_ms_per_step": {n: sum(d) * ms for n, d in by_name.items()},
             "host_syncs": syncs}
 
 
@@ -278,6 +279,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=12)
     p.add_argument("--profile", action="store_true", help="profile the multi-GPU runs (rank 0)")
     p.add_argument("--profile-steps", type=int, default=3)
+    p.add_argument("--profile-all", action="store_true", help="profile the 1-GPU runs too")
     p.add_argument("--budget-s", type=float, default=540, help="start no run after this many seconds")
     p.add_argument("--commit", default=None)
     p.add_argument("--work", type=Path, default=None)
@@ -317,7 +319,7 @@ def main() -> None:
             continue
         spec = {"dataset": str(dataset), "tokenizer": str(tokenizer), "preset": args.preset, "batch": args.batch,
                 "mode": mode, "variant": variant, "workers": args.workers, "log_every": args.log_every,
-                "warmup": args.warmup, "steps": args.steps, "profile": args.profile and world > 1,
+                "warmup": args.warmup, "steps": args.steps, "profile": args.profile and (world > 1 or args.profile_all),
                 "profile_steps": args.profile_steps, "dump_after_s": max(60.0, left - 20), "work": str(work / f"run-{mode}-{variant}-{world}"),
                 "result": str(work / f"result-{mode}-{variant}-{world}.json"),
                 "trace_out": str(args.out.parent / f"trace_{mode}_{variant}_{world}.json.gz") if args.profile else None}
