@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -22,3 +23,16 @@ InPlaceOpt = Annotated[bool, typer.Option("--in-place", help="Rewrite the datase
 WorkersOpt = Annotated[int, typer.Option("--workers", "-j", min=1, help="Processes to use.",
                                          rich_help_panel="Performance")]
 DEFAULT_WORKERS = default_workers()
+OptionalOutput = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the result here (unchanged "
+                                                        "files are hard links).", rich_help_panel="Output")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan and write nothing.",
+                                         rich_help_panel="Output")]
+
+
+class Target(str, Enum):
+    v21 = "v2.1"
+    v30 = "v3.0"
+
+
+SameVersionOpt = Annotated[Optional[Target], typer.Option("--to", help="Version to write (default: the dataset's "
+                                                          "own; v2.0 becomes v2.1).")]

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Annotated
 
 import typer
 
 from lerodoc import render
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, OutputOpt, WorkersOpt
-
-
-class Target(str, Enum):
-    v21 = "v2.1"
-    v30 = "v3.0"
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, OutputOpt, Target, WorkersOpt
 
 
 def convert(

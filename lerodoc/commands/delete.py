@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from lerodoc import render
-from lerodoc.commands.convert import Target
-from lerodoc.commands.flatten import OptionalOutput
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
+                             SameVersionOpt, WorkersOpt)
 
-DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan and write nothing.",
-                                         rich_help_panel="Output")]
 
 
 def delete(
@@ -21,8 +18,7 @@ def delete(
                                                 "(repeatable).")],
     output: OptionalOutput = None,
     in_place: InPlaceOpt = False,
-    to: Annotated[Optional[Target], typer.Option("--to", help="Version to write (default: the dataset's own; "
-                                                 "v2.0 becomes v2.1).")] = None,
+    to: SameVersionOpt = None,
     dry_run: DryRunOpt = False,
     workers: WorkersOpt = DEFAULT_WORKERS,
     force: ForceOpt = False,

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from lerodoc import render
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput, WorkersOpt
 
-OptionalOutput = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the result here (unchanged "
-                                                        "files are hard links).", rich_help_panel="Output")]
 
 
 def flatten(

@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.commands.convert import Target
-from lerodoc.options import DEFAULT_WORKERS, ForceOpt, JsonOpt, OutputOpt, WorkersOpt
+from lerodoc.options import DEFAULT_WORKERS, ForceOpt, JsonOpt, OutputOpt, Target, WorkersOpt
 
 SourcesArg = Annotated[list[Path], typer.Argument(help="Datasets to merge, in order (called A, B, C, ...).",
                                                   exists=True, file_okay=False, dir_okay=True)]

@@ -7,9 +7,8 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.commands.flatten import OptionalOutput
 from lerodoc.errors import ExitCode
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput, WorkersOpt
 
 
 def repair(

@@ -7,8 +7,7 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.commands.flatten import OptionalOutput
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput, WorkersOpt
 
 SpecOpt = "SPEC: feature, feature[28:42], feature[3,5], feature[name,glob*]; repeat to concatenate."
 

@@ -7,9 +7,8 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.commands.convert import Target
-from lerodoc.commands.delete import DryRunOpt
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, OutputOpt, WorkersOpt
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, JsonOpt, OutputOpt, SameVersionOpt,
+                             WorkersOpt)
 
 
 def split(
@@ -22,8 +21,7 @@ def split(
                                                 "train:0-99,val:100-119 (repeatable).")] = [],
     seed: Annotated[Optional[int], typer.Option("--seed", help="Shuffle the episodes with this seed before "
                                                 "cutting --into fractions.")] = None,
-    to: Annotated[Optional[Target], typer.Option("--to", help="Version to write (default: the dataset's own; "
-                                                 "v2.0 becomes v2.1).")] = None,
+    to: SameVersionOpt = None,
     dry_run: DryRunOpt = False,
     workers: WorkersOpt = DEFAULT_WORKERS,
     force: ForceOpt = False,

@@ -8,9 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.commands.delete import DryRunOpt
-from lerodoc.commands.flatten import OptionalOutput
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
+                             WorkersOpt)
 
 
 def tasks(
