@@ -67,8 +67,7 @@ class Dataset:
             raise LerodocError(f"metadata is malformed ({type(exc).__name__}: {exc})", file=root / "meta",
                                hint="lerodoc validate lists what is wrong") from None
         if not episodes:
-            raise LerodocError("lists no episodes", file=root / ("meta/episodes" if version == "v3.0"
-                                                                 else "meta/episodes.jsonl"))
+            raise LerodocError("lists no episodes", file=root / _episodes_meta(version))
         return cls(root=root, version=version, info=info, episodes=episodes, tasks=tasks, stats=stats)
 
     @property
@@ -88,8 +87,8 @@ class Dataset:
         for name, count in listed.items():
             stated = getattr(self.info, name)
             if stated and stated > count:
-                where = {"total_tasks": "meta/tasks.jsonl" if self.version != "v3.0" else "meta/tasks.parquet"}.get(
-                    name, "meta/episodes" if self.version == "v3.0" else "meta/episodes.jsonl")
+                where = formats.module(self.version).TASKS_PATH if name == "total_tasks" \
+                    else _episodes_meta(self.version)
                 noun = name[6:] if count != 1 else name[6:-1]
                 raise LerodocError(f"lists {count} {noun} but meta/info.json's {name} is {stated}; nothing is "
                                    "written that might leave some out", file=self.root / where,
@@ -156,6 +155,11 @@ class Dataset:
         """The episode's rows, reading only `columns` (all when None)."""
         return read_rows(self.path(episode.data_file), episode.data_row, episode.length,
                          columns=columns, episode=episode.index)
+
+
+def _episodes_meta(version: str) -> str:
+    """Where a version lists its episodes (a folder of parquet files for v3.0)."""
+    return "meta/episodes" if version == "v3.0" else formats.module(version).EPISODES_PATH
 
 
 def stat_size(spec: dict, stat: str) -> int | None:

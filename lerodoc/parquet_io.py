@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -14,33 +14,32 @@ import pyarrow.parquet as pq
 from lerodoc.errors import LerodocError
 
 
+@contextmanager
+def _readable(path: Path | str, episode: int | None):
+    """Turn pyarrow's failure to read a parquet file (truncated, corrupt, not parquet) into a clear error."""
+    try:
+        yield
+    except (OSError, pa.ArrowException) as exc:
+        raise LerodocError(f"cannot read parquet ({' '.join(str(exc).split())})", file=path, episode=episode) from None
+
+
 def read_parquet(path: Path | str, columns: list[str] | None = None, episode: int | None = None) -> pa.Table:
     """A whole parquet file (only `columns` if given); an unreadable file is a clear error."""
-    try:
+    with _readable(path, episode):
         return pq.ParquetFile(path).read(columns=columns)
-    except (OSError, pa.ArrowException) as exc:
-        raise LerodocError(f"cannot read parquet ({_one_line(exc)})", file=path, episode=episode) from None
 
 
 def open_parquet(path: Path | str, episode: int | None = None) -> pq.ParquetFile:
     """A parquet file opened for its footer (schema, row counts) and row groups; an unreadable file is a clear
     error."""
-    try:
+    with _readable(path, episode):
         return pq.ParquetFile(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise LerodocError(f"cannot read parquet ({_one_line(exc)})", file=path, episode=episode) from None
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
 
 
 def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:
     """A parquet file's Arrow schema from its footer; an unreadable file is a clear error."""
-    try:
+    with _readable(path, episode):
         return pq.read_schema(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise LerodocError(f"cannot read parquet ({_one_line(exc)})", file=path, episode=episode) from None
 
 
 def numpy_dtype(kind: pa.DataType) -> np.dtype | None:

@@ -22,8 +22,9 @@ def staged_output(out: Path, *, force: bool = False):
     """Yield a temp directory beside `out`; promote it to `out` only when the block succeeds.
 
     Any exception (Ctrl-C included) removes the temp directory, so no half-written dataset is left
-    under the name the user asked for. A dataset that LeRobotDataset 0.6.1 could not load (a data column
-    its `datasets` cast refuses) is not promoted either: that is a VerificationError.
+    under the name the user asked for. A dataset that LeRobotDataset 0.6.1 could not load
+    (`formats.load_problems`: a data column its `datasets` cast refuses, a video off the k/fps grid or with
+    tags that are not UTF-8) is not promoted either: that is a VerificationError.
     """
     out = Path(out).absolute()
     if out.exists() and not force:

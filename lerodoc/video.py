@@ -303,7 +303,6 @@ def link(clips: list[Clip], out: Path, fps: int, episodes: list[int]) -> list[Wr
         track = mp4.read_track(source)
         if not fits_grid(Fraction(1, track.timescale), fps):
             return None      # re-timed by concat's remux
-
         parts = [mp4.select(track, clip, fps, episode) for clip, episode in zip(clips, episodes)]
     except (mp4.Unsupported, NotOnKeyframe):
         return None

@@ -11,7 +11,6 @@ from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, I
                              SameVersionOpt, WorkersOpt)
 
 
-
 def delete(
     dataset: DatasetArg,
     episodes: Annotated[list[str], typer.Option("--episodes", "-e", help="Episodes to delete: N, N-M or N,M-K "

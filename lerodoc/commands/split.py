@@ -37,8 +37,7 @@ def split(
     from lerodoc.ops.split import split as split_dataset
     with render.progress(not json and not dry_run) as track:
         report = split_dataset(dataset, output, into=into, episodes=episodes, seed=seed, to=to.value if to else None,
-                               workers=workers,
-                               force=force, dry_run=dry_run, progress=track)
+                               workers=workers, force=force, dry_run=dry_run, progress=track)
     if json:
         render.print_json({**report.to_json(), "dry_run": dry_run})
         return

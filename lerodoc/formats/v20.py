@@ -11,6 +11,7 @@ from lerodoc.formats import v21
 from lerodoc.formats.info import Info
 
 VERSION = "v2.0"
+EPISODES_PATH = v21.EPISODES_PATH
 TASKS_PATH = v21.TASKS_PATH
 
 

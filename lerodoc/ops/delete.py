@@ -30,6 +30,5 @@ def delete(src: Path, out: Path | None, episodes: list[str], *, to: str | None =
     if not dry_run and in_place == (out is not None):
         raise LerodocError("give either -o OUTPUT or --in-place")
     target = Path(src) if in_place else Path(out or src)
-    label = "A"
-    return merge([Path(src)], target, exclude=[f"{label}:{spec}" for spec in episodes], to=to or output_version(src),
+    return merge([Path(src)], target, exclude=[f"A:{spec}" for spec in episodes], to=to or output_version(src),
                  workers=workers, force=force or in_place, dry_run=dry_run, progress=progress)

@@ -234,8 +234,10 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
     schema = targets[0][0]
     normalised = {name: change for _, changes in targets for name, change in changes.items()}
     if any(not s.equals(schema, check_metadata=False) for s, _ in targets[1:]):
-        notes.append("parquet column types differ between sources; all rows written with "
-                     f"{labels[0]}'s types ({', '.join(n for s, _ in targets for n in s.names if n in schema.names and s.field(n).type != schema.field(n).type)})")
+        differing = sorted({n for s, _ in targets[1:] for n in s.names
+                            if n in schema.names and s.field(n).type != schema.field(n).type})
+        notes.append(f"parquet column types differ between sources; all rows written with {labels[0]}'s types "
+                     f"({', '.join(differing)})")
     info.data_files_size_in_mb = max(1, math.ceil(info.data_files_size_in_mb))
     caps = (info.data_files_size_in_mb, info.video_files_size_in_mb)
     rewrite.check_files(picks)

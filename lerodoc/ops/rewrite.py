@@ -25,7 +25,7 @@ from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import (column_digests, column_matrix, conform, from_numpy, numpy_dtype, open_parquet,
-                                read_parquet)
+                                read_parquet, read_schema)
 from lerodoc.staging import link_or_copy
 from lerodoc.stats import column_stats
 
@@ -484,12 +484,8 @@ def verify(root: Path, to: str, expected: list[Episode]) -> None:
 def target_schema(dataset: Dataset, features: dict | None = None) -> tuple[pa.Schema, dict[str, dict[str, str]]]:
     """The schema every output file gets: the first data file's columns in the representation lerobot 0.6.1
     loads (`hf.storage_schema` of `features`, the dataset's own by default), and the columns it changes."""
-    path = dataset.path(dataset.episodes[0].data_file)
-    try:
-        schema = pq.read_schema(path)
-    except (OSError, pa.ArrowException) as exc:
-        raise LerodocError(f"cannot read parquet ({exc})", file=path, episode=dataset.episodes[0].index) from None
-    return storage_schema(features or dataset.info.features, schema)
+    first = dataset.episodes[0]
+    return storage_schema(features or dataset.info.features, read_schema(dataset.path(first.data_file), first.index))
 
 
 def tree_size(root: Path) -> int:
