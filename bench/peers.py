@@ -748,7 +748,7 @@ def speed_markdown(s: dict) -> str:
 # ---------------------------------------------------------------- docs
 
 def catalogue_markdown() -> str:
-    proc = subprocess.run([sys.executable, "-m", "lerodoc", "validate", ".", "--list-checks", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "lerodoc", "validate", "--list-checks", "--json"],
                           capture_output=True, text=True, cwd=REPO, check=True)
     rows = json.loads(proc.stdout)
     lines = ["| code | family | severity | meaning | fix | repaired by `lerodoc repair` |", "|---|---|---|---|---|---|"]

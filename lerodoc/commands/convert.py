@@ -28,6 +28,8 @@ def convert(
     v2.x -> v3.0 joins episodes into files; v3.0 -> v2.1 splits them into one parquet and one mp4
     per episode (a clip that does not start on a keyframe is re-encoded, and the report says so).
     The output is written beside its final name and appears only after every episode verified.
+
+    Example: lerodoc convert data/pusht_v21 -o data/pusht_v30 --to v3.0
     """
     with render.progress(not json) as track:
         from lerodoc.ops.convert import convert as convert_dataset

@@ -25,8 +25,10 @@ def delete(
 ) -> None:
     """Delete episodes: the rest are renumbered 0..N-1, videos reused or cut by stream copy, stats recomputed.
 
-    Example: lerodoc delete DATASET -o OUT --episodes 3,7-9. The output keeps the dataset's version
-    (v2.0 becomes v2.1). Episodes whose video does not start on a keyframe are re-encoded and listed.
+    The output keeps the dataset's version (v2.0 becomes v2.1). Episodes whose video does not start on
+    a keyframe are re-encoded and listed.
+
+    Example: lerodoc delete DATASET -o OUT --episodes 3,7-9
     """
     from lerodoc.ops.merge import format_ranges
     from lerodoc.ops.delete import delete as delete_episodes

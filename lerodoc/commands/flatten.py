@@ -26,6 +26,8 @@ def flatten(
     info.json shapes and dtypes and the parquet `datasets` metadata are rewritten to match (readable by
     `datasets` before and after 4.0); stats of the flattened columns are recomputed. A ragged column is
     an error naming the column and the episode.
+
+    Example: lerodoc flatten data/g1 -o data/g1_flat
     """
     from lerodoc.ops.flatten import flatten as flatten_dataset
     report = flatten_dataset(dataset, output, in_place=in_place, columns=columns or None, workers=workers,

@@ -16,7 +16,10 @@ def _coverage(keys: list[str]) -> str:
 
 
 def info(dataset: DatasetArg, json: JsonOpt = False) -> None:
-    """Version, fps, totals, features, cameras (codec, size, pixel format) and which stats exist."""
+    """Version, fps, totals, features, cameras (codec, size, pixel format) and which stats exist.
+
+    Example: lerodoc info data/pusht --json
+    """
     from lerodoc.ops.info import describe
     report = describe(dataset)
     if json:

@@ -33,6 +33,8 @@ def merge(
     codec spelled libsvtav1 or av1, list storage, stats shapes) are unified and listed; real conflicts
     (fps, features, shapes, dtypes, codecs) stop before anything is written. Dataset stats are
     recomputed from the merged rows (quantiles exact). A single source with --exclude deletes episodes.
+
+    Example: lerodoc merge data/day1 data/day2 -o data/both --exclude data/day2:4
     """
     with render.progress(not json) as track:
         from lerodoc.ops.merge import merge as merge_datasets

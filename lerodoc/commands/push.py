@@ -24,6 +24,8 @@ def push(
 
     A README.md dataset card (format, totals, features, cameras, lerodoc version) is generated unless
     the dataset has its own. A dataset with validation errors is not pushed.
+
+    Example: lerodoc push data/pusht_v30 me/pusht --private
     """
     pushed = push_dataset(dataset, repo_id, revision=revision, private=private, message=message)
     if json:

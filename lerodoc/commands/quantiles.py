@@ -32,6 +32,8 @@ def quantiles(
     near-constant channels and channels whose quantile-normalised extremes are huge (the cause of
     exploding losses). Stats go to stats.json and the per-episode stats of v3.0, or episodes_stats.jsonl
     of v2.1; no other file changes.
+
+    Example: lerodoc quantiles data/pusht --in-place
     """
     from lerodoc.ops.quantiles import quantiles as compute_quantiles
     report = compute_quantiles(dataset, output, in_place=in_place, features=features or None, workers=workers,

@@ -26,6 +26,8 @@ def repair(
     frame_index and timestamp (frame_index / fps), stats (exact, placeholders dropped, shapes aligned),
     names and codec spellings, list[1] columns and misplaced files are fixed; the result is validated
     and what still needs a human is listed. Exit 1 when errors remain.
+
+    Example: lerodoc repair data/broken -o data/fixed
     """
     from lerodoc.ops.repair import repair as repair_dataset
     report = repair_dataset(dataset, output, in_place=in_place, workers=workers, force=force,

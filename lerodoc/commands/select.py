@@ -26,9 +26,10 @@ def select(
 ) -> None:
     """Build observation.state and action by concatenating slices of existing features.
 
-    Example: --state 'observation.state[28:42]' --state 'observation.state[100:102]'. Names, shapes and
-    stats (per episode and dataset, with exact quantiles) follow the selected channels; source features
-    are dropped unless --keep-source. Per-frame values equal the source slices.
+    Names, shapes and stats (per episode and dataset, with exact quantiles) follow the selected
+    channels; source features are dropped unless --keep-source. Per-frame values equal the source slices.
+
+    Example: lerodoc select DATASET -o OUT --state 'observation.state[28:42]' --state 'observation.state[100:102]'
     """
     from lerodoc.ops.select import select as select_channels
     report = select_channels(dataset, output, state=state, action=action, keep_source=keep_source,

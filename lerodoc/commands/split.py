@@ -29,9 +29,10 @@ def split(
 ) -> None:
     """Split DATASET into parts, each a complete dataset at OUTPUT/<part>.
 
-    Example: lerodoc split DATASET -o OUT --into train=0.9,val=0.1 --seed 0. Rows are renumbered per
-    part, videos cut by stream copy at episode boundaries (a clip that does not start on a keyframe is
-    re-encoded and listed), and each part gets exact stats of its own.
+    Rows are renumbered per part, videos cut by stream copy at episode boundaries (a clip that does not
+    start on a keyframe is re-encoded and listed), and each part gets exact stats of its own.
+
+    Example: lerodoc split DATASET -o OUT --into train=0.9,val=0.1 --seed 0
     """
     from lerodoc.ops.merge import format_ranges
     from lerodoc.ops.split import split as split_dataset

@@ -27,8 +27,10 @@ def tasks(
 ) -> None:
     """Edit task strings: the tasks file, every episode's tasks and the frames' task_index follow.
 
-    Example: lerodoc tasks DATASET -o OUT --set 'pick up the cube=pick the red cube'. Frames keep their
+    Frames keep their
     task_index unless two texts become one; then the later one's frames are re-pointed to the first.
+
+    Example: lerodoc tasks DATASET -o OUT --set 'pick up the cube=pick the red cube'
     """
     from lerodoc.ops.tasks import edit_tasks
     report = edit_tasks(dataset, output, set_=set_, from_file=from_file, in_place=in_place, dry_run=dry_run,

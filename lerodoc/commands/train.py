@@ -47,7 +47,7 @@ def pi05(
                                           rich_help_panel=OPTIM)] = 2.5e-6,
     warmup_steps: Annotated[Optional[int], typer.Option(help="Linear warmup steps; default 10% of the steps, at "
                                                         "most 1000.", rich_help_panel=OPTIM)] = None,
-    weight_decay: Annotated[float, typer.Option(rich_help_panel=OPTIM)] = 0.01,
+    weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.", rich_help_panel=OPTIM)] = 0.01,
     clip: Annotated[float, typer.Option(help="Gradient norm clip.", rich_help_panel=OPTIM)] = 1.0,
     ema: Annotated[Optional[float], typer.Option(help="EMA decay of the weights (e.g. 0.999); saved as "
                                                  "ema.safetensors.", rich_help_panel=OPTIM)] = None,
@@ -84,6 +84,8 @@ def pi05(
     Preflight first (the dataset validates, quantiles exist, no near-constant or extreme channel, tokenizer
     and weights found, the run folder free unless --resume), then the loop: AdamW, warmup + cosine, grad
     clip, bf16 autocast on GPU. Under torchrun every process runs this same command (DDP, or --fsdp).
+
+    Example: lerodoc train pi05 data/pusht_v30 -o runs/pusht --weights pi05_base --steps 30000
     """
     from lerodoc.hub import locate
     locate("tokenizer", tokenizer)   # first, before torch and pyarrow load: a missing asset fails in under a second

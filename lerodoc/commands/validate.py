@@ -26,6 +26,8 @@ def validate(
     Each finding has a stable code, a severity, where it is (file, episode, feature, channel), what is
     wrong and how to fix it, and whether `lerodoc repair` fixes it. Exit 0 when there is no error
     (warnings allowed), 1 when there are errors.
+
+    Example: lerodoc validate data/pusht --videos
     """
     from lerodoc.ops.validate import catalogue, validate as validate_dataset
     if list_checks:

@@ -1,0 +1,149 @@
+"""Write docs/cli.md, the reference of every command, argument and option, from the Typer app itself.
+
+    python3 scripts/gen_cli_docs.py            # rewrite docs/cli.md
+    python3 scripts/gen_cli_docs.py --check    # exit 1 if docs/cli.md is stale
+
+tests/test_docs.py asserts that the committed page equals what this prints, so the reference cannot drift
+from `lerodoc --help`. It reads only click's public parameter attributes (names, defaults, help), which
+Typer fills from the command signatures."""
+
+from __future__ import annotations
+
+import enum
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = ROOT / "docs" / "cli.md"
+
+
+def root_command():
+    """The click command behind `lerodoc`, built by Typer from lerodoc.cli.app."""
+    import typer.main
+
+    from lerodoc.cli import app
+    return typer.main.get_command(app)
+
+
+def walk(command, path: tuple[str, ...] = ()):
+    """(path, command) for the root and every group and command under it, in registration order."""
+    yield path, command
+    for name, sub in (getattr(command, "commands", None) or {}).items():
+        if not getattr(sub, "hidden", False):
+            yield from walk(sub, (*path, name))
+
+
+def leaf_commands():
+    """(path, command) for every command that runs something (not a group)."""
+    return [(p, c) for p, c in walk(root_command()) if p and not hasattr(c, "commands")]
+
+
+def is_option(param) -> bool:
+    return param.param_type_name == "option"
+
+
+def paragraphs(text: str | None) -> list[str]:
+    """The help text's paragraphs, each on one line."""
+    blocks = (text or "").strip().split("\n\n")
+    return [" ".join(b.split()) for b in blocks if b.strip()]
+
+
+def example(text: str | None) -> str | None:
+    """The command line of the help's last paragraph, if that paragraph is `Example: lerodoc ...`."""
+    last = (paragraphs(text) or [""])[-1]
+    return last.removeprefix("Example:").strip().strip("`") if last.startswith("Example:") else None
+
+
+def default_text(param) -> str:
+    if isinstance(getattr(param, "show_default", None), str):   # a default that depends on the machine
+        return param.show_default
+    value = param.default
+    if callable(value) or value is None or value == [] or value == () or param.required:
+        return ""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, bool) and param.secondary_opts:
+        return f"`{(param.opts if value else param.secondary_opts)[0]}`"
+    if isinstance(value, (list, tuple)):
+        value = " ".join(map(str, value))
+    return f"`{value}`"
+
+
+def cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def usage(path: tuple[str, ...], command) -> str:
+    args = []
+    for p in command.params:
+        if is_option(p):
+            continue
+        name = p.name.upper() + ("..." if p.nargs == -1 else "")
+        args.append(name if p.required else f"[{name}]")
+    if hasattr(command, "commands"):
+        args.append("COMMAND")
+    return " ".join(["lerodoc", *path, *(["[OPTIONS]"] if any(map(is_option, command.params)) else []), *args])
+
+
+def section(path: tuple[str, ...], command) -> list[str]:
+    lines = [f"## `{' '.join(['lerodoc', *path])}`", "", "```", usage(path, command), "```", ""]
+    text = paragraphs(command.help)
+    run = example(command.help)
+    for para in text[:-1] if run else text:
+        lines += [para, ""]
+    if run:
+        lines += ["Example:", "", "```", run, "```", ""]
+    if hasattr(command, "commands"):
+        lines += ["| Command | Summary |", "|---|---|"]
+        lines += [f"| [`{name}`](#lerodoc-{'-'.join([*path, name])}) | {cell((paragraphs(sub.help) or [''])[0])} |"
+                  for name, sub in command.commands.items() if not getattr(sub, "hidden", False)]
+        lines.append("")
+    arguments = [p for p in command.params if not is_option(p)]
+    if arguments:
+        lines += ["| Argument | Default | Help |", "|---|---|---|"]
+        lines += [f"| `{p.name.upper()}`{'' if p.required else ' (optional)'} | {default_text(p)} | "
+                  f"{cell(getattr(p, 'help', None) or '')} |" for p in arguments]
+        lines.append("")
+    options = [p for p in command.params if is_option(p) and not p.hidden]
+    if options:
+        lines += ["| Option | Default | Help |", "|---|---|---|"]
+        for p in options:
+            names = ", ".join(f"`{o}`" for o in p.opts)
+            if p.secondary_opts:
+                names += " / " + ", ".join(f"`{o}`" for o in p.secondary_opts)
+            extra = " (repeatable)" if p.multiple else ""
+            extra += " (required)" if p.required else ""
+            lines.append(f"| {names}{extra} | {default_text(p)} | {cell(p.help or '')} |")
+        lines.append("")
+    return lines
+
+
+def reference() -> str:
+    """The whole of docs/cli.md."""
+    top = root_command()
+    lines = ["# Command reference", "",
+             "<!-- Generated by scripts/gen_cli_docs.py from lerodoc.cli.app; do not edit by hand. -->",
+             "<!-- Regenerate: python3 scripts/gen_cli_docs.py (tests/test_docs.py fails when stale). -->", "",
+             "Every command, argument and option of `lerodoc`, with its default and help, as `--help` shows "
+             "them. The pages in [commands/](commands/) explain what each command does and guarantees.", ""]
+    for path, command in walk(top):
+        lines += section(path, command)
+    if top.epilog:
+        lines += [" ".join(top.epilog.split()), ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str]) -> int:
+    text = reference()
+    if "--check" in argv:
+        if TARGET.read_text() != text:
+            print(f"{TARGET.relative_to(ROOT)} is stale: run python3 scripts/gen_cli_docs.py", file=sys.stderr)
+            return 1
+        return 0
+    TARGET.write_text(text)
+    print(f"wrote {TARGET.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
