@@ -101,68 +101,123 @@ def quantiles(chunks: Chunks, levels: list[float], *, count: int, width: int, dt
         raise ValueError("no rows")
     if count * width <= budget:
         return row_quantiles(gather(chunks, count, width, dtype), levels, threads, in_place=True), 1
+    return selected_quantiles(lambda selection: selection.tally_of(key_slices(chunks())), levels,
+                              count=count, width=width, collect=collect)
+
+
+def selected_quantiles(one_pass: Callable[["Selection"], "Tally"], levels: list[float], *, count: int, width: int,
+                       collect: int = 1 << 16) -> tuple[np.ndarray, int]:
+    """(len(levels), D) quantiles of `count` rows of width D by radix selection, and the passes taken.
+
+    `one_pass(selection)` returns the tally of one pass over all the data: `selection.tally_of` over every
+    row, or the sum (`Tally.add`) of tallies made where the data lives, one per part.
+    """
     low, high, fraction = _ranks(count, levels)
     ranks = np.unique(np.concatenate([low, high]))
-    found, passes = _select(chunks, ranks, width, collect)
+    selection = Selection(ranks, width, collect)
+    while not selection.finished:
+        selection.narrow(one_pass(selection))
     at = {r: i for i, r in enumerate(ranks)}
-    return _interpolate(found[[at[r] for r in low]], found[[at[r] for r in high]], fraction[:, None]), passes
+    found = selection.result
+    return _interpolate(found[[at[r] for r in low]], found[[at[r] for r in high]], fraction[:, None]), selection.passes
 
 
-def _key_slices(chunks: Chunks, rows: int = 1 << 17) -> Iterable[np.ndarray]:
-    """Order-preserving keys of the data, a bounded number of rows at a time (temporaries stay small)."""
-    for chunk in chunks():
+def key_slices(matrices: Iterable[np.ndarray], rows: int = 1 << 17) -> Iterable[np.ndarray]:
+    """Order-preserving keys of (rows, D) matrices, a bounded number of rows at a time (temporaries stay small)."""
+    for chunk in matrices:
         for start in range(0, len(chunk), rows):
             yield float_keys(chunk[start:start + rows])
 
 
-def _select(chunks: Chunks, ranks: np.ndarray, width: int, collect: int) -> tuple[np.ndarray, int]:
-    """The values of the given ranks (0-based, ascending order) in each of `width` channels."""
-    targets = len(ranks)
-    prefix = np.zeros((targets, width), dtype=np.uint64)       # key bits fixed so far
-    below = np.zeros((targets, width), dtype=np.int64)         # values whose key is below the prefix range
-    size = np.full((targets, width), -1, dtype=np.int64)       # values inside the prefix range (-1: all)
-    result = np.full((targets, width), np.nan)
-    done = np.zeros((targets, width), dtype=bool)
-    channel = np.arange(width)
-    passes, fixed = 0, 0
-    while not done.all():
-        gather = ~done & (size >= 0) & (size <= collect)
+class Tally:
+    """What one pass saw of some of the rows: bucket counts per (target, channel, digit) and the keys of the
+    ranges small enough to gather. Tallies of disjoint parts of the data add up to the tally of the whole."""
+
+    def __init__(self, targets: int, width: int):
+        self.counts = np.zeros((targets, width, BUCKETS), dtype=np.int64)
+        self.gathered: dict[tuple[int, int], list[np.ndarray]] = {}
+
+    def add(self, other: "Tally") -> "Tally":
+        self.counts += other.counts
+        for at, parts in other.gathered.items():
+            self.gathered.setdefault(at, []).extend(parts)
+        return self
+
+
+class Selection:
+    """Radix selection of the values of given ranks (0-based, ascending) in each of `width` channels.
+
+    Each pass fixes the next 8 key bits of every (target, channel) from the pass's `Tally`: the target's
+    rank picks one bucket, which becomes the new prefix; a range of at most `collect` values is gathered
+    and its rank read off. The selection state is small (targets x channels), so it can be sent to the
+    workers that tally their part of the data (`tally_of`); the driver sums the tallies and `narrow`s.
+    """
+
+    def __init__(self, ranks: np.ndarray, width: int, collect: int):
+        targets = len(ranks)
+        self.ranks, self.width, self.collect = np.asarray(ranks), width, collect
+        self.prefix = np.zeros((targets, width), dtype=np.uint64)     # key bits fixed so far
+        self.below = np.zeros((targets, width), dtype=np.int64)       # values whose key is below the prefix range
+        self.size = np.full((targets, width), -1, dtype=np.int64)     # values inside the prefix range (-1: all)
+        self.result = np.full((targets, width), np.nan)
+        self.done = np.zeros((targets, width), dtype=bool)
+        self.fixed = 0
+        self.passes = 0
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.done.all())
+
+    @property
+    def gathering(self) -> np.ndarray:
+        """(target, channel) ranges this pass gathers instead of counting."""
+        return ~self.done & (self.size >= 0) & (self.size <= self.collect)
+
+    def tally_of(self, key_slices: Iterable[np.ndarray]) -> Tally:
+        """This pass's tally of the rows whose keys `key_slices` yields."""
+        targets, width = self.prefix.shape
+        tally, gather, fixed = Tally(targets, width), self.gathering, self.fixed
         shift = np.uint64(64 - fixed - DIGIT_BITS) if fixed < 64 else np.uint64(0)
-        counts = np.zeros((targets, width, BUCKETS), dtype=np.int64)
-        gathered: dict[tuple[int, int], list[np.ndarray]] = {}
-        for keys in _key_slices(chunks):
+        channel = np.arange(width)
+        for keys in key_slices:
             bucket = channel * BUCKETS + ((keys >> shift) & np.uint64(BUCKETS - 1)).astype(np.int64)
-            if fixed == 0:       # nothing fixed yet: every target counts the same first digit
-                counts[0] += np.bincount(bucket.ravel(), minlength=width * BUCKETS).reshape(width, BUCKETS)
+            if fixed == 0:       # nothing fixed yet: every target counts the same first digit (copied in narrow)
+                tally.counts[0] += np.bincount(bucket.ravel(), minlength=width * BUCKETS).reshape(width, BUCKETS)
                 continue
             high = keys >> np.uint64(64 - fixed)
             for t in range(targets):
-                if done[t].all():
+                if self.done[t].all():
                     continue
-                inside = high == (prefix[t] >> np.uint64(64 - fixed))
+                inside = high == (self.prefix[t] >> np.uint64(64 - fixed))
                 for c in np.nonzero(gather[t])[0]:
-                    gathered.setdefault((t, c), []).append(keys[inside[:, c], c])
-                counting = inside & ~gather[t] & ~done[t]
+                    tally.gathered.setdefault((t, int(c)), []).append(keys[inside[:, c], c])
+                counting = inside & ~gather[t] & ~self.done[t]
                 if counting.any() and fixed < 64:
-                    counts[t] += np.bincount(bucket[counting], minlength=width * BUCKETS).reshape(width, BUCKETS)
-        if fixed == 0:
+                    tally.counts[t] += np.bincount(bucket[counting], minlength=width * BUCKETS).reshape(width, BUCKETS)
+        return tally
+
+    def narrow(self, tally: Tally) -> None:
+        """Read off the gathered ranges and fix the next digit of the others, from one pass's whole tally."""
+        counts, gather = tally.counts, self.gathering
+        if self.fixed == 0:
             counts[1:] = counts[0]
-        passes += 1
-        for (t, c), parts in gathered.items():
-            keys = np.sort(np.concatenate(parts))
-            result[t, c] = key_floats(keys[ranks[t] - below[t, c]: ranks[t] - below[t, c] + 1])[0]
-            done[t, c] = True
-        if fixed >= 64:      # every key bit matched: the range holds one repeated value
-            rest = ~done
-            result[rest] = key_floats(prefix[rest])
-            done[rest] = True
-            break
-        for t in range(targets):
-            for c in np.nonzero(~done[t] & ~gather[t])[0]:
+        self.passes += 1
+        for t, c in zip(*np.nonzero(gather)):
+            keys = np.sort(np.concatenate(tally.gathered.get((int(t), int(c)), [])))
+            rank = self.ranks[t] - self.below[t, c]
+            self.result[t, c] = key_floats(keys[rank:rank + 1])[0]
+            self.done[t, c] = True
+        if self.fixed >= 64:      # every key bit matched: the range holds one repeated value
+            rest = ~self.done
+            self.result[rest] = key_floats(self.prefix[rest])
+            self.done[rest] = True
+            return
+        shift = np.uint64(64 - self.fixed - DIGIT_BITS)
+        for t in range(len(self.ranks)):
+            for c in np.nonzero(~self.done[t] & ~gather[t])[0]:
                 cumulative = np.cumsum(counts[t, c])
-                bucket = int(np.searchsorted(cumulative, ranks[t] - below[t, c], side="right"))
-                below[t, c] += cumulative[bucket - 1] if bucket else 0
-                size[t, c] = counts[t, c, bucket]
-                prefix[t, c] |= np.uint64(bucket) << shift
-        fixed += DIGIT_BITS
-    return result, passes
+                bucket = int(np.searchsorted(cumulative, self.ranks[t] - self.below[t, c], side="right"))
+                self.below[t, c] += cumulative[bucket - 1] if bucket else 0
+                self.size[t, c] = counts[t, c, bucket]
+                self.prefix[t, c] |= np.uint64(bucket) << shift
+        self.fixed += DIGIT_BITS
