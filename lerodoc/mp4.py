@@ -19,7 +19,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from lerodoc.video import READ_ERRORS, Clip, NotOnKeyframe, Written, _window, fits_grid, reason
+from lerodoc.clips import READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, reason, window_ticks
 
 
 class Unsupported(Exception):
@@ -331,8 +331,8 @@ class Part:
 
 
 def select(track: Track, clip: Clip, fps: int, episode: int | None) -> Part:
-    """The clip's samples, with video._window's half-frame rule; NotOnKeyframe if it starts off one."""
-    lo, hi = _window(clip, Fraction(1, track.timescale), fps)
+    """The clip's samples, with clips.window's half-frame rule; NotOnKeyframe if it starts off one."""
+    lo, hi = window_ticks(clip, Fraction(1, track.timescale), fps)
     inside = np.ones(len(track.pts), bool)
     if lo is not None:
         inside &= track.pts > lo

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from lerodoc import formats
 from lerodoc.errors import LerodocError, VerificationError
+from lerodoc.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
 
 TEMP_SUFFIX = ".lerodoc-tmp"
 
@@ -53,24 +54,6 @@ def staged_output(out: Path, *, force: bool = False):
         shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(out)
-
-
-def link_or_copy(src: Path, dst: Path) -> None:
-    """Hard-link `src` at `dst` (a copy across file systems): the same bytes, none copied."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
-def link_tree(src: Path, dst: Path, skip: set[str]) -> None:
-    """Mirror `src` into `dst` by hard links (copies across file systems), leaving out `skip` paths."""
-    for path in sorted(Path(src).rglob("*")):
-        rel = path.relative_to(src).as_posix()
-        if path.is_dir() or rel in skip:
-            continue
-        link_or_copy(path, dst / rel)
 
 
 @contextmanager

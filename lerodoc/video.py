@@ -13,8 +13,12 @@ from pathlib import Path
 
 import av
 
+from lerodoc import mp4
+# re-exported: the clip primitives live in lerodoc.clips, which mp4 shares
+from lerodoc.clips import (GRID_TIME_BASE, LEROBOT_TOLERANCE_S, READ_ERRORS, Clip, NotOnKeyframe,  # noqa: F401
+                           Written, fits_grid, grid_deviation, grid_time_base, reason, window_ticks)
 from lerodoc.errors import LerodocError
-from lerodoc.staging import link_or_copy
+from lerodoc.links import link_or_copy
 
 ENCODERS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265", "mpeg4": "mpeg4"}
 # Re-encoded clips are lossless in the decoded (YUV) domain, so a cut changes no pixel.
@@ -37,49 +41,6 @@ class Probe:
     size_bytes: int
 
 
-@dataclass(frozen=True)
-class Clip:
-    """A window [from_timestamp, to_timestamp) of a video file; None bounds mean the file's ends."""
-    path: Path
-    from_timestamp: float | None = None
-    to_timestamp: float | None = None
-
-
-@dataclass(frozen=True)
-class Written:
-    """Where a clip landed in the file written, read back from its packets."""
-    from_timestamp: float
-    to_timestamp: float
-    frames: int
-    digest: str          # blake2b of the clip's packet payloads, in order; "" where not computed
-    reencoded: bool = False
-    retimed: bool = False   # packets moved onto the k/fps grid (a time base that could not place them there)
-
-
-GRID_TIME_BASE = 15360   # lerobot's (and FFmpeg's mp4 default for 30 fps) video time base
-LEROBOT_TOLERANCE_S = 1e-4   # lerobot's default tolerance_s: a query time must find a frame closer than this
-
-
-def grid_deviation(time_base: Fraction, fps: int) -> Fraction:
-    """How far (seconds) ticks of `time_base` can be from k/fps at worst: frame k at the nearest tick."""
-    ratio = Fraction(1, fps) / Fraction(time_base)        # ticks per frame, p/q in lowest terms
-    return Fraction(ratio.denominator // 2, ratio.denominator) * Fraction(time_base)
-
-
-def fits_grid(time_base: Fraction, fps: int) -> bool:
-    """Whether ticks of `time_base` place frame k close enough to k/fps for lerobot (1/1000 does not at 30 fps:
-    frames are up to a third of a millisecond off, past its 1e-4 s tolerance)."""
-    return grid_deviation(time_base, fps) < LEROBOT_TOLERANCE_S
-
-
-def grid_time_base(fps: int) -> Fraction:
-    """The time base retimed files get: 1/15360 where it fits `fps`, else 1/(512 fps)."""
-    return Fraction(1, GRID_TIME_BASE) if GRID_TIME_BASE % fps == 0 else Fraction(1, 512 * fps)
-
-
-# What PyAV raises on a damaged or hostile file: FFmpeg's errors, the OS's, and UnicodeDecodeError where a
-# string it converts (a codec or format name, say) is not UTF-8. Every place that reads a video catches these.
-READ_ERRORS = (av.FFmpegError, OSError, UnicodeDecodeError)
 NO_CODEC = "its video stream names no codec FFmpeg knows (damaged sample description?)"
 
 
@@ -100,15 +61,6 @@ def strict_tags(path: Path | str) -> bool:
         return False
     except READ_ERRORS:
         return True
-
-
-def reason(exc: BaseException) -> str:
-    """One line for a PyAV error, without the file name FFmpeg repeats."""
-    if isinstance(exc, UnicodeDecodeError):
-        return f"a string in the container is not UTF-8 (byte {exc.object[exc.start:exc.start + 1]!r} " \
-               f"at position {exc.start})"
-    text = getattr(exc, "strerror", None) or str(exc)
-    return " ".join(str(text).split())
 
 
 def _open(path: Path, episode: int | None = None):
@@ -145,7 +97,6 @@ def probe(path: Path, count_packets: bool = False) -> Probe:
 def signature(path: Path, episode: int | None = None) -> tuple:
     """What must be equal for two files to be joined by stream copy: the sample description and time
     scale from the mp4 headers, or codec, size, time base and codec headers as FFmpeg reports them."""
-    from lerodoc import mp4  # late: mp4 imports this module
     try:
         track = mp4.read_track(path)
         return ("mp4", track.timescale, hashlib.blake2b(track.stsd, digest_size=8).hexdigest())
@@ -158,19 +109,10 @@ def signature(path: Path, episode: int | None = None) -> tuple:
                 hashlib.blake2b(ctx.extradata or b"", digest_size=8).hexdigest())
 
 
-def _window(clip: Clip, tb: Fraction, fps: int) -> tuple[int | None, int | None]:
-    """The clip's bounds in stream ticks, half a frame early so float rounding cannot drop a frame."""
-    half = Fraction(1, 2 * fps)
-
-    def ticks(t: float | None) -> int | None:
-        return None if t is None else int((Fraction(t) - half) / tb)
-    return ticks(clip.from_timestamp), ticks(clip.to_timestamp)
-
-
 def _clip_packets(container, clip: Clip, fps: int, episode: int | None):
     """Yield the clip's packets (demux order); seeks to the keyframe before the window first."""
     stream = container.streams.video[0]
-    lo, hi = _window(clip, Fraction(stream.time_base), fps)
+    lo, hi = window_ticks(clip, Fraction(stream.time_base), fps)
     if lo is not None and lo > 0:
         container.seek(max(lo, 0), stream=stream, backward=True, any_frame=False)
     for packet in container.demux(stream):
@@ -203,7 +145,6 @@ def concat(clips: list[Clip], out: Path, fps: int, episodes: list[int] | None = 
     LerodocError names the clip. Returns each clip's window in the written file. Plain mp4 files are
     joined at box level (lerodoc.mp4); anything that path does not handle is remuxed packet by packet.
     """
-    from lerodoc import mp4  # late: mp4 imports this module
     episodes = episodes or [None] * len(clips)
     try:
         return mp4.concat(clips, out, fps, episodes)
@@ -297,7 +238,6 @@ def read_back(path: Path, counts: list[int], digests: list[str], fps: int) -> li
 def link(clips: list[Clip], out: Path, fps: int, episodes: list[int]) -> list[Written] | None:
     """Reuse a whole file that holds exactly `clips`, by hard link (a copy across file systems); each clip's
     window is re-read from the file's sample tables. None when the tables cannot be read that way."""
-    from lerodoc import mp4  # late: mp4 imports this module
     source = clips[0].path
     try:
         track = mp4.read_track(source)
@@ -320,7 +260,6 @@ def link(clips: list[Clip], out: Path, fps: int, episodes: list[int]) -> list[Wr
 def starts_on_keyframe(clip: Clip, fps: int, episode: int | None = None) -> bool:
     """Whether the clip's first frame (in decode order) is a keyframe, so that it can be cut by stream copy:
     from the mp4 sample tables, or from the first packet PyAV demuxes in the window."""
-    from lerodoc import mp4  # late: mp4 imports this module
     try:
         mp4.select(mp4.read_track(clip.path), clip, fps, episode)
         return True
@@ -347,7 +286,7 @@ def reencode(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Wri
     with _open(clip.path, episode) as src:
         stream = src.streams.video[0]
         tb = Fraction(stream.time_base)
-        lo, hi = _window(clip, tb, fps)
+        lo, hi = window_ticks(clip, tb, fps)
         codec = stream.codec_context
         if not (codec.pix_fmt and codec.width and codec.height):
             raise LerodocError(f"cannot re-encode the clip: the stream's pixel format or size is unknown "
@@ -389,12 +328,6 @@ def _decode_checked(packet, path: Path, episode: int | None) -> list:
         return packet.decode()
     except READ_ERRORS as exc:
         raise LerodocError(f"cannot decode video frames ({reason(exc)})", file=path, episode=episode) from None
-
-
-class NotOnKeyframe(LerodocError):
-    def __init__(self, path: Path, episode: int | None):
-        super().__init__("clip does not start on a keyframe, so it cannot be cut by stream copy",
-                         file=path, episode=episode)
 
 
 class VerifyError(LerodocError):

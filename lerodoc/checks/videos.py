@@ -17,10 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc import mp4
+from lerodoc.clips import window
 from lerodoc.checks import ERROR, WARNING, Context, Finding
 from lerodoc.checks.layout import finding_factory
 from lerodoc.checks.timestamps import Rows, episode_rows, tolerance_advice
 from lerodoc.dataset import Episode
+from lerodoc.formats.info import codec_name
 from lerodoc.video import NO_CODEC, READ_ERRORS, open_video, reason, strict_tags
 
 WINDOWS = "lerodoc repair recomputes the windows from the packets' timestamps"
@@ -52,10 +54,6 @@ CODES = {
                "lerodoc repair (or convert, merge) writes the file anew with fresh tags", True),
 }
 _finding = finding_factory(CODES)
-# info.json names for the codecs FFmpeg calls by their canonical name
-CODEC_ALIASES = {"libsvtav1": "av1", "libaom-av1": "av1", "libdav1d": "av1", "av01": "av1",
-                 "libx264": "h264", "avc1": "h264", "avc": "h264", "libx265": "hevc", "h265": "hevc",
-                 "hvc1": "hevc", "hev1": "hevc", "libvpx-vp9": "vp9"}
 
 
 # ---------------------------------------------------------------- reading a file's frame times
@@ -258,14 +256,14 @@ def _file_findings(ctx: Context, group: Episodes, stream: Stream) -> tuple[list[
     return out + _overlaps(group, members, stream, fps, stored, tiles), misses
 
 
-def _window(stream: Stream, ep: Episode, key: str, fps: int, stored: bool) -> tuple[int, int]:
-    """Indices [lo, hi) of the frames in the episode's window (video.select's half-frame rule)."""
+def _frame_range(stream: Stream, ep: Episode, key: str, fps: int, stored: bool) -> tuple[int, int]:
+    """Indices [lo, hi) of the frames in the episode's window (clips.window's half-frame rule)."""
     if not stored:
         return 0, len(stream.ticks)
-    span, half = ep.videos[key], 0.5 / fps
-    times = stream.times
-    return (int(np.searchsorted(times, span.from_timestamp - half, "right")),
-            int(np.searchsorted(times, span.to_timestamp - half, "right")))
+    span = ep.videos[key]
+    lo, hi = window(span.from_timestamp, span.to_timestamp, fps)
+    return (int(np.searchsorted(stream.times, float(lo), "right")),
+            int(np.searchsorted(stream.times, float(hi), "right")))
 
 
 def _misses(times: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -313,7 +311,7 @@ def _window_finding(ctx: Context, group: Episodes, stream: Stream, ep: Episode, 
     if stored and (outside := _outside(span, stream, ctx.tolerance_s)):
         last = "" if queries is None else f", its last row queries {queries.times[-1]:.2f} s"
         return _finding("VID006", f"{name}: {window} {outside}{last}", **where)
-    lo, hi = _window(stream, ep, group.key, fps, stored)
+    lo, hi = _frame_range(stream, ep, group.key, fps, stored)
     frames = hi - lo
     held = f"{window} of {group.file} holds" if stored else f"{group.file} holds"
     if frames < ep.length:
@@ -363,7 +361,8 @@ def _overlaps(group: Episodes, members: list, stream: Stream, fps: int, stored: 
         return []
     out = []
     for (a, _), (b, _) in zip(members, members[1:]):
-        shared = _window(stream, a, group.key, fps, stored)[1] - _window(stream, b, group.key, fps, stored)[0]
+        shared = (_frame_range(stream, a, group.key, fps, stored)[1]
+                  - _frame_range(stream, b, group.key, fps, stored)[0])
         if shared > 0:
             sa, sb = a.videos[group.key], b.videos[group.key]
             out.append(replace(_finding(
@@ -381,7 +380,7 @@ def _parameters(ctx: Context, key: str, streams: dict[str, Stream]) -> list[Find
     ds = ctx.dataset
     spec = ds.info.features[key]
     info = spec.get("info") if isinstance(spec.get("info"), dict) else {}
-    expected = {"codec": _codec(info.get("video.codec")), "pix_fmt": info.get("video.pix_fmt"),
+    expected = {"codec": codec_name(info.get("video.codec")), "pix_fmt": info.get("video.pix_fmt"),
                 "size": _size(spec, info), "fps": ds.info.fps}
     groups: dict[tuple[str, str], list[str]] = {}
     for file, stream in streams.items():
@@ -395,10 +394,6 @@ def _parameters(ctx: Context, key: str, streams: dict[str, Stream]) -> list[Find
                                  f"says {_show(name, expected[name])} (first: {files[0]})",
                      file=files[0], feature=key)
             for (name, shown), files in groups.items()]
-
-
-def _codec(name: str | None) -> str | None:
-    return None if name is None else CODEC_ALIASES.get(str(name).lower(), str(name).lower())
 
 
 def _size(spec: dict, info: dict) -> tuple[int, int] | None:
@@ -448,7 +443,7 @@ def _deep(ctx: Context, group: Episodes, stream: Stream) -> list[Finding]:
     fps, stored = ctx.dataset.info.fps, ctx.dataset.version == "v3.0"
     targets = []
     for ep, _ in group.members:
-        lo, hi = _window(stream, ep, group.key, fps, stored)
+        lo, hi = _frame_range(stream, ep, group.key, fps, stored)
         if hi > lo:
             targets += [(ep, "first", int(stream.ticks[lo])), (ep, "last", int(stream.ticks[hi - 1]))]
     out, path = [], ctx.root / group.file

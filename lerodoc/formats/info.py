@@ -159,3 +159,29 @@ def flat_names(names) -> list[str] | None:
     if isinstance(names, list) and all(isinstance(n, list) for n in names):
         return [str(x) for sub in names for x in sub]
     return [str(n) for n in names]
+
+
+# info.json names for the codecs FFmpeg calls by their canonical name (and the encoder and fourcc names that
+# writers put in `video.codec`), so that two datasets naming one codec differently agree
+CODEC_ALIASES = {"libsvtav1": "av1", "libaom-av1": "av1", "librav1e": "av1", "libdav1d": "av1", "av01": "av1",
+                 "libx264": "h264", "libopenh264": "h264", "avc1": "h264", "avc": "h264",
+                 "libx265": "hevc", "h265": "hevc", "hvc1": "hevc", "hev1": "hevc", "libvpx-vp9": "vp9"}
+
+
+def codec_name(name) -> str | None:
+    """The canonical (FFmpeg) name of a codec as info.json or a container names it: lowercased, aliases
+    resolved (`libsvtav1` and `AV01` are `av1`); None stays None."""
+    if name is None:
+        return None
+    name = str(name).lower()
+    return CODEC_ALIASES.get(name, name)
+
+
+def canonical_feature(spec: dict) -> dict:
+    """A feature spec with flat `names` (numeric features) and a canonical codec name (videos)."""
+    spec = {**spec}
+    if spec["dtype"] not in ("video", "image") and spec.get("names") is not None:
+        spec["names"] = flat_names(spec["names"])
+    if spec["dtype"] == "video" and spec.get("info"):
+        spec["info"] = {**spec["info"], "video.codec": codec_name(spec["info"].get("video.codec"))}
+    return spec

@@ -17,15 +17,13 @@ import numpy as np
 from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
-from lerodoc.formats.info import Info, flat_names
+from lerodoc.formats.info import Info, canonical_feature, codec_name, flat_names
+from lerodoc.formats.stats import normalise_stats
 from lerodoc.ops import rewrite
 from lerodoc.staging import staged_output
 from lerodoc.ops.quantiles import dataset_quantiles
 from lerodoc.stats import aggregate
 
-CODEC_ALIASES = {"libsvtav1": "av1", "libaom-av1": "av1", "librav1e": "av1", "libdav1d": "av1", "av01": "av1",
-                 "libx264": "h264", "avc1": "h264", "libopenh264": "h264", "libx265": "hevc", "h265": "hevc",
-                 "hev1": "hevc", "hvc1": "hevc"}
 STREAM_KEYS = ("video.height", "video.width", "video.pix_fmt", "video.channels")
 
 
@@ -97,11 +95,6 @@ def format_ranges(numbers: list[int]) -> str:
     return ",".join(parts)
 
 
-def _codec(spec: dict) -> str | None:
-    codec = (spec.get("info") or {}).get("video.codec")
-    return CODEC_ALIASES.get(codec, codec)
-
-
 def reconcile(datasets: list[Dataset], labels: list[str]) -> tuple[Info, list[str]]:
     """One output `Info` for all sources; representational differences are unified and listed, real
     conflicts raise naming the field and both values."""
@@ -126,8 +119,8 @@ def reconcile(datasets: list[Dataset], labels: list[str]) -> tuple[Info, list[st
                 if list(np.atleast_1d(a[key])) != list(np.atleast_1d(b[key])):
                     raise conflict(f"features.{name}.{key}", i, a[key], b[key])
             if a["dtype"] in ("video", "image"):
-                if a["dtype"] == "video" and _codec(a) != _codec(b):
-                    raise conflict(f"features.{name}.info.video.codec", i, _codec(a), _codec(b))
+                if a["dtype"] == "video" and _codec_of(a) != _codec_of(b):
+                    raise conflict(f"features.{name}.info.video.codec", i, _codec_of(a), _codec_of(b))
                 for key in STREAM_KEYS:
                     va, vb = (a.get("info") or {}).get(key), (b.get("info") or {}).get(key)
                     if None not in (va, vb) and va != vb:
@@ -138,11 +131,15 @@ def reconcile(datasets: list[Dataset], labels: list[str]) -> tuple[Info, list[st
             if a != b:
                 notes.append(f"features.{name}: {labels[i]} differs only in representation "
                              f"({', '.join(sorted(_differing_keys(a, b)))}); unified")
-    info = replace(base.info, features={n: _canonical(spec) for n, spec in base.info.features.items()},
+    info = replace(base.info, features={n: canonical_feature(spec) for n, spec in base.info.features.items()},
                    extra=dict(base.info.extra))
     if info.features != base.info.features:
         notes.append("features written in canonical form: flat names, canonical codec names")
     return info, notes
+
+
+def _codec_of(spec: dict) -> str | None:
+    return codec_name((spec.get("info") or {}).get("video.codec"))
 
 
 def _differing_keys(a: dict, b: dict) -> set[str]:
@@ -154,43 +151,12 @@ def _differing_keys(a: dict, b: dict) -> set[str]:
     return keys
 
 
-def _canonical(spec: dict) -> dict:
-    """A feature spec with flat `names` and a canonical codec name."""
-    spec = {**spec}
-    if spec["dtype"] not in ("video", "image") and spec.get("names") is not None:
-        spec["names"] = flat_names(spec["names"])
-    if spec["dtype"] == "video" and spec.get("info"):
-        spec["info"] = {**spec["info"], "video.codec": _codec(spec)}
-    return spec
-
-
-def _normalise_stats(stats: dict, features: dict) -> tuple[dict, bool]:
-    """Stats reshaped to their feature ((1,1) -> (1,) and the like; count -> (1,)); True if any changed."""
-    out, changed = {}, False
-    for name, by_stat in stats.items():
-        spec = features.get(name)
-        if spec is None:
-            continue
-        visual = spec["dtype"] in ("video", "image")
-        out[name] = {}
-        for stat, value in by_stat.items():
-            value = np.asarray(value)
-            if stat == "count":
-                fixed = value.reshape(1)
-            elif visual:
-                fixed = value.reshape(-1, 1, 1)
-            else:
-                fixed = value.reshape(int(np.prod(spec["shape"])))
-            changed |= fixed.shape != value.shape
-            out[name][stat] = fixed
-    return out, changed
-
-
 def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: list[str] = (),
           to: str = "v3.0", workers: int = 1, force: bool = False, dry_run: bool = False,
-          progress: rewrite.Progress | None = None) -> MergeReport:
+          progress: rewrite.Progress | None = None, engine=None) -> MergeReport:
     """Merge `sources` (in order) into a new dataset at `out`; `dry_run` returns the plan's report, writing
-    nothing."""
+    nothing. The plan is made here; `engine` (`lerodoc.engine`) runs the copies and the quantile passes on a
+    cluster."""
     started = time.perf_counter()
     datasets = [Dataset.open(p) for p in sources]
     labels, names = labels_for(sources), [Path(p).name for p in sources]
@@ -221,7 +187,7 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
             if ep.index in excluded.get(i, set()) or (i in kept_only and ep.index not in kept_only[i]):
                 summaries[i].excluded.append(ep.index)
                 continue
-            ep.stats, changed = _normalise_stats(ep.stats, info.features)
+            ep.stats, changed = normalise_stats(ep.stats, info.features)
             reshaped |= changed
             picks.append(rewrite.Pick(ds, ep, tuple(task_map)))
             summaries[i].episodes_out += 1
@@ -250,12 +216,12 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
         return report
     with staged_output(Path(out), force=force) as tmp:
         result = rewrite.write(picks, info, tasks, to, tmp, schema, caps_mb=caps, workers=workers,
-                               progress=progress)
+                               progress=progress, engine=engine)
         new_eps = result.episodes
         stats = aggregate([ep.stats for ep in new_eps])
         data_files = [tmp / f for f in dict.fromkeys(ep.data_file for ep in new_eps)]
         quantiles, _ = dataset_quantiles(data_files, info.numeric_keys, info.features, sum(e.length for e in new_eps),
-                                         workers=workers)
+                                         workers=workers, engine=engine)
         for feature, by_level in quantiles.items():
             stats.setdefault(feature, {}).update(by_level)
         formats.module(to).write_meta(tmp, info, new_eps, tasks, stats if to == "v3.0" else None)

@@ -23,8 +23,9 @@ from lerodoc import formats, mp4, video
 from lerodoc.dataset import Dataset, Episode, VideoSpan, stat_size
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
+from lerodoc.formats.info import canonical_feature
+from lerodoc.formats.stats import normalise_stats
 from lerodoc.ops import rewrite
-from lerodoc.ops.merge import _canonical, _normalise_stats
 from lerodoc.ops.quantiles import compute
 from lerodoc.ops.validate import validate
 from lerodoc.parquet_io import column_matrix, read_parquet
@@ -140,7 +141,7 @@ def _canonical_features(ds: Dataset, episodes: list[Episode]) -> dict:
     camera's codec, pixel format and size as its first video file says."""
     out = {}
     for name, spec in ds.info.features.items():
-        spec = _canonical(spec)
+        spec = canonical_feature(spec)
         if spec["dtype"] in ("video", "image") and len(spec.get("names") or []) == 3:
             spec["names"] = CAMERA_NAMES
         if spec["dtype"] == "video" and episodes and ds.path(episodes[0].videos[name].file).is_file():
@@ -159,7 +160,7 @@ def _clean_stats(stats: dict, features: dict) -> dict:
             if name in features and all(_fits(stat, v, features[name]) for stat, v in by_stat.items())
             and int(np.ravel(by_stat.get("count", [1]))[0]) > 0
             and all(np.all(np.isfinite(np.asarray(v, dtype=np.float64))) for v in by_stat.values())}
-    return _normalise_stats(kept, features)[0]
+    return normalise_stats(kept, features)[0]
 
 
 def _fits(stat: str, value, spec: dict) -> bool:

@@ -26,7 +26,7 @@ from lerodoc.formats.info import Info
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import (column_digests, column_matrix, conform, from_numpy, numpy_dtype, open_parquet,
                                 read_parquet, read_schema)
-from lerodoc.staging import link_or_copy
+from lerodoc.links import link_or_copy
 from lerodoc.stats import column_stats
 
 TARGETS = ("v2.1", "v3.0")
