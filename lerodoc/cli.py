@@ -15,8 +15,9 @@ import typer
 from rich.markup import escape
 
 from lerodoc import __version__, render
-from lerodoc.commands import (convert, delete, download, features, flatten, info, merge, push, quantiles, repair,
-                              select, split, tasks, train, validate)
+from lerodoc.commands import (convert, delete, download, encode, features, flatten, info, merge, push, quantiles,
+                              repair, select, split, tasks, train, validate)
+from lerodoc.commands import export
 from lerodoc.errors import ExitCode, LerodocError
 
 app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=False,
@@ -30,12 +31,14 @@ app.command(rich_help_panel="Edit")(delete.delete)
 app.command(rich_help_panel="Edit")(split.split)
 app.command(rich_help_panel="Edit")(tasks.tasks)
 app.command(rich_help_panel="Edit")(features.features)
+app.command(rich_help_panel="Edit")(encode.encode)
 app.command(rich_help_panel="Edit")(flatten.flatten)
 app.command(rich_help_panel="Edit")(select.select)
 app.command(rich_help_panel="Stats")(quantiles.quantiles)
 app.command(rich_help_panel="Check")(validate.validate)
 app.command(rich_help_panel="Check")(repair.repair)
 app.add_typer(train.app, rich_help_panel="Train")
+app.add_typer(export.app, rich_help_panel="Train")
 app.add_typer(download.app, name="download", rich_help_panel="Hub")
 app.command(rich_help_panel="Hub")(push.push)
 

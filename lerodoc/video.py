@@ -335,3 +335,101 @@ class VerifyError(LerodocError):
         from lerodoc.errors import ExitCode
         super().__init__(message, file=path)
         self.exit_code = ExitCode.VERIFY_FAILED
+
+
+# ---------------------------------------------------------------- encoding (lerodoc encode)
+# Lossy encoding with lerobot's settings (its VideoEncoderConfig: libsvtav1, yuv420p, g=2, crf=30, preset 12).
+CODECS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265"}
+
+
+@dataclass(frozen=True)
+class EncodeSettings:
+    """What `encode_frames` encodes with; `preset` None is lerobot's default (12 for libsvtav1, the
+    encoder's own otherwise)."""
+    codec: str = "av1"
+    gop: int = 2
+    crf: int = 30
+    pix_fmt: str = "yuv420p"
+    preset: str | None = None
+    threads: int | None = None    # per encoder; None lets the encoder decide
+
+    @property
+    def encoder(self) -> str:
+        return CODECS[self.codec]
+
+    @property
+    def preset_used(self) -> str | None:
+        return self.preset if self.preset is not None else ("12" if self.encoder == "libsvtav1" else None)
+
+    def options(self) -> dict[str, str]:
+        """The codec options lerobot's VideoEncoderConfig.get_codec_options gives for the same settings."""
+        opts = {"g": str(self.gop), "crf": str(self.crf)}
+        if self.preset_used is not None:
+            opts["preset"] = self.preset_used
+        if self.encoder == "libsvtav1":
+            opts["svtav1-params"] = "fast-decode=0" + (f":lp={self.threads}" if self.threads else "")
+        elif self.threads:
+            opts["threads"] = str(self.threads)
+        if self.encoder == "libx265":
+            opts["x265-params"] = "log-level=error"
+        return opts
+
+
+def can_encode(codec: str) -> bool:
+    """Whether this PyAV build has the encoder lerodoc uses for `codec` (h264, av1, hevc)."""
+    try:
+        av.codec.Codec(CODECS[codec], "w")
+        return True
+    except (KeyError, ValueError, av.FFmpegError):
+        return False
+
+
+def encode_frames(frames, out: Path, fps: int, settings: EncodeSettings, width: int, height: int) -> int:
+    """Encode `frames` ((k, av.VideoFrame): frame k shown at k/fps) into the mp4 `out`; returns the count."""
+    import os
+    os.environ.setdefault("SVT_LOG", "1")   # SVT-AV1 prints its banner and config on stderr otherwise
+    with av.open(str(out), "w", format="mp4") as dst:
+        stream = dst.add_stream(settings.encoder, rate=fps, options=settings.options())
+        stream.width, stream.height, stream.pix_fmt = width, height, settings.pix_fmt
+        n = 0
+        for k, frame in frames:
+            frame.pts, frame.time_base = k, Fraction(1, fps)
+            frame.pict_type = av.video.frame.PictureType.NONE
+            for packet in stream.encode(frame):
+                dst.mux(packet)
+            n += 1
+        for packet in stream.encode(None):
+            dst.mux(packet)
+    return n
+
+
+def decode_frames(path: Path, fps: int, episode: int | None = None):
+    """Yield (k, frame) for every frame of the file in presentation order, k = its time * fps rounded."""
+    with _open(path, episode) as src:
+        stream = src.streams.video[0]
+        tb = Fraction(stream.time_base)
+        for packet in _demux_checked(src.demux(stream), path, episode):
+            for frame in _decode_checked(packet, path, episode):
+                if frame.pts is not None:
+                    yield round(frame.pts * tb * fps), frame
+
+
+def keyframe_gap(path: Path) -> int:
+    """The longest run of frames from one keyframe to the next (the whole file when it has one keyframe):
+    from the mp4 sample tables, or by demuxing."""
+    from lerodoc import mp4  # late: mp4 imports this module
+    try:
+        sync = mp4.read_track(path).sync
+    except mp4.Unsupported:
+        with _open(path) as src:
+            sync = [bool(p.is_keyframe) for p in _demux_checked(src.demux(src.streams.video[0]), path, None)
+                    if p.size]
+    keys = [i for i, s in enumerate(sync) if s] + [len(sync)]
+    return max((b - a for a, b in zip(keys, keys[1:])), default=len(sync))
+
+
+def psnr(a, b) -> float:
+    """Peak signal-to-noise ratio (dB) of two uint8 images; inf when equal."""
+    import numpy as np
+    mse = float(np.mean((np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)

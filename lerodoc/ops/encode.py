@@ -1,0 +1,422 @@
+"""Encode image features into video features, or re-encode video features with other settings.
+
+Images: every (camera, episode) is encoded on its own, in parallel, from the PNG/JPEG frames stored in
+the parquet (lerobot's settings by default: AV1, yuv420p, GOP 2, CRF 30). v3.0 episodes of a camera are
+then joined into `videos/<key>/chunk-XXX/file-XXX.mp4` files by stream copy (`rewrite.write_videos`), v2.1
+keeps one file per episode. The data files go through `ops.derive` without their image columns (every
+other column checksummed on both sides); info.json gets lerobot's video metadata. The image stats stay as
+they are: they describe the same frames, in the same (C,1,1) form lerobot gives video stats.
+
+Re-encoding: a video file changes only where a requested setting (codec, GOP measured from the file, CRF
+recorded in info.json, pixel format) differs from what it has; each such file is decoded and encoded
+again in parallel, every frame keeping its time, so the episodes' windows stay valid. Every other file
+is a hard link.
+
+Both check frame counts against the episodes' lengths and report PSNR against the source frames on a
+few frames per file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import av
+import numpy as np
+import pyarrow.parquet as pq
+
+from lerodoc import formats, video
+from lerodoc.dataset import Dataset, VideoSpan
+from lerodoc.errors import LerodocError, VerificationError
+from lerodoc.formats import v21, v30
+from lerodoc.formats.jsonl import write_json
+from lerodoc.ops import rewrite
+from lerodoc.ops.derive import derive
+from lerodoc.ops.features import FeatureEdit
+from lerodoc.parallel import pmap
+from lerodoc.staging import staged_edit
+
+SAMPLES = 3            # frames per file compared with the source for the PSNR report
+IMAGE_CODECS = {b"\x89PNG": "png", b"\xff\xd8\xff": "mjpeg"}
+
+
+@dataclass
+class EncodeReport:
+    dataset: str
+    output: str | None
+    mode: str                                   # "images" (to video) or "reencode"
+    settings: dict = field(default_factory=dict)
+    cameras: list[str] = field(default_factory=list)
+    files: list[dict] = field(default_factory=list)   # {camera, file, frames, changed, why, psnr_db}
+    encoded: int = 0                            # files (re-encode) or episode clips (images) encoded
+    unchanged: int = 0                          # files kept as they were
+    psnr_min_db: float | None = None
+    psnr_mean_db: float | None = None
+    workers: int = 1
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def settings_of(codec: str | None, gop: int | None, crf: int | None, pix_fmt: str | None,
+                preset: str | None = None) -> video.EncodeSettings:
+    """The settings asked for, lerobot's defaults for the rest; a codec this PyAV cannot encode is refused."""
+    base = video.EncodeSettings()
+    settings = video.EncodeSettings(codec=codec or base.codec, gop=gop or base.gop,
+                                    crf=base.crf if crf is None else crf, pix_fmt=pix_fmt or base.pix_fmt,
+                                    preset=preset)
+    check_settings(settings)
+    return settings
+
+
+def check_settings(settings: video.EncodeSettings) -> None:
+    if settings.codec not in video.CODECS:
+        raise LerodocError(f"--codec {settings.codec!r}: expected one of {', '.join(video.CODECS)}")
+    if not video.can_encode(settings.codec):
+        raise LerodocError(f"this PyAV build (av {av.__version__}) has no {settings.encoder} encoder, so it "
+                           f"cannot encode {settings.codec}", field="codec",
+                           hint="choose --codec " + " or ".join(c for c in video.CODECS if video.can_encode(c)))
+    if settings.pix_fmt not in [f.name for f in av.codec.Codec(settings.encoder, "w").video_formats or []]:
+        raise LerodocError(f"--pix-fmt {settings.pix_fmt!r}: {settings.encoder} cannot encode it", field="pix_fmt")
+    if settings.gop < 1 or settings.crf < 0:
+        raise LerodocError("--gop must be 1 or more and --crf 0 or more")
+
+
+def video_info(path: Path, settings: video.EncodeSettings) -> dict:
+    """The `info` block lerobot 0.6.1 writes for a video feature (get_video_info with its encoder config)."""
+    probe = video.probe(path)
+    channels = {"gray": 1, "gray12le": 1, "yuva420p": 4, "rgba": 4}.get(probe.pix_fmt or "", 3)
+    return {"video.height": probe.height, "video.width": probe.width, "video.codec": probe.codec,
+            "video.pix_fmt": probe.pix_fmt, "video.fps": round(probe.fps), "video.channels": channels,
+            "has_audio": False, "video.g": settings.gop, "video.crf": settings.crf,
+            "video.preset": int(settings.preset_used) if (settings.preset_used or "").isdigit()
+            else settings.preset_used, "video.fast_decode": 0, "video.video_backend": "pyav",
+            "video.extra_options": {}, "is_depth_map": False}
+
+
+def sample_positions(n: int) -> list[int]:
+    return sorted({0, n // 2, n - 1} if n > 2 else set(range(n)))[:SAMPLES]
+
+
+def psnr_of(sources: dict[int, np.ndarray], path: Path, fps: int, episode: int | None) -> tuple[list[int], list[float]]:
+    """Every frame's k in the written file, and the PSNR of its frames at the `sources` positions."""
+    ks, scores = [], []
+    for position, (k, frame) in enumerate(video.decode_frames(path, fps, episode)):
+        ks.append(k)
+        if position in sources:
+            scores.append(video.psnr(frame.to_ndarray(format="rgb24"), sources[position]))
+    return ks, scores
+
+
+# ---------------------------------------------------------------- images -> video
+
+@dataclass(frozen=True)
+class ImageJob:
+    key: str
+    data_file: str
+    row: int
+    length: int
+    episode: int
+    out: str
+    fps: int
+    shape: tuple[int, int]        # (height, width) info.json gives the camera
+    settings: video.EncodeSettings
+
+
+def read_column(path: str, start: int, length: int, column: str, episode: int):
+    """Rows [start, start + length) of one column, reading only the row groups that hold them."""
+    try:
+        pf = pq.ParquetFile(path)
+        groups, first, offset = [], None, 0
+        for g in range(pf.metadata.num_row_groups):
+            n = pf.metadata.row_group(g).num_rows
+            if offset + n > start and offset < start + length:
+                groups.append(g)
+                first = offset if first is None else first
+            offset += n
+        table = pf.read_row_groups(groups, columns=[column])
+    except (OSError, ValueError, KeyError) as exc:
+        raise LerodocError(f"cannot read column {column} ({exc})", file=path, episode=episode, field=column) from None
+    values = table.column(column).slice(start - (first or 0), length)
+    if len(values) != length:
+        raise LerodocError(f"holds {len(values)} rows for the episode, expected {length}", file=path,
+                           episode=episode, field=column)
+    return values
+
+
+def decode_image(value, job: ImageJob, i: int) -> av.VideoFrame:
+    """One stored image (datasets' Image struct {bytes, path}) as an RGB frame."""
+    data = value.get("bytes") if isinstance(value, dict) else value
+    codec = next((c for magic, c in IMAGE_CODECS.items() if data and data.startswith(magic)), None)
+    if codec is None:
+        raise LerodocError(f"frame {i} is not a PNG or JPEG image" + ("" if data else " (no bytes: an image "
+                           "stored by path only)"), file=job.data_file, episode=job.episode, field=job.key)
+    try:
+        frames = av.CodecContext.create(codec, "r").decode(av.Packet(data))
+    except video.READ_ERRORS as exc:
+        raise LerodocError(f"frame {i} does not decode ({video.reason(exc)})", file=job.data_file,
+                           episode=job.episode, field=job.key) from None
+    if len(frames) != 1 or (frames[0].height, frames[0].width) != job.shape:
+        got = f"{frames[0].height}x{frames[0].width}" if frames else "nothing"
+        raise LerodocError(f"frame {i} is {got}, info.json says {job.shape[0]}x{job.shape[1]}",
+                           file=job.data_file, episode=job.episode, field=job.key)
+    # a fresh frame: a decoded PNG carries full (JPEG) range, which the encoder's conversion to YUV would
+    # keep, and decoders read as limited range (lerobot's frames from PIL carry none)
+    return av.VideoFrame.from_ndarray(frames[0].to_ndarray(format="rgb24"), format="rgb24")
+
+
+def encode_episode(job: ImageJob) -> dict:
+    """Worker: encode one camera of one episode into its own mp4; check its frames and their times."""
+    column = read_column(job.data_file, job.row, job.length, job.key, job.episode)
+    samples = set(sample_positions(job.length))
+    sources: dict[int, np.ndarray] = {}
+
+    def frames():
+        for i, value in enumerate(column.to_pylist()):
+            frame = decode_image(value, job, i)
+            if i in samples:
+                sources[i] = frame.to_ndarray()
+            yield i, frame
+    Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+    video.encode_frames(frames(), Path(job.out), job.fps, job.settings, job.shape[1], job.shape[0])
+    ks, scores = psnr_of(sources, Path(job.out), job.fps, job.episode)
+    if ks != list(range(job.length)):
+        raise VerificationError(f"encoded clip holds {len(ks)} frames at other times than the episode's "
+                                f"{job.length}", file=job.out, episode=job.episode, field=job.key)
+    return {"camera": job.key, "episode": job.episode, "frames": job.length, "psnr_db": scores}
+
+
+def images_to_video(ds: Dataset, out: Path | None, report: EncodeReport, settings: video.EncodeSettings, *,
+                    in_place: bool, force: bool, workers: int, dry_run: bool, progress) -> None:
+    keys = report.cameras
+    if not keys:
+        raise LerodocError("has no image features to encode" + (" (its cameras are videos already: "
+                           "--reencode re-encodes them)" if ds.info.video_keys else ""),
+                           file=ds.root / formats.INFO_PATH)
+    if ds.version == "v2.0":
+        raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
+                           hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
+    ds.require_complete()
+    report.files = [{"camera": k, "episodes": len(ds.episodes), "frames": ds.total_frames, "changed": True,
+                     "why": "image -> video"} for k in keys]
+    if dry_run:
+        return
+    target = Path(ds.root if in_place else out).absolute()
+    scratch = target.parent / f".{target.name}.lerodoc-encode-{os.getpid()}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        jobs = [ImageJob(k, str(ds.path(ep.data_file)), ep.data_row, ep.length, ep.index,
+                         str(scratch / ("clips" if ds.version == "v3.0" else "") / v21.video_file(ds.info, k, ep.index)),
+                         ds.info.fps, tuple(ds.info.features[k]["shape"][:2]), settings)
+                 for k in keys for ep in ds.episodes]
+        tick = progress("encoding", len(jobs)) if progress else None
+        clips = pmap(encode_episode, jobs, workers=workers, progress=tick)
+        placed = place_clips(ds, jobs, scratch, workers)
+        moved = {}
+        for job, (rel, span) in zip(jobs, placed):
+            moved[str(scratch / rel)] = rel
+            next(ep for ep in ds.episodes if ep.index == job.episode).videos[job.key] = span
+        features = {}
+        for name, spec in ds.info.features.items():
+            if name in keys:
+                first = next(rel for job, (rel, _) in zip(jobs, placed) if job.key == name)
+                spec = {"dtype": "video", "shape": spec["shape"], "names": spec.get("names"),
+                        "info": video_info(scratch / first, settings)}
+            features[name] = spec
+        ds.info.video_path = None   # set by write_meta for the version
+        report.output = str(derive(ds, out, FeatureEdit(drop=tuple(keys), rename=()), features,
+                                   in_place=in_place, force=force, workers=workers, moved=moved))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    report.files = [{"camera": c["camera"], "episode": c["episode"], "frames": c["frames"], "changed": True,
+                     "why": "image -> video", "psnr_db": c["psnr_db"]} for c in clips]
+    report.encoded = len(clips)
+
+
+def place_clips(ds: Dataset, jobs: list[ImageJob], scratch: Path, workers: int) -> list[tuple[str, VideoSpan]]:
+    """Where each job's clip ends up (relative path, span): v2.1 keeps it as it is; v3.0 joins a camera's
+    clips, in episode order, into files of up to video_files_size_in_mb by stream copy."""
+    if ds.version != "v3.0":
+        return [(Path(j.out).relative_to(scratch).as_posix(), VideoSpan(Path(j.out).relative_to(scratch).as_posix(),
+                                                                        0.0, j.length / ds.info.fps)) for j in jobs]
+    by_key: dict[str, list[ImageJob]] = {}
+    for job in jobs:
+        by_key.setdefault(job.key, []).append(job)
+    video_jobs = [(rewrite.VideoJob(key=key, episodes=tuple(j.episode for j in group),
+                                    clips=tuple(video.Clip(Path(j.out)) for j in group),
+                                    sizes=tuple(Path(j.out).stat().st_size for j in group), out_root=str(scratch),
+                                    cap_bytes=ds.info.video_files_size_in_mb * rewrite.MB,
+                                    chunks_size=ds.info.chunks_size), ds.info.fps) for key, group in by_key.items()]
+    spans = {}
+    for (vjob, _), written in zip(video_jobs, pmap(rewrite.write_videos, video_jobs, workers=workers)):
+        for episode, (out_file, w) in zip(vjob.episodes, written):
+            rel = Path(out_file).relative_to(scratch).as_posix()
+            length = next(j.length for j in by_key[vjob.key] if j.episode == episode)
+            if w.frames != length:
+                raise VerificationError(f"holds {w.frames} frames for the episode, expected {length}",
+                                        file=out_file, episode=episode, field=vjob.key)
+            spans[(vjob.key, episode)] = (rel, VideoSpan(rel, w.from_timestamp, w.to_timestamp))
+    shutil.rmtree(scratch / "clips", ignore_errors=True)
+    return [spans[(j.key, j.episode)] for j in jobs]
+
+
+# ---------------------------------------------------------------- re-encoding
+
+@dataclass(frozen=True)
+class FileJob:
+    key: str
+    src: str
+    out: str
+    fps: int
+    frames: int                   # what the episodes put in the file
+    settings: video.EncodeSettings
+
+
+def reencode_file(job: FileJob) -> dict:
+    """Worker: decode a video file and encode it again, each frame at its time; check count, times, PSNR."""
+    samples = set(sample_positions(job.frames))
+    sources: dict[int, np.ndarray] = {}
+    source_ks: list[int] = []
+    probe = video.probe(Path(job.src))
+
+    def frames():
+        for position, (k, frame) in enumerate(video.decode_frames(Path(job.src), job.fps)):
+            if position in samples:
+                sources[position] = frame.to_ndarray(format="rgb24")
+            source_ks.append(k)
+            yield k, frame
+    Path(job.out).parent.mkdir(parents=True, exist_ok=True)
+    video.encode_frames(frames(), Path(job.out), job.fps, job.settings, probe.width, probe.height)
+    ks, scores = psnr_of(sources, Path(job.out), job.fps, None)
+    if len(source_ks) != job.frames:
+        raise LerodocError(f"decodes to {len(source_ks)} frames, but the episodes put {job.frames} in it",
+                           file=job.src, field=job.key)
+    if ks != source_ks:
+        raise VerificationError(f"re-encoded file holds {len(ks)} frames, or frames at other times than the "
+                                f"source's {len(source_ks)}", file=job.out, field=job.key)
+    return {"psnr_db": scores}
+
+
+def current_settings(ds: Dataset, key: str, rel: str) -> dict:
+    path = ds.path(rel)
+    probe = video.probe(path)
+    info = ds.info.features[key].get("info") or {}
+    return {"codec": probe.codec, "pix_fmt": probe.pix_fmt, "gop": video.keyframe_gap(path),
+            "frames": probe.frames, "crf": info.get("video.crf")}
+
+
+def changes(now: dict, settings: video.EncodeSettings, asked: set[str]) -> list[str]:
+    """What differs between a file and the settings asked for (only those given on the command line)."""
+    why = []
+    if "codec" in asked and now["codec"] != settings.codec:
+        why.append(f"codec {now['codec']} -> {settings.codec}")
+    if "pix_fmt" in asked and now["pix_fmt"] != settings.pix_fmt:
+        why.append(f"pix_fmt {now['pix_fmt']} -> {settings.pix_fmt}")
+    if "gop" in asked and now["gop"] != settings.gop and not (now["gop"] == now["frames"] <= settings.gop):
+        why.append(f"keyframe interval {now['gop']} -> {settings.gop}")
+    if "crf" in asked and now["crf"] != settings.crf:
+        why.append(f"crf {now['crf']} -> {settings.crf}")
+    return why
+
+
+def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: dict, *, in_place: bool,
+                    force: bool, workers: int, dry_run: bool, progress) -> None:
+    keys = report.cameras
+    if not keys:
+        raise LerodocError("has no video features to re-encode", file=ds.root / formats.INFO_PATH)
+    ds.require_complete()
+    jobs, plans = [], {}
+    for key in keys:
+        rels = ds.video_files(key)
+        now = {rel: current_settings(ds, key, rel) for rel in rels}
+        first = now[rels[0]]
+        # what is not asked for stays as the camera's first file has it
+        settings = video.EncodeSettings(codec=asked.get("codec") or first["codec"],
+                                        gop=asked.get("gop") or first["gop"],
+                                        crf=asked["crf"] if asked.get("crf") is not None else
+                                        (first["crf"] if isinstance(first["crf"], int) else 30),
+                                        pix_fmt=asked.get("pix_fmt") or first["pix_fmt"],
+                                        preset=asked.get("preset"))
+        check_settings(settings)
+        plans[key] = settings
+        given = {k for k, v in asked.items() if v is not None}
+        for rel in rels:
+            frames = ds.rows_in_file(rel, key)
+            why = changes(now[rel], settings, given)
+            report.files.append({"camera": key, "file": rel, "frames": frames, "changed": bool(why),
+                                 "why": "; ".join(why) or "already as asked"})
+            if why:
+                jobs.append((rel, FileJob(key, str(ds.path(rel)), "", ds.info.fps, frames, settings)))
+    report.settings = {k: asdict(s) for k, s in plans.items()}
+    report.encoded, report.unchanged = len(jobs), len(report.files) - len(jobs)
+    if dry_run or not jobs:
+        if not jobs and not dry_run:
+            raise LerodocError("nothing to re-encode: every file already has the settings asked for",
+                               file=ds.root / formats.INFO_PATH)
+        return
+    if not in_place and out is None:
+        raise LerodocError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
+                           file=ds.root / formats.INFO_PATH)
+    changed = {rel for rel, _ in jobs}
+    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=changed | {formats.INFO_PATH}) as tmp:
+        work = [replace(job, out=str(tmp / rel)) for rel, job in jobs]
+        tick = progress("encoding", len(work)) if progress else None
+        results = pmap(reencode_file, work, workers=workers, progress=tick)
+        raw = formats.read_json(ds.root / formats.INFO_PATH)
+        for key, settings in plans.items():
+            if any(job.key == key for job in work):
+                first = next(job.out for job in work if job.key == key)
+                raw["features"][key]["info"] = {**(raw["features"][key].get("info") or {}),
+                                                **video_info(Path(first), settings)}
+        write_json(tmp / formats.INFO_PATH, raw)
+    by_file = dict(zip([rel for rel, _ in jobs], results))
+    for entry in report.files:
+        if entry["file"] in by_file:
+            entry["psnr_db"] = by_file[entry["file"]]["psnr_db"]
+    report.output = str(Path(ds.root if in_place else out).absolute())
+
+
+# ---------------------------------------------------------------- the command
+
+def encode(src: Path, out: Path | None = None, *, reencode: bool = False, codec: str | None = None,
+           gop: int | None = None, crf: int | None = None, pix_fmt: str | None = None, preset: str | None = None,
+           cameras: list[str] = (), in_place: bool = False, dry_run: bool = False, workers: int = 1,
+           force: bool = False, progress: rewrite.Progress | None = None) -> EncodeReport:
+    """Turn `src`'s image features into video features (or, with `reencode`, re-encode its videos) into `out`
+    or in place."""
+    started = time.perf_counter()
+    ds = Dataset.open(src)
+    if not dry_run and in_place == (out is not None):
+        raise LerodocError("give either -o OUTPUT or --in-place (or --dry-run to only see the plan)")
+    report = EncodeReport(dataset=str(ds.root), output=None, mode="reencode" if reencode else "images",
+                          workers=workers)
+    kind = "video" if reencode else "image"
+    available = ds.info.video_keys if reencode else ds.info.image_keys
+    for key in cameras:
+        if key not in available:
+            raise LerodocError(f"--cameras {key!r}: no {kind} feature of that name ({kind} features: "
+                               f"{', '.join(available) or 'none'})", file=ds.root / formats.INFO_PATH, field=key)
+    report.cameras = list(cameras) or list(available)
+    if reencode:
+        if codec is not None:
+            check_settings(replace(video.EncodeSettings(), codec=codec))
+        asked = {"codec": codec, "gop": gop, "crf": crf, "pix_fmt": pix_fmt, "preset": preset}
+        if all(v is None for k, v in asked.items() if k != "preset"):
+            raise LerodocError("nothing to change: give --codec, --gop, --crf or --pix-fmt")
+        reencode_videos(ds, out, report, asked, in_place=in_place, force=force, workers=workers, dry_run=dry_run,
+                        progress=progress)
+    else:
+        settings = settings_of(codec, gop, crf, pix_fmt, preset)
+        report.settings = asdict(settings)
+        images_to_video(ds, out, report, settings, in_place=in_place, force=force, workers=workers,
+                        dry_run=dry_run, progress=progress)
+    scores = [s for f in report.files for s in f.get("psnr_db", []) if math.isfinite(s)]
+    if scores:
+        report.psnr_min_db, report.psnr_mean_db = round(min(scores), 2), round(float(np.mean(scores)), 2)
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
