@@ -42,9 +42,11 @@ def encode(
 ) -> None:
     """Encode image features (frames stored in the parquet) as video features, or --reencode videos.
 
-    Example: lerodoc encode DATASET -o OUT, or lerodoc encode DATASET -o OUT --reencode --gop 10 --crf 23.
-    Camera episodes are encoded in parallel; frame counts and times are checked, and the report gives the
-    PSNR of a few frames per file against the source. Only files whose settings change are re-encoded.
+    Camera episodes (or, re-encoding, video files) are encoded in parallel; frame counts and times are
+    checked, and the report gives the PSNR of a few frames per file against the source. Only files whose
+    settings change are re-encoded; the others are kept byte for byte.
+
+    Example: lerodoc encode DATASET -o OUT --reencode --gop 10 --crf 23
     """
     from lerodoc.ops.encode import encode as run
     with render.progress(not json and not dry_run) as track:
