@@ -18,6 +18,7 @@ from lerodoc import __version__, render
 from lerodoc.commands import (convert, delete, download, encode, features, flatten, info, merge, push, quantiles,
                               repair, select, split, tasks, train, validate)
 from lerodoc.commands import export
+from lerodoc.commands import report
 from lerodoc.errors import ExitCode, LerodocError
 
 app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=False,
@@ -37,6 +38,7 @@ app.command(rich_help_panel="Edit")(select.select)
 app.command(rich_help_panel="Stats")(quantiles.quantiles)
 app.command(rich_help_panel="Check")(validate.validate)
 app.command(rich_help_panel="Check")(repair.repair)
+app.command(rich_help_panel="Check")(report.report)
 app.add_typer(train.app, rich_help_panel="Train")
 app.add_typer(export.app, rich_help_panel="Train")
 app.add_typer(download.app, name="download", rich_help_panel="Hub")

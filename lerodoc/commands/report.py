@@ -1,0 +1,56 @@
+"""`lerodoc report`: a dataset you can look at, as one HTML file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lerodoc import render
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, JsonOpt, WorkersOpt
+
+
+def report(
+    dataset: DatasetArg,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write (replaced if it exists).",
+                                         rich_help_panel="Output")] = Path("report.html"),
+    videos: Annotated[bool, typer.Option("--videos", help="Check the video containers and decode the first, middle "
+                                         "and last frame of each sampled episode per camera.")] = False,
+    episodes: Annotated[int, typer.Option("--episodes", "-n", min=1, help="Episodes to sample for time series "
+                                          "and frames (spread evenly, first and last included).")] = 3,
+    tolerance_s: Annotated[float, typer.Option(help="Timestamp tolerance, as lerobot's tolerance_s: a frame "
+                                               "caption turns red beyond it.")] = 1e-4,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    json: JsonOpt = False,
+) -> None:
+    """Write one self-contained HTML report (images embedded, no script, no network) of DATASET.
+
+    Summary: version, fps, episodes, frames, duration, size, cameras (codec, size, GOP), tasks, and the
+    verdict of `lerodoc validate` (with --videos, its video checks too) grouped by family, each finding
+    with its code, location and fix. Channels: every state/action channel with min, q01, q50, q99, max and
+    std, flagged near-constant, extreme or NaN, with a histogram per channel (flagged ones in red) and a
+    `lerodoc select` command that keeps the trainable channels. Episodes: the distribution of lengths,
+    state and action against time for --episodes sampled episodes, and with --videos their first, middle
+    and last frame per camera, captioned with the row's timestamp and the decoded frame's PTS (red when
+    they disagree). Tasks: episodes per task and every per-frame task change inside an episode.
+
+    Only the columns and frames shown are read. Exit 0 when the report is written (whatever it finds),
+    3 when the dataset cannot be read.
+
+    Example: lerodoc report ./my_dataset -o report.html --videos --episodes 4
+    """
+    from lerodoc.report import build
+    with render.progress(not json) as track:
+        result = build(dataset, output, videos=videos, episodes=episodes, workers=workers, tolerance_s=tolerance_s,
+                       progress=track)
+    if json:
+        render.print_json(result.to_json())
+        return
+    flagged = sum(bool(r["flags"]) for r in result.channels)
+    late = sum(t["mismatch"] for t in result.thumbnails)
+    render.out.print(f"{result.validate['errors']} errors, {result.validate['warnings']} warnings; "
+                     f"{flagged} of {len(result.channels)} channels flagged"
+                     + (f"; {late} of {len(result.thumbnails)} frames off their row's time" if result.thumbnails else "")
+                     + f" ({result.seconds:.2f} s)")
+    render.out.print(f"report written to {result.output}")

@@ -1,0 +1,227 @@
+"""`lerodoc report`: one self-contained HTML page that shows a dataset (summary and validate verdict, channels,
+episodes with frames, tasks), and the same facts as JSON.
+
+`build` gathers (lerodoc.report.data), draws (lerodoc.report.plots, matplotlib) and writes the page
+(lerodoc.report.page). Findings come from `lerodoc validate`, stats and flags from `lerodoc quantiles`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from lerodoc import __version__
+from lerodoc.dataset import Dataset
+from lerodoc.ops.validate import catalogue, validate
+from lerodoc.report import data, page
+
+Progress = Callable[[str, int], Callable[[int], None]]
+
+
+@dataclass
+class Report:
+    dataset: str
+    output: str
+    summary: dict
+    validate: dict
+    channels: list[dict]
+    select: str | None
+    episodes: dict
+    thumbnails: list[dict] = field(default_factory=list)
+    tasks: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def build(root: Path, out: Path, *, videos: bool = False, episodes: int = 3, workers: int = 1,
+          tolerance_s: float = 1e-4, progress: Progress | None = None) -> Report:
+    """Write the report of the dataset at `root` to `out`; decode frames only with `videos`."""
+    started = time.perf_counter()
+    ds = Dataset.open(root)
+    ds.require_columns()
+    verdict = validate(ds.root, videos=videos, tolerance_s=tolerance_s)
+    sampled = data.sample_episodes(ds, episodes)
+    features = data.channel_features(ds)
+    columns = data.read_columns(ds, features, sampled, workers=workers)
+    channels = data.channel_rows(ds, columns.values)
+    thumbs = data.thumbnail_plan(ds, sampled, columns.timestamps)
+    if videos and thumbs:
+        tick = progress("frames", len(thumbs)) if progress else None
+        data.decode_thumbnails(ds, thumbs, tolerance_s, workers=max(workers, 2), tick=tick)
+    from lerodoc.report import plots   # matplotlib loads only once the data is known to be readable
+    summary = _summary(ds)
+    counts = [sum(task in ep.tasks for ep in ds.episodes) for task in ds.tasks]
+    changes = data.task_changes(ds, columns.task_index)
+    report = Report(
+        dataset=str(ds.root), output=str(Path(out).absolute()), summary=summary, validate=verdict.to_json(),
+        channels=channels, select=data.select_command(ds, channels),
+        episodes={"lengths": [ep.length for ep in ds.episodes], "sampled": [ep.index for ep in sampled]},
+        thumbnails=[t.to_json(tolerance_s) for t in thumbs if videos],
+        tasks={"episodes_per_task": dict(zip(ds.tasks, counts)), "changes": changes,
+               "episodes_with_changes": len({c["episode"] for c in changes})})
+    sections = [
+        ("summary", "Summary", _summary_html(summary, verdict.to_json(), videos)),
+        ("channels", "Channels", _channels_html(features, columns.values, channels, report.select, plots)),
+        ("episodes", "Episodes", _episodes_html(ds, sampled, columns, channels, thumbs, videos, tolerance_s, plots)),
+        ("tasks", "Tasks", _tasks_html(ds, counts, changes, plots)),
+    ]
+    subtitle = (f"{escape(str(ds.root))} &middot; lerodoc {__version__} &middot; "
+                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(page.document(f"{ds.root.name}: lerodoc report", sections, subtitle), encoding="utf-8")
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
+
+
+def _summary(ds: Dataset) -> dict:
+    frames = ds.total_frames
+    return {"version": ds.version, "robot_type": ds.info.robot_type, "fps": ds.info.fps,
+            "episodes": len(ds.episodes), "frames": frames, "duration_s": round(frames / ds.info.fps, 3),
+            "size_bytes": data.dataset_size(ds.root), "tasks": len(ds.tasks), "cameras": data.cameras(ds)}
+
+
+def _summary_html(summary: dict, verdict: dict, videos: bool) -> str:
+    facts = [["version", summary["version"]], ["robot type", summary["robot_type"]], ["fps", summary["fps"]],
+             ["episodes", summary["episodes"]], ["frames", summary["frames"]],
+             ["duration", f"{summary['duration_s'] / 60:.1f} min ({summary['duration_s']:.1f} s)"],
+             ["size on disk", f"{summary['size_bytes'] / 1e6:,.1f} MB"], ["tasks", summary["tasks"]]]
+    html = page.table(["", ""], [[escape(k), page.number(v)] for k, v in facts])
+    if summary["cameras"]:
+        html += "<h3>Cameras</h3>" + page.table(
+            ["camera", "files", "codec", "size", "pixel format", "fps", "GOP (frames)"],
+            [[escape(c["camera"]), c["files"], page.number(c["codec"]),
+              f"{c['width']}x{c['height']}" if c["width"] else escape(c["error"] or ""), page.number(c["pix_fmt"]),
+              page.number(c["fps"]), page.number(c["gop"])] for c in summary["cameras"]])
+    errors, warnings = verdict["errors"], verdict["warnings"]
+    kind = "bad" if errors else "warn" if warnings else "ok"
+    html += (f'<h3>Validate{" --videos" if videos else ""}</h3><div class="verdict {kind}">{errors} errors, '
+             f"{warnings} warnings</div>")
+    if not videos:
+        html += "<p class=note>Video containers were not checked; pass --videos to check them and show frames.</p>"
+    families = {row["code"]: row["family"] for row in catalogue()}
+    by_family: dict[str, list[dict]] = {}
+    for f in verdict["findings"]:
+        by_family.setdefault(families.get(f["code"], "other"), []).append(f)
+    for family, findings in by_family.items():
+        rows = [[escape(f["code"]), escape(f["severity"]), escape(_where(f)), escape(f["message"]),
+                 escape((f["hint"] or "") + (" (lerodoc repair fixes it)" if f["fixable"] else ""))] for f in findings]
+        html += f"<h3>{escape(family)} ({len(findings)})</h3>" + page.table(
+            ["code", "severity", "where", "what", "fix"], rows, [f'class="{f["severity"]}"' for f in findings])
+    return html
+
+
+def _where(finding: dict) -> str:
+    parts = [finding["file"], None if finding["episode"] is None else f"episode {finding['episode']}",
+             finding["feature"], None if finding["channel"] is None else f"channel {finding['channel']}"]
+    return ", ".join(p for p in parts if p)
+
+
+def _channels_html(features: list[str], values: dict[str, np.ndarray], rows: list[dict], select: str | None,
+                   plots) -> str:
+    if not features:
+        return "<p class=note>No numeric state or action feature.</p>"
+    flagged = [r for r in rows if r["flags"]]
+    html = (f"<p>{len(rows)} channels in {len(features)} features; {len(flagged)} flagged: <b>near-constant</b> "
+            "(q99 - q01 &lt; 1e-6), <b>extreme</b> (quantile-normalised min or max beyond &plusmn;10), <b>NaN</b> "
+            "(non-finite values; stats over the finite ones). Stats are exact, over every frame.</p>")
+    if select:
+        html += f"<p>Keep the trainable channels:</p><pre>{escape(select)}</pre>"
+    elif features:
+        html += "<p>No state or action channel is flagged: nothing to drop with <code>lerodoc select</code>.</p>"
+    headers = ["feature", "ch", "name", "min", "q01", "q50", "q99", "max", "std", "flags"]
+
+    def channel_table(chosen: list[dict]) -> str:
+        return page.table(
+            headers,
+            [[escape(r["feature"]), r["channel"], escape(r["name"] or ""),
+              *(page.number(r[k]) for k in ("min", "q01", "q50", "q99", "max", "std")),
+              escape(", ".join(r["flags"]) + (f" ({r['nan']} values)" if r["nan"] else ""))] for r in chosen],
+            [(f'class="flagged" data-feature="{escape(r["feature"])}" data-channel="{r["channel"]}" '
+              f'data-flags="{escape(",".join(r["flags"]))}"') if r["flags"] else "" for r in chosen],
+            numeric={1, 3, 4, 5, 6, 7, 8})
+    if flagged:
+        html += "<h3>Flagged channels</h3>" + channel_table(flagged)
+    for name in features:
+        mine = [r for r in rows if r["feature"] == name]
+        html += page.image(plots.channel_histograms(name, values[name], mine), alt=f"{name} histograms")
+    html += f"<details><summary>All {len(rows)} channels</summary>{channel_table(rows)}</details>"
+    return html
+
+
+def _episodes_html(ds: Dataset, sampled, columns, rows: list[dict], thumbs, videos: bool, tolerance_s: float,
+                   plots) -> str:
+    html = page.image(plots.episode_lengths([ep.length for ep in ds.episodes], ds.info.fps), alt="episode lengths")
+    flagged: dict[str, set[int]] = {}
+    names: dict[str, list] = {}
+    for r in rows:
+        names.setdefault(r["feature"], []).append(r["name"])
+        if r["flags"]:
+            flagged.setdefault(r["feature"], set()).add(r["channel"])
+    starts = np.cumsum([0] + [ep.length for ep in ds.episodes])
+    position = {ep.index: i for i, ep in enumerate(ds.episodes)}
+    html += f"<h3>State and action of {len(sampled)} sampled episodes</h3>"
+    for ep in sampled:
+        lo = starts[position[ep.index]]
+        series = {name: values[lo:lo + ep.length] for name, values in columns.values.items()}
+        if series:
+            html += page.image(plots.time_series(ep.index, columns.timestamps[ep.index], series, flagged, names),
+                               alt=f"episode {ep.index} time series")
+    if not ds.info.video_keys:
+        return html
+    html += "<h3>Frames</h3>"
+    if not videos:
+        return html + "<p class=note>Frames are decoded only with --videos.</p>"
+    html += (f"<p class=note>First, middle and last row of each sampled episode. Caption: the row's timestamp "
+             f"and the presentation time (PTS) of the frame decoded for it, both from the start of the episode's "
+             f"video window; red where they differ by more than {tolerance_s:g} s (lerobot's tolerance).</p>")
+    for camera in ds.info.video_keys:
+        mine = [t for t in thumbs if t.camera == camera]
+        html += f"<h3>{escape(camera)}</h3>"
+        by_episode: dict[int, list] = {}
+        for t in mine:
+            by_episode.setdefault(t.episode, []).append(t)
+        html += page.table(["episode", "first", "middle", "last"],
+                           [[str(e), *(_thumb(t, tolerance_s) for t in ts)] for e, ts in by_episode.items()])
+    return html
+
+
+def _thumb(t: data.Thumb, tolerance_s: float) -> str:
+    bad = t.mismatch(tolerance_s)
+    if t.error:
+        caption = f"row {t.row} &middot; t {t.row_timestamp:.3f} s &middot; {escape(t.error)}"
+    else:
+        caption = (f"row {t.row} &middot; t {t.row_timestamp:.3f} s &middot; PTS {t.pts:.3f} s"
+                   + (f" &middot; &Delta; {1000 * t.delta():+.1f} ms" if bad else ""))
+    img = page.image(t.jpeg, "image/jpeg", alt=f"{t.camera} episode {t.episode} row {t.row}", cls="thumb") \
+        if t.jpeg else ""
+    attrs = (f'class="{"mismatch" if bad else "aligned"}" data-row-ts="{t.row_timestamp:.6f}" '
+             f'data-pts="{"" if t.pts is None else f"{t.pts:.6f}"}"')
+    return f"<figure>{img}<figcaption {attrs}>{caption}</figcaption></figure>"
+
+
+def _tasks_html(ds: Dataset, counts: list[int], changes: list[dict], plots) -> str:
+    if not ds.tasks:
+        return "<p class=note>No tasks listed.</p>"
+    html = page.table(["task_index", "task", "episodes"],
+                      [[str(i), escape(t), str(c)] for i, (t, c) in enumerate(zip(ds.tasks, counts))], numeric={2})
+    if len(ds.tasks) > 1:
+        html += page.image(plots.task_counts(ds.tasks, counts), alt="episodes per task")
+    episodes = len({c["episode"] for c in changes})
+    html += (f"<h3>Task changes within episodes</h3><p>{len(changes)} per-frame task changes in {episodes} "
+             f"episodes.</p>")
+    if changes:
+        def name(i: int) -> str:
+            return escape(ds.tasks[i]) if 0 <= i < len(ds.tasks) else f"(no task {i})"
+        shown = changes[:200]
+        html += page.table(["episode", "frame", "from", "to"],
+                           [[str(c["episode"]), str(c["frame"]), name(c["from"]), name(c["to"])] for c in shown])
+        if len(changes) > len(shown):
+            html += f"<p class=note>... and {len(changes) - len(shown)} more (see --json).</p>"
+    return html

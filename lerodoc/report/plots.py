@@ -1,0 +1,140 @@
+"""The report's figures, drawn with matplotlib's object API on the Agg canvas (no pyplot state, no display)."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+FLAG_FACE = "#fde2e1"
+FLAG_EDGE = "#c0392b"
+BAR = "#4c72b0"
+COLUMNS = 8          # small multiples per row
+DPI = 80
+
+
+def png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()
+
+
+def channel_histograms(feature: str, values: np.ndarray, rows: list[dict], bins: int = 40) -> bytes:
+    """One small histogram per channel of `feature` ((frames, channels) values), flagged channels on red."""
+    channels = values.shape[1]
+    ncols = min(COLUMNS, channels)
+    nrows = -(-channels // ncols)
+    fig = Figure(figsize=(1.9 * ncols, 1.45 * nrows + 0.4), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    fig.suptitle(f"{feature}: distribution of each channel over all frames (red: flagged)", fontsize=10)
+    for c, ax in enumerate(axes):
+        if c >= channels:
+            ax.set_axis_off()
+            continue
+        row = rows[c]
+        column = values[:, c]
+        column = column[np.isfinite(column)]
+        flagged = bool(row["flags"])
+        if len(column):
+            lo, hi = float(column.min()), float(column.max())
+            counts, edges = np.histogram(column, bins=bins, range=(lo, hi) if hi > lo else (lo - 0.5, hi + 0.5))
+            ax.stairs(counts, edges, fill=True, color=FLAG_EDGE if flagged else BAR)
+        label = f"{c}: {row['name']}" if row["name"] else f"channel {c}"
+        ax.set_title(label[:24] + ("\n" + ", ".join(row["flags"]) if flagged else ""), fontsize=7,
+                     color=FLAG_EDGE if flagged else "black")
+        ax.tick_params(labelsize=6, length=2)
+        ax.set_yticks([])
+        ax.xaxis.get_offset_text().set_fontsize(6)
+        if flagged:
+            ax.set_facecolor(FLAG_FACE)
+            for spine in ax.spines.values():
+                spine.set_color(FLAG_EDGE)
+                spine.set_linewidth(1.5)
+    return png(fig)
+
+
+def episode_lengths(lengths: list[int], fps: int) -> bytes:
+    fig = Figure(figsize=(7, 2.6), layout="constrained")
+    ax = fig.subplots()
+    ax.hist(lengths, bins=min(50, max(1, len(set(lengths)))), color=BAR)
+    ax.set_xlabel(f"episode length (frames at {fps} fps)")
+    ax.set_ylabel("episodes")
+    ax.set_title(f"{len(lengths)} episodes: min {min(lengths)}, median {int(np.median(lengths))}, max {max(lengths)}",
+                 fontsize=10)
+    seconds = ax.secondary_xaxis("top", functions=(lambda f: f / fps, lambda s: s * fps))
+    seconds.set_xlabel("seconds", fontsize=8)
+    return png(fig)
+
+
+def time_series(episode: int, times: np.ndarray, series: dict[str, np.ndarray], flagged: dict[str, set[int]],
+                names: dict[str, list[str | None]]) -> bytes:
+    """State and action channels of one episode against the row timestamps, one panel per feature, one shared
+    time axis; flagged channels drawn thick and red."""
+    fig = Figure(figsize=(7, 1.9 * len(series) + 0.5), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(len(series), 1, sharex=True, squeeze=False)).ravel()
+    fig.suptitle(f"episode {episode}", fontsize=10)
+    for ax, (feature, values) in zip(axes, series.items()):
+        bad = flagged.get(feature, set())
+        for c in range(values.shape[1]):
+            if c in bad:
+                ax.plot(times, values[:, c], color=FLAG_EDGE, linewidth=1.6, zorder=3,
+                        label=f"{c}: {names[feature][c] or ''} (flagged)")
+            else:
+                ax.plot(times, values[:, c], linewidth=0.8, alpha=0.8)
+        ax.set_ylabel(feature, fontsize=8)
+        ax.tick_params(labelsize=7)
+        if bad:
+            ax.legend(fontsize=6, loc="upper right")
+    axes[-1].set_xlabel("timestamp (s)")
+    return png(fig)
+
+
+def task_counts(tasks: list[str], counts: list[int], top: int = 30) -> bytes:
+    order = np.argsort(counts)[::-1][:top]
+    labels = [tasks[i] if len(tasks[i]) <= 60 else tasks[i][:57] + "..." for i in order]
+    fig = Figure(figsize=(7, 0.28 * len(order) + 0.9), layout="constrained")
+    ax = fig.subplots()
+    ax.barh(range(len(order)), [counts[i] for i in order], color=BAR)
+    ax.set_yticks(range(len(order)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("episodes")
+    return png(fig)
+
+
+def training_curves(rows: list[dict]) -> Figure:
+    """Loss (per step and smoothed, log scale), learning rate, gradient norm and samples/s against step."""
+    steps = np.array([r["step"] for r in rows], float)
+
+    def column(key: str) -> np.ndarray:
+        return np.array([r.get(key, np.nan) if r.get(key) is not None else np.nan for r in rows], float)
+
+    fig = Figure(figsize=(10, 6.5), layout="constrained")
+    (loss_ax, lr_ax), (norm_ax, speed_ax) = fig.subplots(2, 2, sharex=True)
+    loss = column("loss")
+    loss_ax.plot(steps, loss, color="#9ab8e0", linewidth=0.8, label="per step")
+    window = max(1, min(50, len(rows) // 10))
+    if len(rows) >= window:
+        smooth = np.convolve(loss, np.ones(window) / window, mode="valid")
+        loss_ax.plot(steps[window - 1:], smooth, color="#1f4e9c", linewidth=1.6, label=f"mean of {window} steps")
+    if np.nanmin(loss, initial=np.inf) > 0:
+        loss_ax.set_yscale("log")
+    loss_ax.set_ylabel("loss")
+    loss_ax.legend(fontsize=8)
+    lr_ax.plot(steps, column("lr"), color="#2a9d8f")
+    lr_ax.set_ylabel("learning rate")
+    norm_ax.plot(steps, column("grad_norm"), color="#e76f51", linewidth=0.8)
+    norm_ax.set_ylabel("gradient norm (before clipping)")
+    speed = column("samples_per_s")     # written once per logging window, on its last step
+    held = np.isfinite(speed)
+    speed_ax.plot(steps[held], speed[held], ".-", color="#6a4c93", markersize=4)
+    speed_ax.set_ylabel("samples / s")
+    for ax in (norm_ax, speed_ax):
+        ax.set_xlabel("step")
+    for ax in (loss_ax, lr_ax, norm_ax, speed_ax):
+        ax.grid(alpha=0.3)
+    fig.suptitle("training", fontsize=11)
+    return fig
