@@ -29,6 +29,19 @@ DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan and w
                                          rich_help_panel="Output")]
 
 
+class EngineName(str, Enum):
+    pool = "pool"
+    ray = "ray"
+
+
+EngineOpt = Annotated[EngineName, typer.Option("--engine", help="Where the work units run: this machine's processes "
+                                               "(pool) or a Ray cluster (ray; pip install 'lerodoc\\[scale]'; see "
+                                               "docs/scale.md).", rich_help_panel="Performance")]
+RayAddressOpt = Annotated[Optional[str], typer.Option("--ray-address", metavar="ADDR", help="With --engine ray: the "
+                                                      "cluster to join (host:6379, ray://host:10001) \\[default: "
+                                                      "RAY_ADDRESS, else a local one].", rich_help_panel="Performance")]
+
+
 class Target(str, Enum):
     v21 = "v2.1"
     v30 = "v3.0"

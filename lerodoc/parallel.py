@@ -15,9 +15,13 @@ def default_workers() -> int:
 
 
 def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
-         progress: Callable[[int], None] | None = None) -> list[R]:
-    """[fn(item) for item in items], across `workers` processes; the first error stops the rest."""
+         progress: Callable[[int], None] | None = None, engine=None) -> list[R]:
+    """[fn(item) for item in items], across `workers` processes; the first error stops the rest.
+
+    `engine` (a `lerodoc.engine.RayEngine`) runs the same units on a cluster instead."""
     items = list(items)
+    if engine is not None:
+        return engine.map(fn, items, progress)
     if workers <= 1 or len(items) <= 1:
         results = []
         for item in items:

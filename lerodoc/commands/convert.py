@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, OutputOpt, Target, WorkersOpt
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, EngineName, EngineOpt, ForceOpt, JsonOpt, OutputOpt,
+                             RayAddressOpt, Target, WorkersOpt)
 
 
 def convert(
@@ -16,6 +17,8 @@ def convert(
     to: Annotated[Target | None, typer.Option("--to", help="Version to write [default: v3.0 for v2.x "
                                                          "input, v2.1 for v3.0 input].")] = None,
     workers: WorkersOpt = DEFAULT_WORKERS,
+    engine: EngineOpt = EngineName.pool,
+    ray_address: RayAddressOpt = None,
     data_file_size_mb: Annotated[float, typer.Option(help="v3.0: start a new data file past this size.",
                                                    rich_help_panel="Output")] = 0,
     video_file_size_mb: Annotated[float, typer.Option(help="v3.0: start a new video file past this size.",
@@ -32,10 +35,12 @@ def convert(
     Example: lerodoc convert data/pusht_v21 -o data/pusht_v30 --to v3.0
     """
     with render.progress(not json) as track:
+        from lerodoc.engine import make as make_engine
         from lerodoc.ops.convert import convert as convert_dataset
         report = convert_dataset(dataset, output, to=to.value if to else None, workers=workers, force=force,
                                  data_file_size_mb=data_file_size_mb or None,
-                                 video_file_size_mb=video_file_size_mb or None, progress=track)
+                                 video_file_size_mb=video_file_size_mb or None, progress=track,
+                                 engine=make_engine(engine.value, ray_address))
     if json:
         render.print_json(report.to_json())
         return

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import DEFAULT_WORKERS, ForceOpt, JsonOpt, OutputOpt, Target, WorkersOpt
+from lerodoc.options import (DEFAULT_WORKERS, EngineName, EngineOpt, ForceOpt, JsonOpt, OutputOpt, RayAddressOpt,
+                             Target, WorkersOpt)
 
 SourcesArg = Annotated[list[Path], typer.Argument(help="Datasets to merge, in order (called A, B, C, ...).",
                                                   exists=True, file_okay=False, dir_okay=True)]
@@ -24,6 +25,8 @@ def merge(
                                                      "other sources are kept whole. Repeatable.")] = [],
     to: Annotated[Target, typer.Option("--to", help="Version to write.")] = Target.v30,
     workers: WorkersOpt = DEFAULT_WORKERS,
+    engine: EngineOpt = EngineName.pool,
+    ray_address: RayAddressOpt = None,
     force: ForceOpt = False,
     json: JsonOpt = False,
 ) -> None:
@@ -37,9 +40,11 @@ def merge(
     Example: lerodoc merge data/day1 data/day2 -o data/both --exclude data/day2:4
     """
     with render.progress(not json) as track:
+        from lerodoc.engine import make as make_engine
         from lerodoc.ops.merge import merge as merge_datasets
         report = merge_datasets(sources, output, exclude=exclude, episodes=episodes, to=to.value,
-                                workers=workers, force=force, progress=track)
+                                workers=workers, force=force, progress=track,
+                                engine=make_engine(engine.value, ray_address))
     if json:
         render.print_json(report.to_json())
         return

@@ -44,8 +44,9 @@ class ConvertReport:
 
 def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, force: bool = False,
             data_file_size_mb: float | None = None, video_file_size_mb: float | None = None,
-            progress: rewrite.Progress | None = None) -> ConvertReport:
-    """Convert the dataset at `src` to version `to` (v3.0, or v2.1 for a v3.0 input) into `out`."""
+            progress: rewrite.Progress | None = None, engine=None) -> ConvertReport:
+    """Convert the dataset at `src` to version `to` (v3.0, or v2.1 for a v3.0 input) into `out`; `engine`
+    (`lerodoc.engine`) runs the file jobs on a cluster."""
     started = time.perf_counter()
     ds = Dataset.open(src)
     ds.require_complete()
@@ -65,7 +66,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
     schema, report.normalised_columns = rewrite.target_schema(ds)
     with staged_output(out, force=force) as tmp:
         result = rewrite.write(picks, ds.info, ds.tasks, to, tmp, schema, caps_mb=caps,
-                               workers=workers, progress=progress)
+                               workers=workers, progress=progress, engine=engine)
         episodes = result.episodes
         stats = merge_dataset_stats(aggregate([ep.stats for ep in episodes]), ds.stats) if to == "v3.0" else None
         formats.module(to).write_meta(tmp, ds.info, episodes, ds.tasks, stats)

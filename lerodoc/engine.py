@@ -1,0 +1,118 @@
+"""Where a command's units run: worker processes on this machine (the default) or a Ray cluster.
+
+A unit is what the process pool already runs, so both engines call the same function on the same
+arguments and return the results in unit order: outputs are the same bit for bit. The units are
+
+- convert and merge (`ops.rewrite.write`): one output data file (-> v3.0) or one source data file
+  (-> v2.1), and one camera's clips (-> v3.0) or 16 episodes' clips (-> v2.1);
+- quantiles: one data file's episodes (per-episode stats), then one tally pass of the dataset's radix
+  selection over a run of data files (`lerodoc.quantiles.Selection`: counts travel, rows do not);
+- validate: one data file's bookkeeping columns and one data file's per-episode stats.
+
+Ray is imported only when chosen (`pip install 'lerodoc[scale]'`). Every path a unit reads or writes must
+be visible under the same name on every node (shared storage); see docs/scale.md.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Callable, Iterable, TypeVar
+
+from lerodoc.errors import LerodocError
+
+T = TypeVar("T")
+R = TypeVar("R")
+ENGINES = ("pool", "ray")
+RETRIES = 3          # a unit whose worker process dies is run again, up to this many times
+
+
+class RayEngine:
+    """Runs units as Ray tasks on the cluster at `address` (None: RAY_ADDRESS, else a local one on this
+    machine); a task whose worker dies is retried up to `retries` times, the first error stops the rest."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, retries: int = RETRIES):
+        self.address, self.retries = address, retries
+        self._ray = None
+
+    def start(self):
+        """Import Ray and join (or start) the cluster, once."""
+        if self._ray is not None:
+            return self._ray
+        try:
+            import ray
+        except ImportError:
+            raise LerodocError("--engine ray needs Ray, which is not installed",
+                               hint="pip install 'lerodoc[scale]' (or pip install ray)") from None
+        if not ray.is_initialized():
+            try:
+                ray.init(address=self.address, include_dashboard=False, logging_level="ERROR",
+                         log_to_driver=False, configure_logging=True)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                where = self.address or os.environ.get("RAY_ADDRESS") or "a local cluster"
+                raise LerodocError(f"cannot join the Ray cluster at {where}: {str(exc).splitlines()[0]}",
+                                   hint="check --ray-address (host:6379 of `ray start --head`, or "
+                                        "ray://host:10001)") from None
+        self._ray = ray
+        return ray
+
+    @property
+    def cpus(self) -> int:
+        """CPUs of the whole cluster (how many units run at once)."""
+        return max(1, int(self.start().cluster_resources().get("CPU", 1)))
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T], progress: Callable[[int], None] | None = None) -> list[R]:
+        """[fn(item) for item in items] as Ray tasks, in order."""
+        ray = self.start()
+        from ray.exceptions import RayError, RayTaskError
+        remote = ray.remote(max_retries=self.retries, num_cpus=1)(_call)
+        fn_ref = ray.put(fn)
+        refs = [remote.remote(fn_ref, pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)) for item in items]
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=min(len(pending), 64), timeout=0.2)
+                ray.get(done)          # raises the first failure as soon as it is known
+                if progress and done:
+                    progress(len(done))
+            return [pickle.loads(result) for result in ray.get(refs)]
+        except RayTaskError as exc:
+            _cancel(ray, pending)
+            if isinstance(exc.cause, BaseException):
+                raise exc.cause from None
+            raise LerodocError(f"a unit failed on the Ray cluster: {str(exc).splitlines()[0]}") from None
+        except RayError as exc:           # a worker died more than `retries` times, a node was lost, ...
+            _cancel(ray, pending)
+            raise LerodocError(f"a unit was lost on the Ray cluster ({type(exc).__name__}) after {self.retries} "
+                               f"retries: {str(exc).splitlines()[0]}", hint="nothing was written; see the Ray "
+                               "logs of the cluster (ray logs) for why its workers die") from None
+        except BaseException:
+            _cancel(ray, pending)
+            raise
+
+
+def _call(fn: Callable, item: bytes) -> bytes:
+    """Task body: arguments and results cross as pickles, as they do to and from the process pool (Ray's own
+    serialisers rebuild some objects differently, e.g. an Arrow list's child field name)."""
+    return pickle.dumps(fn(pickle.loads(item)), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _cancel(ray, refs: list) -> None:
+    for ref in refs:
+        try:
+            ray.cancel(ref, force=True)
+        except Exception:   # already finished or gone: nothing to stop
+            pass
+
+
+def make(engine: str = "pool", address: str | None = None) -> RayEngine | None:
+    """The engine a command's --engine/--ray-address name; None is the local process pool."""
+    if engine not in ENGINES:
+        raise LerodocError(f"unknown engine {engine!r} (choose {', '.join(ENGINES)})")
+    if engine == "pool":
+        if address:
+            raise LerodocError("--ray-address needs --engine ray")
+        return None
+    return RayEngine(address)

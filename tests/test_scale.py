@@ -1,0 +1,144 @@
+"""--engine ray: the same outputs as the process pool, byte for byte, on a local 2-CPU Ray cluster; a unit whose
+worker is killed is retried; a failed run leaves nothing under the output's name."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+
+import pytest
+
+from lerodoc.engine import RayEngine, make
+from lerodoc.errors import LerodocError
+from lerodoc.ops.convert import convert
+from lerodoc.ops.merge import merge
+from lerodoc.ops.quantiles import quantiles
+from lerodoc.ops.validate import validate
+from tests.fixtures.factory import make_dataset
+from tests.helpers import run_cli
+
+try:
+    import ray
+except ImportError:       # CI installs the dev extra, which has Ray: there a missing Ray fails these tests
+    ray = None
+    if os.environ.get("CI") == "true":
+        raise
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One local Ray cluster (2 CPUs) for the whole module: starting Ray takes seconds."""
+    if ray is None:
+        pytest.skip("Ray is not installed (pip install 'lerodoc[scale]')")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sources")
+    return {
+        "v21": make_dataset(root / "v21", version="v2.1", episodes=6, noise=0.3, cameras=("observation.images.top",),
+                            height=32, width=48, lengths=[20, 31, 25, 40, 22, 33]).root,
+        "v30": make_dataset(root / "v30", version="v3.0", episodes=7, noise=0.3, cameras=(), seed=3,
+                            episodes_per_file=3, dataset_id=1).root,
+    }
+
+
+def tree_digests(root) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.blake2b(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("source,to", [("v21", "v3.0"), ("v30", "v2.1")])
+def test_convert_on_ray_writes_the_pool_bytes(cluster, sources, tmp_path, source, to):
+    pool = convert(sources[source], tmp_path / "pool", to=to, workers=2)
+    on_ray = convert(sources[source], tmp_path / "ray", to=to, engine=RayEngine())
+    assert tree_digests(tmp_path / "ray") == tree_digests(tmp_path / "pool")
+    assert (on_ray.episodes, on_ray.frames) == (pool.episodes, pool.frames)
+
+
+def test_merge_on_ray_writes_the_pool_bytes(cluster, sources, tmp_path):
+    convert(sources["v30"], tmp_path / "b", to="v2.1", workers=1)     # the same rows in the other layout
+    sources_ = [sources["v30"], tmp_path / "b"]
+    pool = merge(sources_, tmp_path / "pool", exclude=["B:2"], workers=2)
+    on_ray = merge(sources_, tmp_path / "ray", exclude=["B:2"], engine=RayEngine())
+    assert on_ray.episodes == pool.episodes == 13
+    assert tree_digests(tmp_path / "ray") == tree_digests(tmp_path / "pool")
+
+
+def test_quantiles_on_ray_write_the_pool_bytes_without_gathering_rows(cluster, sources, tmp_path):
+    src = sources["v30"]
+    in_memory = quantiles(src, tmp_path / "memory", workers=2)               # rows gathered, sorted in place
+    by_passes = quantiles(src, tmp_path / "passes", workers=2, budget=50)    # radix selection on this machine
+    on_ray = quantiles(src, tmp_path / "ray", engine=RayEngine())            # tally passes on the workers
+    assert in_memory.passes == 1 and on_ray.passes > 1 and on_ray.passes == by_passes.passes
+    expected = tree_digests(tmp_path / "memory")
+    assert tree_digests(tmp_path / "passes") == expected
+    assert tree_digests(tmp_path / "ray") == expected
+
+
+def test_validate_on_ray_finds_what_the_pool_finds(cluster, sources, tmp_path):
+    for root in sources.values():
+        here, there = validate(root).to_json(), validate(root, engine=RayEngine()).to_json()
+        here.pop("seconds"), there.pop("seconds")
+        assert there == here
+
+
+class KillFirstAttempt(RayEngine):
+    """Each unit's first attempt kills its own worker process (SIGKILL, as a lost node would): Ray must retry."""
+
+    def __init__(self, markers):
+        super().__init__()
+        self.markers = str(markers)
+
+    def map(self, fn, items, progress=None):
+        markers = self.markers
+
+        def once(numbered):   # runs in the Ray worker; the marker file says "already killed once"
+            number, item = numbered
+            marker = os.path.join(markers, str(number))
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return fn(item)
+        return super().map(once, list(enumerate(items)), progress)
+
+
+def test_a_killed_worker_is_retried_and_the_output_is_unchanged(cluster, sources, tmp_path):
+    (tmp_path / "markers").mkdir()
+    convert(sources["v30"], tmp_path / "pool", to="v2.1", workers=2)
+    report = convert(sources["v30"], tmp_path / "ray", to="v2.1", engine=KillFirstAttempt(tmp_path / "markers"))
+    assert len(list((tmp_path / "markers").iterdir())) >= 3   # every unit was killed once (7 episodes, 3 files)
+    assert report.episodes == 7
+    assert tree_digests(tmp_path / "ray") == tree_digests(tmp_path / "pool")
+
+
+def test_a_unit_that_fails_leaves_no_output(cluster, sources, tmp_path):
+    src = tmp_path / "src"
+    make_dataset(src, version="v2.1", episodes=4, cameras=(), lengths=10)
+    last = sorted(src.glob("data/*/*.parquet"))[-1]
+    last.write_bytes(last.read_bytes()[:40])     # the driver plans; a worker finds the file unreadable
+    with pytest.raises(LerodocError) as caught:
+        convert(src, tmp_path / "out", to="v3.0", engine=RayEngine())
+    assert "episode_000003.parquet" in caught.value.render()
+    assert not any(p.name.startswith((".out", "out")) for p in tmp_path.iterdir())
+
+
+def test_cli_joins_a_running_cluster_by_address(cluster, sources, tmp_path):
+    run_cli("quantiles", sources["v30"], "-o", tmp_path / "pool", "-j", "2")
+    out = json.loads(run_cli("quantiles", sources["v30"], "-o", tmp_path / "ray", "--engine", "ray",
+                             "--ray-address", cluster, "--json").stdout)
+    assert out["output"] == str(tmp_path / "ray")
+    assert tree_digests(tmp_path / "ray") == tree_digests(tmp_path / "pool")
+    refused = run_cli("convert", sources["v30"], "-o", tmp_path / "x", "--ray-address", cluster, check=False)
+    assert refused.returncode == 3 and "--ray-address needs --engine ray" in refused.stderr
+
+
+def test_engine_names():
+    assert make("pool") is None and isinstance(make("ray", "host:6379"), RayEngine)
+    with pytest.raises(LerodocError):
+        make("dask")
