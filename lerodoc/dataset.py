@@ -5,7 +5,7 @@ Opening reads metadata only: no frame is decoded and no data parquet is read bey
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -15,35 +15,8 @@ import pyarrow as pa
 from lerodoc import formats
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
+from lerodoc.formats.model import Episode, Stats, VideoSpan  # noqa: F401  (re-exported)
 from lerodoc.parquet_io import read_parquet, read_schema
-
-Stats = dict[str, dict[str, np.ndarray]]   # feature -> stat name -> array
-
-
-@dataclass(frozen=True)
-class VideoSpan:
-    """Where one episode of one camera lives: a file and its [from, to) window in seconds."""
-    file: str
-    from_timestamp: float
-    to_timestamp: float
-
-
-@dataclass
-class Episode:
-    """Where one episode's rows and video spans are, plus its tasks and per-episode stats."""
-    index: int
-    length: int
-    tasks: list[str]
-    data_file: str              # relative to the dataset root
-    data_row: int               # first row of the episode inside data_file
-    from_index: int             # dataset_from_index: global row of the first frame
-    videos: dict[str, VideoSpan] = field(default_factory=dict)
-    stats: Stats = field(default_factory=dict)
-
-    @property
-    def to_index(self) -> int:
-        return self.from_index + self.length
-
 
 @dataclass
 class Dataset:

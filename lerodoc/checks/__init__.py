@@ -7,46 +7,14 @@ opened; options such as --videos); it never raises for a data problem, it return
 from __future__ import annotations
 
 import importlib
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from lerodoc.checks.common import ERROR, WARNING, Context, Finding  # noqa: F401  (re-exported)
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 
 FAMILIES = ("layout", "indices", "timestamps", "videos", "stats", "tasks")
-ERROR, WARNING = "error", "warning"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One defect: a stable `code` (e.g. "IDX003"), where it is, what is wrong and how to fix it."""
-    code: str
-    severity: str                 # "error" or "warning"
-    message: str
-    file: str | None = None       # relative to the dataset root
-    episode: int | None = None
-    feature: str | None = None
-    channel: int | None = None
-    hint: str | None = None
-    fixable: bool = False         # `lerodoc repair` fixes it
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class Context:
-    """What the checks work on. `dataset` is None when the metadata could not be read at all."""
-    root: Path
-    dataset: Dataset | None
-    open_error: LerodocError | None = None
-    videos: bool = False          # --videos: container-level video checks
-    deep: bool = False            # --deep: decode the first and last frame of each episode span
-    tolerance_s: float = 1e-4
-    cache: dict = field(default_factory=dict)   # families share parsed files here
-
-
 Family = Callable[[Context], list[Finding]]
 
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lerodoc import formats
-from lerodoc.checks import ERROR, WARNING, Context, Finding
-from lerodoc.checks.layout import data_files, episode_meta_files, finding_factory, flat_column
+from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_meta_files, finding_factory,
+                                   flat_column)
 from lerodoc.errors import LerodocError
-from lerodoc.formats import v30
+from lerodoc.formats import v21, v30
 from lerodoc.parquet_io import read_parquet
 
 CODES = {
@@ -264,8 +264,7 @@ def _totals(ctx: Context, where: Placement) -> list[Finding]:
     frames = sum(r.length for r in where.runs) if where.complete else ds.total_frames
     real = {"total_episodes": n, "total_frames": frames, "total_tasks": len(ds.tasks)}
     if ds.version != "v3.0":
-        real["total_videos"] = n * len(ds.info.video_keys)
-        real["total_chunks"] = max((ep.index for ep in ds.episodes), default=-1) // ds.info.chunks_size + 1
+        real.update(v21.derived_totals(ds.info, ds.episodes))
     for key, value in real.items():
         stated = raw.get(key)
         if isinstance(stated, int) and stated != value:

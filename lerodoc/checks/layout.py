@@ -1,29 +1,24 @@
 """Layout and schema: the metadata opens, info.json is well-formed, every file the episodes reference
 is where the version's templates put it, and each data parquet's columns match the features.
 
-Also home of what the data families share: `finding_factory`, and `data_files`, which reads each
-referenced data parquet's footer and bookkeeping columns once per context.
+What the families share (`finding_factory`, `data_files`, ...) lives in lerodoc.checks.common.
 """
 
 from __future__ import annotations
 
 import json
 import string
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lerodoc import formats
-from lerodoc.checks import ERROR, WARNING, Context, Finding
+from lerodoc.checks.common import (ERROR, WARNING, Context, DataFile, Finding, data_files, finding_factory, relative,
+                                    valid_spec)
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import schema_problems
-from lerodoc.formats.info import INDEX_FEATURES, NON_NUMERIC_DTYPES
-from lerodoc.parquet_io import column_matrix
+from lerodoc.formats.info import INDEX_FEATURES
 
 CODES = {
     "LAY001": (ERROR, "a metadata file (or the dataset folder) is missing",
@@ -85,97 +80,7 @@ CODES = {
 }
 
 
-# ---------------------------------------------------------------- shared by the data families
-
-def finding_factory(codes: dict) -> Callable[..., Finding]:
-    """A function making Findings of `codes`: severity, hint and fixable come from the table."""
-    def make(code: str, message: str, **where) -> Finding:
-        severity, _meaning, hint, fixable = codes[code]
-        return Finding(code, severity, message, hint=hint, fixable=fixable, **where)
-    return make
-
-
 _finding = finding_factory(CODES)
-
-
-def relative(root: Path, path: object) -> str | None:
-    """`path` relative to the dataset root when it lies inside it, else as given."""
-    if path is None:
-        return None
-    try:
-        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
-    except ValueError:
-        return str(path)
-
-
-@dataclass
-class DataFile:
-    """One referenced data parquet: its schema and bookkeeping columns, or why it could not be read."""
-    path: str                        # relative to the root
-    schema: pa.Schema | None = None
-    columns: pa.Table | None = None  # the INDEX_FEATURES columns the file has
-    error: str | None = None         # "missing", or the reader's message
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def _read_data_file(root: Path, path: str) -> DataFile:
-    full = root / path
-    if not full.is_file():
-        return DataFile(path, error="missing")
-    try:
-        parquet = pq.ParquetFile(full)
-        schema = parquet.schema_arrow
-        return DataFile(path, schema, parquet.read(columns=[c for c in INDEX_FEATURES if c in schema.names]))
-    except (OSError, pa.ArrowException, ValueError) as exc:
-        return DataFile(path, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-
-
-def data_files(ctx: Context) -> dict[str, DataFile]:
-    """Every referenced data file in global row order (sorted paths), read once per context."""
-    if "data_files" not in ctx.cache:
-        paths = sorted(ctx.dataset.data_files())
-        ctx.cache["data_files"] = {p: _read_data_file(ctx.root, p) for p in paths}
-    return ctx.cache["data_files"]
-
-
-def episode_meta_files(ctx: Context) -> list[str]:
-    """For each episode (by metadata position), the metadata file that lists it."""
-    if "episode_meta_files" not in ctx.cache:
-        ds = ctx.dataset
-        if ds.version == "v3.0":
-            files = []
-            for path in sorted(ctx.root.glob(v30.EPISODES_GLOB)):
-                files += [path.relative_to(ctx.root).as_posix()] * pq.ParquetFile(path).metadata.num_rows
-        else:
-            files = [v21.EPISODES_PATH]
-        ctx.cache["episode_meta_files"] = (files + files[-1:] * len(ds.episodes))[:len(ds.episodes)]
-    return ctx.cache["episode_meta_files"]
-
-
-def flat_column(table: pa.Table | None, name: str) -> np.ndarray | None:
-    """A numeric scalar (or list[1]) column as a flat numpy array (nulls become NaN); None when absent,
-    not numeric or not one value per row."""
-    if table is None or name not in table.column_names:
-        return None
-    if table.num_rows == 0:
-        return np.empty(0, dtype=np.int64)
-    try:
-        values = column_matrix(table.column(name), table.num_rows)
-    except (ValueError, pa.ArrowException):
-        return None
-    if values.dtype.kind not in "biuf" or values.ndim != 2 or values.shape[1] != 1:
-        return None
-    return values[:, 0]
-
-
-def valid_spec(spec: dict) -> bool:
-    """A feature spec with a known dtype and a shape of positive integers (else LAY013)."""
-    shape = spec.get("shape")
-    return _is_dtype(spec.get("dtype")) and isinstance(shape, list) and bool(shape) and \
-        all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape)
 
 
 # ---------------------------------------------------------------- the family
@@ -248,16 +153,6 @@ def _info_fields(ctx: Context, raw: dict) -> list[Finding]:
             out.append(_finding("LAY012", f"info.json {key} is {template!r}; a {ds.version} template uses "
                                           f"{{{', '.join(sorted(expected))}}}, e.g. {default!r}", file=info_file))
     return out
-
-
-def _is_dtype(dtype: object) -> bool:
-    if dtype in NON_NUMERIC_DTYPES:
-        return True
-    try:
-        np.dtype(dtype)
-        return isinstance(dtype, str)
-    except (TypeError, ValueError):
-        return False
 
 
 def _feature_specs(ctx: Context) -> list[Finding]:

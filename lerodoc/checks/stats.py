@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from lerodoc.checks import ERROR, WARNING, Context, Finding
+from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_meta_files, finding_factory,
+                                   valid_spec)
 from lerodoc.checks.indices import Run, placement
-from lerodoc.checks.layout import data_files, episode_meta_files, finding_factory, valid_spec
 from lerodoc.dataset import Dataset, Stats
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30

@@ -7,9 +7,9 @@ from collections import Counter
 
 import numpy as np
 
-from lerodoc.checks import ERROR, WARNING, Context, Finding
+from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_meta_files, finding_factory,
+                                   flat_column)
 from lerodoc.checks.indices import placement
-from lerodoc.checks.layout import data_files, episode_meta_files, finding_factory, flat_column
 from lerodoc.formats import v21, v30
 
 CODES = {

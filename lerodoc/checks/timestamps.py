@@ -14,8 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from lerodoc.checks import ERROR, WARNING, Context, Finding
-from lerodoc.checks.layout import data_files, finding_factory, flat_column
+from lerodoc.checks.common import ERROR, WARNING, Context, Finding, data_files, finding_factory, flat_column
 from lerodoc.dataset import Dataset, Episode
 
 REWRITE = "lerodoc repair rewrites timestamps as frame_index/fps"

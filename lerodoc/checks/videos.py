@@ -18,8 +18,7 @@ import numpy as np
 
 from lerodoc import mp4
 from lerodoc.clips import window
-from lerodoc.checks import ERROR, WARNING, Context, Finding
-from lerodoc.checks.layout import finding_factory
+from lerodoc.checks.common import ERROR, WARNING, Context, Finding, finding_factory
 from lerodoc.checks.timestamps import Rows, episode_rows, tolerance_advice
 from lerodoc.dataset import Episode
 from lerodoc.formats.info import codec_name

@@ -7,26 +7,15 @@ Commands never build a path or read a meta file themselves: they open a `Dataset
 from __future__ import annotations
 
 import importlib
-import json
 from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
 
 from lerodoc.errors import LerodocError
+from lerodoc.formats.jsonl import read_json  # noqa: F401  (re-exported)
 
 VERSIONS = ("v2.0", "v2.1", "v3.0")
 INFO_PATH = "meta/info.json"
-
-
-def read_json(path: Path) -> dict:
-    """Parse a JSON file, turning a missing or malformed file into a clear error."""
-    if not path.is_file():
-        raise LerodocError("file is missing", file=path,
-                           hint="is this the root of a LeRobot dataset (the folder holding meta/)?")
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise LerodocError(f"is not valid JSON ({exc})", file=path) from None
 
 
 def detect_version(root: Path) -> str:

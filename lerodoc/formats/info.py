@@ -94,7 +94,7 @@ class Info:
 
     @classmethod
     def load(cls, path: Path) -> Info:
-        from lerodoc.formats import read_json
+        from lerodoc.formats.jsonl import read_json
         return cls.from_dict(read_json(path), source=path)
 
     # --- features -------------------------------------------------------------------------

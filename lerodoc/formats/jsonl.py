@@ -42,6 +42,17 @@ class Row(dict):
         raise LerodocError(f"line {self.lineno} lacks the key {key!r}", file=self.path, field=str(key))
 
 
+def read_json(path: Path) -> dict:
+    """Parse a JSON file, turning a missing or malformed file into a clear error."""
+    if not path.is_file():
+        raise LerodocError("file is missing", file=path,
+                           hint="is this the root of a LeRobot dataset (the folder holding meta/)?")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise LerodocError(f"is not valid JSON ({exc})", file=path) from None
+
+
 def read_text(path: Path) -> str:
     """A meta file's text; bytes that are not UTF-8 (a flipped bit) are a LerodocError naming the offset."""
     try:

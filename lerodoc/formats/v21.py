@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lerodoc.dataset import Episode, VideoSpan
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
-from lerodoc.formats.jsonl import read_jsonl, stats_from_json, stats_to_json, write_json, write_jsonl
+from lerodoc.formats.jsonl import read_json, read_jsonl, stats_from_json, stats_to_json, write_json, write_jsonl
+from lerodoc.formats.model import Episode, VideoSpan
 
 VERSION = "v2.1"
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
@@ -58,7 +58,6 @@ def read_dataset_stats(root: Path) -> dict | None:
     path = root / STATS_PATH
     if not path.is_file():
         return None
-    from lerodoc.formats import read_json
     return stats_from_json(read_json(path), path)
 
 
@@ -81,14 +80,17 @@ def read(root: Path, info: Info, *, episode_stats: bool = True):
     return episodes, read_tasks(root), read_dataset_stats(root)
 
 
+def derived_totals(info: Info, episodes: list[Episode]) -> dict[str, int]:
+    """The info.json totals v2.x derives from the episodes: total_videos and total_chunks."""
+    return {"total_videos": len(episodes) * len(info.video_keys),
+            "total_chunks": max((e.index for e in episodes), default=-1) // info.chunks_size + 1}
+
+
 def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str], stats: dict | None) -> None:
     """Write info.json and the jsonl files for episodes that are already on disk."""
-    n = len(episodes)
     info.describe(VERSION, DATA_PATH, VIDEO_PATH, episodes, len(tasks),
                   foreign=("data_files_size_in_mb", "video_files_size_in_mb"))
-    derived = {"total_videos": n * len(info.video_keys),
-               "total_chunks": (max(e.index for e in episodes) // info.chunks_size + 1) if n else 0}
-    info.write(root / "meta/info.json", INFO_ORDER, derived)
+    info.write(root / "meta/info.json", INFO_ORDER, derived_totals(info, episodes))
     write_jsonl(root / EPISODES_PATH, [{"episode_index": e.index, "tasks": e.tasks, "length": e.length}
                                        for e in episodes])
     write_jsonl(root / TASKS_PATH, [{"task_index": i, "task": t} for i, t in enumerate(tasks)])

@@ -20,10 +20,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lerodoc.dataset import Episode, VideoSpan
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
-from lerodoc.formats.jsonl import replace_file, stats_from_json, stats_to_json, write_json
+from lerodoc.formats.jsonl import read_json, replace_file, stats_from_json, stats_to_json, write_json
+from lerodoc.formats.model import Episode, VideoSpan
 from lerodoc.parquet_io import read_parquet
 
 VERSION = "v3.0"
@@ -158,7 +158,6 @@ def read(root: Path, info: Info):
         first_row.setdefault(ep.data_file, ep.from_index)
         ep.data_row = ep.from_index - first_row[ep.data_file]
     stats_path = root / STATS_PATH
-    from lerodoc.formats import read_json
     stats = stats_from_json(read_json(stats_path), stats_path) if stats_path.is_file() else None
     return episodes, read_tasks(root), stats
 

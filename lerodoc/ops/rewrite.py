@@ -324,6 +324,7 @@ def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float
     `caps_mb` are the v3.0 data and video file size caps in MB; a data file is reused whole only when its
     columns already have `schema`'s types.
     """
+    layout = replace(info, data_path=None, video_path=None)   # -> v2.1: the version's own path templates
     new_eps, cursor = [], 0
     for number, pick in enumerate(picks):
         new_eps.append(Episode(index=number, length=pick.episode.length, tasks=list(pick.episode.tasks),
@@ -341,7 +342,7 @@ def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float
             chunk, file = v30.next_file(chunk, file, info.chunks_size)
     else:
         for ep in new_eps:
-            ep.data_file = v21.DATA_PATH.format(episode_chunk=ep.index // info.chunks_size, episode_index=ep.index)
+            ep.data_file = v21.data_file(layout, ep.index)
     first_row: dict[str, int] = {}
     for ep in new_eps:
         ep.data_row = ep.from_index - first_row.setdefault(ep.data_file, ep.from_index)
@@ -364,8 +365,7 @@ def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float
             video_jobs.append(VideoJob(key, numbers, clips, sizes, out_root=str(out), cap_bytes=caps_mb[1] * MB,
                                        chunks_size=info.chunks_size, whole_files=_whole_files(picks, key)))
         else:
-            files = tuple(str(out / v21.VIDEO_PATH.format(episode_chunk=n // info.chunks_size, video_key=key,
-                                                           episode_index=n)) for n in numbers)
+            files = tuple(str(out / v21.video_file(layout, key, n)) for n in numbers)
             video_jobs.extend(VideoJob(key, numbers[i:i + PER_JOB], clips[i:i + PER_JOB],
                                        out_files=files[i:i + PER_JOB]) for i in range(0, len(numbers), PER_JOB))
     return new_eps, list(row_jobs.values()), video_jobs

@@ -1,0 +1,151 @@
+"""What every check family shares: findings, the context they read, and the data files read once per context.
+
+`data_files` reads each referenced data parquet's footer and bookkeeping columns once per context;
+`finding_factory` makes a family's findings from its code table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
+from lerodoc.formats import v21, v30
+from lerodoc.formats.info import INDEX_FEATURES, NON_NUMERIC_DTYPES
+from lerodoc.parquet_io import column_matrix
+
+ERROR, WARNING = "error", "warning"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One defect: a stable `code` (e.g. "IDX003"), where it is, what is wrong and how to fix it."""
+    code: str
+    severity: str                 # "error" or "warning"
+    message: str
+    file: str | None = None       # relative to the dataset root
+    episode: int | None = None
+    feature: str | None = None
+    channel: int | None = None
+    hint: str | None = None
+    fixable: bool = False         # `lerodoc repair` fixes it
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Context:
+    """What the checks work on. `dataset` is None when the metadata could not be read at all."""
+    root: Path
+    dataset: Dataset | None
+    open_error: LerodocError | None = None
+    videos: bool = False          # --videos: container-level video checks
+    deep: bool = False            # --deep: decode the first and last frame of each episode span
+    tolerance_s: float = 1e-4
+    cache: dict = field(default_factory=dict)   # families share parsed files here
+
+
+def finding_factory(codes: dict) -> Callable[..., Finding]:
+    """A function making Findings of `codes`: severity, hint and fixable come from the table."""
+    def make(code: str, message: str, **where) -> Finding:
+        severity, _meaning, hint, fixable = codes[code]
+        return Finding(code, severity, message, hint=hint, fixable=fixable, **where)
+    return make
+
+
+def relative(root: Path, path: object) -> str | None:
+    """`path` relative to the dataset root when it lies inside it, else as given."""
+    if path is None:
+        return None
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+@dataclass
+class DataFile:
+    """One referenced data parquet: its schema and bookkeeping columns, or why it could not be read."""
+    path: str                        # relative to the root
+    schema: pa.Schema | None = None
+    columns: pa.Table | None = None  # the INDEX_FEATURES columns the file has
+    error: str | None = None         # "missing", or the reader's message
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def read_data_file(root: Path, path: str) -> DataFile:
+    full = root / path
+    if not full.is_file():
+        return DataFile(path, error="missing")
+    try:
+        parquet = pq.ParquetFile(full)
+        schema = parquet.schema_arrow
+        return DataFile(path, schema, parquet.read(columns=[c for c in INDEX_FEATURES if c in schema.names]))
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        return DataFile(path, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def data_files(ctx: Context) -> dict[str, DataFile]:
+    """Every referenced data file in global row order (sorted paths), read once per context."""
+    if "data_files" not in ctx.cache:
+        paths = sorted(ctx.dataset.data_files())
+        ctx.cache["data_files"] = {p: read_data_file(ctx.root, p) for p in paths}
+    return ctx.cache["data_files"]
+
+
+def episode_meta_files(ctx: Context) -> list[str]:
+    """For each episode (by metadata position), the metadata file that lists it."""
+    if "episode_meta_files" not in ctx.cache:
+        ds = ctx.dataset
+        if ds.version == "v3.0":
+            files = []
+            for path in sorted(ctx.root.glob(v30.EPISODES_GLOB)):
+                files += [path.relative_to(ctx.root).as_posix()] * pq.ParquetFile(path).metadata.num_rows
+        else:
+            files = [v21.EPISODES_PATH]
+        ctx.cache["episode_meta_files"] = (files + files[-1:] * len(ds.episodes))[:len(ds.episodes)]
+    return ctx.cache["episode_meta_files"]
+
+
+def flat_column(table: pa.Table | None, name: str) -> np.ndarray | None:
+    """A numeric scalar (or list[1]) column as a flat numpy array (nulls become NaN); None when absent,
+    not numeric or not one value per row."""
+    if table is None or name not in table.column_names:
+        return None
+    if table.num_rows == 0:
+        return np.empty(0, dtype=np.int64)
+    try:
+        values = column_matrix(table.column(name), table.num_rows)
+    except (ValueError, pa.ArrowException):
+        return None
+    if values.dtype.kind not in "biuf" or values.ndim != 2 or values.shape[1] != 1:
+        return None
+    return values[:, 0]
+
+
+def valid_spec(spec: dict) -> bool:
+    """A feature spec with a known dtype and a shape of positive integers (else LAY013)."""
+    shape = spec.get("shape")
+    return is_dtype(spec.get("dtype")) and isinstance(shape, list) and bool(shape) and \
+        all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape)
+
+
+def is_dtype(dtype: object) -> bool:
+    """A dtype info.json may name: video, image, string or one numpy knows by a string name."""
+    if dtype in NON_NUMERIC_DTYPES:
+        return True
+    try:
+        np.dtype(dtype)
+        return isinstance(dtype, str)
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,170 @@
+"""The package's layering: no import cycle among lerodoc's modules, and no module reaching into another's
+private (underscore) names. Imports inside functions count: a late import hides a cycle, it does not
+remove one. So does `importlib.import_module(f"lerodoc.formats.v{...}")`: it imports every module its
+constant prefix can name."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import lerodoc
+
+PACKAGE = Path(lerodoc.__file__).parent
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """Dotted name -> file for every module of the package at `root`."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = (root.name, *path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _target(name: str, path: Path, node: ast.ImportFrom) -> str:
+    """The absolute module a `from ... import` names."""
+    if not node.level:
+        return node.module or ""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    base = package[:len(package) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _dynamic_prefix(node: ast.Call) -> str | None:
+    """The constant start of an importlib.import_module(...) argument."""
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if called != "import_module" or not node.args:
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        return arg.values[0].value
+    return None
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def analyse(root: Path) -> tuple[dict[str, set[str]], list[str]]:
+    """The import graph of the package at `root` (module -> modules it imports) and every use of another
+    module's private name, as 'module:line imports other._name'."""
+    mods = modules(root)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    private: list[str] = []
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        aliases: dict[str, str] = {}       # local name -> lerodoc module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                target = _target(name, path, node)
+                for alias in node.names:
+                    full = f"{target}.{alias.name}"
+                    if full in mods:
+                        graph[name].add(full)
+                        aliases[alias.asname or alias.name] = full
+                    elif target in mods:
+                        graph[name].add(target)
+                        if _private(alias.name) and target != name:
+                            private.append(f"{name}:{node.lineno} imports {target}.{alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in mods:
+                        graph[name].add(alias.name)
+                        if alias.asname:
+                            aliases[alias.asname] = alias.name
+            elif isinstance(node, ast.Call):
+                prefix = _dynamic_prefix(node)
+                if prefix:
+                    graph[name].update(m for m in mods if m.startswith(prefix) and m != name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr):
+                other = aliases.get(node.value.id)
+                if other and other != name:
+                    private.append(f"{name}:{node.lineno} uses {other}.{node.attr}")
+    for edges in graph.values():
+        edges.discard(root.name)       # `from lerodoc import x` names the submodule, handled above
+    return graph, private
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (or a module importing itself)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle():
+    graph, _ = analyse(PACKAGE)
+    assert len(graph) > 50, "the package's modules were not found"
+    assert cycles(graph) == []
+
+
+def test_no_private_import_across_modules():
+    _, private = analyse(PACKAGE)
+    assert private == []
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "pkg"
+    for rel, text in {"__init__.py": "", **files}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_a_late_import_cycle_is_found(tmp_path):
+    root = _package(tmp_path, {"a.py": "from pkg.b import f\n",
+                               "b.py": "def f():\n    from pkg import a  # late\n    return a\n",
+                               "c.py": "from pkg import a\n"})
+    assert cycles(analyse(root)[0]) == [["pkg.a", "pkg.b"]]
+
+
+def test_a_dynamic_import_cycle_is_found(tmp_path):
+    root = _package(tmp_path, {"fmt/__init__.py": "import importlib\n\ndef module(v):\n"
+                                                  "    return importlib.import_module(f'pkg.fmt.v{v}')\n",
+                               "fmt/v1.py": "from pkg.model import Episode\n",
+                               "model.py": "from pkg import fmt\nclass Episode: ...\n"})
+    assert cycles(analyse(root)[0]) == [["pkg.fmt", "pkg.fmt.v1", "pkg.model"]]
+
+
+def test_private_imports_are_found(tmp_path):
+    root = _package(tmp_path, {"a.py": "def _hidden(): ...\n__all__ = []\n",
+                               "b.py": "from pkg.a import _hidden, __all__\n",
+                               "c.py": "from pkg import a\nx = a._hidden\n",
+                               "d.py": "from .a import _hidden\n"})
+    assert sorted(analyse(root)[1]) == ["pkg.b:1 imports pkg.a._hidden", "pkg.c:2 uses pkg.a._hidden",
+                                        "pkg.d:1 imports pkg.a._hidden"]
