@@ -11,8 +11,34 @@ from pathlib import Path
 import av
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from tests.fixtures.identity import Identity, decode_identity
+
+
+def under_ci() -> bool:
+    """True in CI (CI=true, as GitHub Actions, GitLab and .ci/run set it)."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def require(condition: object, reason: str) -> None:
+    """A claim-holding test's prerequisite: skip without it locally, FAIL without it under CI.
+
+    Works at module level too (a missing prerequisite there skips, or fails, the whole file)."""
+    if condition:
+        return
+    if under_ci():
+        pytest.fail(f"prerequisite missing under CI=true: {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def importable(module: str) -> bool:
+    """Whether `module` imports (for `require(importable("torch"), ...)`)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def run_cli(*args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.helpers import importable, require
+
+require(importable("torch"), "lerodoc's train extra (torch) is not installed")
+import torch  # noqa: E402
 
 from bench.lerobot_pi05 import camera_keys, policy_batch  # noqa: E402
 from bench.pi05_step import run_batches, synthetic_batch  # noqa: E402
@@ -55,8 +58,8 @@ def test_tiny_run_measures_both_sides_and_their_ratio(tmp_path):
     from tests.lerobot_oracle import lerobot_python
 
     python = str(lerobot_python())
-    if subprocess.run([python, "-c", "import transformers"], capture_output=True).returncode != 0:
-        pytest.skip("the reference venv lacks lerobot[pi] (transformers)")
+    require(subprocess.run([python, "-c", "import transformers"], capture_output=True).returncode == 0,
+            "the reference venv lacks lerobot[pi] (transformers): rerun scripts/lerobot-venv.sh")
     out = tmp_path / "result.json"
     proc = subprocess.run([sys.executable, "-m", "bench.train_vs_lerobot", "--preset", "tiny", "--device", "cpu",
                            "--batch", "2", "--steps", "1", "--lerobot-python", python, "--site", str(tmp_path / "no"),

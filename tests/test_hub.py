@@ -16,7 +16,7 @@ import pytest
 from lerodoc.errors import ExitCode
 from lerodoc.ops.validate import validate
 from tests.fixtures.factory import make_dataset
-from tests.helpers import run_cli
+from tests.helpers import importable, require, run_cli
 from tests.hubserver import HubServer, folder_files
 
 CLEAN = ("HF_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_HOME", "HF_HUB_CACHE", "MODELSCOPE_ENDPOINT",
@@ -208,7 +208,7 @@ def test_push_refuses_a_dataset_with_errors(tmp_path, hub, env):
 
 
 def test_modelscope_dataset_cut_mid_file_resumes_and_validates(tmp_path, hub, env):
-    pytest.importorskip("modelscope_hub")
+    require(importable("modelscope_hub"), "lerodoc's hub extra (modelscope) is not installed")
     make_dataset(tmp_path / "src", version="v2.1", episodes=2)
     source = folder_files(tmp_path / "src")
     data = "data/chunk-000/episode_000001.parquet"
@@ -222,7 +222,7 @@ def test_modelscope_dataset_cut_mid_file_resumes_and_validates(tmp_path, hub, en
 
 
 def test_modelscope_tokenizer_from_the_mirror_is_found_offline(tmp_path, hub, env):
-    pytest.importorskip("modelscope_hub")
+    require(importable("modelscope_hub"), "lerodoc's hub extra (modelscope) is not installed")
     tok = tokenizer_model()
     hub.add("model", "AI-ModelScope/paligemma-3b-pt-224", {"tokenizer.model": tok, "config.json": b"{}"})
     proc = cli(env, "download", "tokenizer", "paligemma", "--source", "modelscope", "--json")

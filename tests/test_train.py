@@ -19,10 +19,9 @@ import pytest
 
 from tests.fixtures.factory import make_dataset
 from tests.fixtures.tokenizer import train_tokenizer
-from tests.helpers import run_cli
+from tests.helpers import importable, require, run_cli
 
-pytest.importorskip("torch")
-pytest.importorskip("sentencepiece")
+require(importable("torch") and importable("sentencepiece"), "lerodoc's train extra is not installed")
 
 COMMON = ("--preset", "tiny", "--lr", "1e-3", "--log-every", "5", "--workers", "1")
 
@@ -85,6 +84,7 @@ def test_killed_run_resumes_onto_the_uninterrupted_curve(dataset, tokenizer, tmp
     again = train(dataset, killed, tokenizer, *args, check=False)
     assert again.returncode != 0 and "--resume" in again.stderr       # the folder is taken
     train(dataset, killed, tokenizer, *args, "--resume")
+    print(f"observed: resumed loss curve within {np.abs(np.subtract(losses(killed), losses(reference))).max():.2g}")
     np.testing.assert_allclose(losses(killed), losses(reference), rtol=0, atol=1e-6)
     finished = train(dataset, killed, tokenizer, *args, "--resume", check=False)
     assert finished.returncode == 3 and "complete" in finished.stderr
@@ -95,14 +95,13 @@ def test_killed_run_resumes_onto_the_uninterrupted_curve(dataset, tokenizer, tmp
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
 def test_two_processes_give_the_one_process_curve(dataset, tokenizer, tmp_path, mode):
     """Global batch 4: one process x 4 against two gloo processes x 2 (torchrun)."""
-    shutil.which("torchrun") or pytest.skip("torchrun not on PATH")
     extra = ("--steps", "12", "--save-every", "6", "--precision", "fp32") + (("--fsdp",) if mode == "fsdp" else ())
     one = tmp_path / "one"
     train(dataset, one, tokenizer, *extra, "--batch-per-device", "4")
     two = tmp_path / "two"
 
     def torchrun(*more: str) -> dict:
-        proc = subprocess.run(["torchrun", "--nproc-per-node", "2", "--master-port", str(29500 + os.getpid() % 1000),
+        proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(29500 + os.getpid() % 1000),
                                "-m", "lerodoc", "train", "pi05", str(dataset), "-o", str(two), "--tokenizer",
                                str(tokenizer), *COMMON, *extra, "--batch-per-device", "2", "--json", *more],
                               capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=600)
@@ -111,6 +110,8 @@ def test_two_processes_give_the_one_process_curve(dataset, tokenizer, tmp_path, 
 
     summary = torchrun()
     assert summary["world_size"] == 2 and summary["global_batch"] == 4
+    gap = np.abs(np.subtract(losses(two), losses(one))).max()
+    print(f"observed ({mode}): two-process loss curve within {gap:.2g}")
     np.testing.assert_allclose(losses(two), losses(one), rtol=1e-5, atol=1e-6)
     if mode == "ddp":  # as if killed after step 6: both ranks resume from its checkpoint onto the same curve
         shutil.rmtree(two / "checkpoints/step-000012")
