@@ -102,11 +102,12 @@ def load_frames(dataset: Dataset, spec: DataSpec) -> Frames:
 
 
 def prompt_text(task: str, state: np.ndarray | None) -> str:
-    """openpi's pi05 prompt; the state (normalised) is digitised into 256 bins over [-1, 1], clipped."""
+    """openpi's pi05 prompt; the state (normalised) is digitised into 256 bins over [-1, 1]: 0..255, and -1 below
+    -1 (openpi and lerobot's processor do not clip there, so neither does training)."""
     cleaned = task.strip().replace("_", " ").replace("\n", " ")
     if state is None:
         return f"Task: {cleaned};\nAction: "
-    bins = np.clip(np.digitize(state, np.linspace(-1, 1, STATE_BINS + 1)[:-1]) - 1, 0, STATE_BINS - 1)
+    bins = np.digitize(state, np.linspace(-1, 1, STATE_BINS + 1)[:-1]) - 1
     return f"Task: {cleaned}, State: {' '.join(map(str, bins))};\nAction: "
 
 

@@ -1,0 +1,166 @@
+"""`lerodoc export lerobot`: a tiny-preset run's policy directory loads in lerobot 0.6.1 (PI05Policy.from_pretrained
+and make_pre_post_processors, in the reference venv) and, for the same raw observation and noise, its actions are
+lerodoc's own (lerodoc.pi05.policy), normalisation, prompt, tokeniser and unnormalisation included."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.fixtures.factory import make_dataset
+from tests.fixtures.tokenizer import train_tokenizer
+from tests.helpers import run_cli
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sentencepiece")
+
+REPO = Path(__file__).resolve().parents[1]
+ORACLE = REPO / "tests/lerobot_oracle"
+
+
+@functools.cache
+def venv_with_pi() -> str:
+    """The reference venv's python if it imports lerobot's pi05 (and transformers), else ''."""
+    from tests.lerobot_oracle import lerobot_python
+    python = str(lerobot_python())
+    check = subprocess.run([python, "-c", "import transformers, lerobot.policies.pi05"], capture_output=True)
+    return "" if check.returncode else python
+
+
+def lerobot_pi(tmp: Path):
+    """A runner for scripts in the reference venv with lerobot[pi] (transformers): offline, HF_HOME in `tmp`,
+    the repository on PYTHONPATH (bench.lerobot_pi05). Fails under CI, skips elsewhere, when it lacks them."""
+    python = str(venv_with_pi())
+    if not python:
+        message = "the reference venv lacks lerobot[pi] (transformers): scripts/lerobot-venv.sh installs it"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf"), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
+           "OMP_NUM_THREADS": "1"}
+
+    def run(script: str, *args) -> subprocess.CompletedProcess:
+        proc = subprocess.run([python, str(ORACLE / script), *map(str, args)], capture_output=True, text=True,
+                              env=env, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        return proc
+    return run
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A finished tiny run: 2 cameras, 6-dim state and action, a SentencePiece tokenizer made on the spot."""
+    tmp = tmp_path_factory.mktemp("export")
+    make_dataset(tmp / "ds", version="v3.0", episodes=2, lengths=[30, 40], bframes=2)
+    tokenizer = train_tokenizer(tmp / "tok")
+    out = tmp / "run"
+    run_cli("train", "pi05", tmp / "ds", "-o", out, "--tokenizer", tokenizer, "--preset", "tiny", "--steps", "6",
+            "--batch-per-device", "4", "--save-every", "6", "--workers", "0", "--lr", "1e-2")
+    return out
+
+
+def observation(policy, batch: int = 3, seed: int = 0):
+    """Random images, states mostly within the run's q01..q99 (some below: the prompt's -1 bin), tasks, noise."""
+    g = np.random.default_rng(seed)
+    size = policy.spec.image_size
+    images = {c: g.integers(0, 256, (batch, size, size, 3), dtype=np.uint8) for c in policy.spec.cameras}
+    s = policy.norm_stats["state"]
+    q01, q99 = np.asarray(s["q01"]), np.asarray(s["q99"])
+    state = (q01 + (q99 - q01) * g.uniform(-0.1, 1.05, (batch, len(q01)))).astype(np.float32)
+    noise = torch.randn(batch, policy.model.config.action_horizon, 32, generator=torch.Generator().manual_seed(seed))
+    return images, state, ["pick up the cube", "place the cube", " pick_up the cube "][:batch], noise
+
+
+def test_exported_policy_gives_lerodocs_actions_in_lerobot(run, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from lerodoc.pi05.policy import Policy
+
+    lerobot = lerobot_pi(tmp_path)
+    summary = json.loads(run_cli("export", "lerobot", run, "-o", tmp_path / "policy", "--json").stdout)
+    policy_dir = tmp_path / "policy"
+    assert summary["step"] == 6 and summary["cameras"] == ["observation.images.top", "observation.images.wrist"]
+    config = json.loads((policy_dir / "config.json").read_text())
+    assert config["type"] == "pi05" and config["chunk_size"] == 10 and config["image_resolution"] == [56, 56]
+    assert config["normalization_mapping"] == {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"}
+    assert summary["tokenizer"] == str((policy_dir / "tokenizer").resolve())   # not PaliGemma: a folder beside
+
+    policy = Policy.load(run)
+    images, state, tasks, noise = observation(policy)
+    ours = policy.predict(images, state, tasks, noise=noise)
+    s = policy.norm_stats["state"]
+    assert (state < np.asarray(s["q01"])).any()   # some state below q01: lerobot's prompt bin -1 is exercised
+    save_file({**{f"image.{c}": torch.from_numpy(v) for c, v in images.items()}, "state": torch.from_numpy(state),
+               "noise": noise}, str(tmp_path / "inputs.safetensors"))
+    (tmp_path / "tasks.json").write_text(json.dumps(tasks))
+    lerobot("policy_infer.py", policy_dir, tmp_path / "inputs.safetensors", tmp_path / "tasks.json",
+            tmp_path / "out.safetensors")
+    theirs = load_file(str(tmp_path / "out.safetensors"))
+
+    inputs = policy.inputs(images, state, tasks)
+    mask = theirs["token_masks"].bool()
+    assert torch.equal(mask, inputs["token_masks"]) and torch.equal(theirs["tokens"][mask], inputs["tokens"][mask])
+    a = policy.norm_stats["actions"]
+    q01, q99 = np.asarray(a["q01"], np.float32), np.asarray(a["q99"], np.float32)
+    theirs_actions = theirs["actions"].numpy()
+    assert theirs_actions.shape == ours.shape == (3, 10, 6)
+    # raw actions: 1e-5 relative (the values reach ~1e3, where float32's own step is ~1e-4) ...
+    np.testing.assert_allclose(theirs_actions, ours, rtol=1e-5, atol=1e-5)
+    # ... and 1e-5 absolute in the normalised space the model predicts in
+    normalised = [2 * (x - q01) / (q99 - q01) - 1 for x in (theirs_actions, ours)]
+    np.testing.assert_allclose(*normalised, rtol=0, atol=1e-5)
+    assert np.abs(normalised[1]).max() > 0.1   # a trained policy, not zeros
+
+
+def test_tokenizer_folder_encodes_as_sentencepiece_bpe_with_byte_fallback(tmp_path):
+    """PaliGemma's tokenizer is a BPE model with byte fallback and no dummy prefix: a model of that kind, written
+    as a tokenizer folder, gives SentencePiece's ids in transformers' AutoTokenizer."""
+    import sentencepiece as spm
+
+    from lerodoc.formats.jsonl import write_json
+    from lerodoc.pi05.export import tokenizer_files
+
+    lerobot = lerobot_pi(tmp_path)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"Task: pick up cube {i}, State: {i % 256} {3 * i % 256};\nAction: "
+                                for i in range(300)))
+    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "bpe"), vocab_size=400,
+                                   model_type="bpe", byte_fallback=True, normalization_rule_name="identity",
+                                   add_dummy_prefix=False, remove_extra_whitespaces=False,
+                                   user_defined_symbols=["\n"], pad_id=0, eos_id=1, bos_id=2, unk_id=3,
+                                   hard_vocab_limit=False, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "bpe.model"))
+    texts = ["Task: pick up cube 7, State: 1 -1 255;\nAction: ", "Task:  place the zebra ;\nAction: ",
+             " é 日本 text"]
+    folder = tmp_path / "tokenizer"
+    folder.mkdir()
+    tok, config = tokenizer_files(tmp_path / "bpe.model", 64)
+    write_json(folder / "tokenizer.json", tok)
+    write_json(folder / "tokenizer_config.json", config)
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
+    proc = lerobot("policy_tokenize.py", folder, tmp_path / "texts.json")
+    assert json.loads(proc.stdout) == sp.encode(texts, add_bos=True)
+
+
+def test_export_refuses_a_run_without_state_in_the_prompt_and_a_taken_folder(run, tmp_path):
+    step = tmp_path / "step"
+    shutil.copytree(run / "checkpoints/step-000006", step)
+    trainer = json.loads((step / "trainer.json").read_text())
+    trainer["run"]["data"]["state_in_prompt"] = False
+    (step / "trainer.json").write_text(json.dumps(trainer))
+    proc = run_cli("export", "lerobot", step, "-o", tmp_path / "policy", check=False)
+    assert proc.returncode == 3 and "state in the prompt" in " ".join(proc.stderr.split())
+    assert not (tmp_path / "policy").exists() and "Traceback" not in proc.stderr
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken/file").write_text("x")
+    proc = run_cli("export", "lerobot", run, "-o", tmp_path / "taken", check=False)
+    assert proc.returncode == 3 and "already exists" in proc.stderr
+    proc = run_cli("export", "lerobot", tmp_path / "taken", "-o", tmp_path / "p2", check=False)
+    assert proc.returncode == 3 and "trainer.json" in proc.stderr
