@@ -193,14 +193,14 @@ def encode_episode(job: ImageJob) -> dict:
 
 def images_to_video(ds: Dataset, out: Path | None, report: EncodeReport, settings: video.EncodeSettings, *,
                     in_place: bool, force: bool, workers: int, dry_run: bool, progress) -> None:
+    if ds.version == "v2.0":
+        raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
+                           hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
     keys = report.cameras
     if not keys:
         raise LerodocError("has no image features to encode" + (" (its cameras are videos already: "
                            "--reencode re-encodes them)" if ds.info.video_keys else ""),
                            file=ds.root / formats.INFO_PATH)
-    if ds.version == "v2.0":
-        raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
-                           hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
     ds.require_complete()
     report.files = [{"camera": k, "episodes": len(ds.episodes), "frames": ds.total_frames, "changed": True,
                      "why": "image -> video"} for k in keys]
