@@ -38,8 +38,9 @@ EngineOpt = Annotated[EngineName, typer.Option("--engine", help="Where the work 
                                                "(pool) or a Ray cluster (ray; pip install 'lerodoc\\[scale]'; see "
                                                "docs/scale.md).", rich_help_panel="Performance")]
 RayAddressOpt = Annotated[Optional[str], typer.Option("--ray-address", metavar="ADDR", help="With --engine ray: the "
-                                                      "cluster to join (host:6379, ray://host:10001) \\[default: "
-                                                      "RAY_ADDRESS, else a local one].", rich_help_panel="Performance")]
+                                                      "cluster to join (host:6379, ray://host:10001).",
+                                                      show_default="RAY_ADDRESS, else a local cluster",
+                                                      rich_help_panel="Performance")]
 
 
 class Target(str, Enum):

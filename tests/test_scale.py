@@ -6,8 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from lerodoc.engine import RayEngine, make
@@ -82,10 +85,23 @@ def test_quantiles_on_ray_write_the_pool_bytes_without_gathering_rows(cluster, s
 
 
 def test_validate_on_ray_finds_what_the_pool_finds(cluster, sources, tmp_path):
-    for root in sources.values():
+    bad = tmp_path / "bad"
+    shutil.copytree(sources["v21"], bad)
+    lines = (bad / "meta/episodes_stats.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["stats"]["observation.state"]["max"][0] += 1.0              # a stated stat the data does not have
+    (bad / "meta/episodes_stats.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    data = sorted(bad.glob("data/*/*.parquet"))[2]
+    table = pq.read_table(data)
+    stamps = table.column("timestamp").to_numpy().copy()
+    stamps[5] += 0.5                                                   # a timestamp off the 1/fps grid
+    pq.write_table(table.set_column(table.schema.get_field_index("timestamp"), "timestamp",
+                                    pa.array(stamps, table.schema.field("timestamp").type)), data)
+    for root in [*sources.values(), bad]:
         here, there = validate(root).to_json(), validate(root, engine=RayEngine()).to_json()
         here.pop("seconds"), there.pop("seconds")
         assert there == here
+    assert {f["code"][:3] for f in here["findings"]} >= {"STA", "TS0"}
 
 
 class KillFirstAttempt(RayEngine):

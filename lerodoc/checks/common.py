@@ -18,6 +18,7 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, NON_NUMERIC_DTYPES
+from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_matrix
 
 ERROR, WARNING = "error", "warning"
@@ -50,6 +51,7 @@ class Context:
     deep: bool = False            # --deep: decode the first and last frame of each episode span
     tolerance_s: float = 1e-4
     cache: dict = field(default_factory=dict)   # families share parsed files here
+    engine: object = None         # lerodoc.engine: the per-file reads run on a cluster (None: here)
 
 
 def finding_factory(codes: dict) -> Callable[..., Finding]:
@@ -95,11 +97,17 @@ def read_data_file(root: Path, path: str) -> DataFile:
         return DataFile(path, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
 
+def _read_data_file(args: tuple[Path, str]) -> DataFile:
+    """Worker: `read_data_file` of one (root, path)."""
+    return read_data_file(*args)
+
+
 def data_files(ctx: Context) -> dict[str, DataFile]:
     """Every referenced data file in global row order (sorted paths), read once per context."""
     if "data_files" not in ctx.cache:
         paths = sorted(ctx.dataset.data_files())
-        ctx.cache["data_files"] = {p: read_data_file(ctx.root, p) for p in paths}
+        ctx.cache["data_files"] = dict(zip(paths, pmap(_read_data_file, [(ctx.root, p) for p in paths],
+                                                        engine=ctx.engine)))
     return ctx.cache["data_files"]
 
 

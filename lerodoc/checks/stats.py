@@ -21,6 +21,7 @@ from lerodoc.dataset import Dataset, Stats
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
+from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_matrix, read_parquet
 from lerodoc.stats import BASIC, EXTREME, NEAR_CONSTANT, aggregate, channel_flags, merge_dataset_stats, normalised
 
@@ -490,46 +491,68 @@ def _numeric_matrix(table: pa.Table, feature: str, width: int) -> np.ndarray | s
 
 
 def _data_stats(ctx: Context) -> DataStats:
-    """Exact per-episode stats of every numeric column, one projected read per data file; the order
-    statistics around each per-episode quantile the episode stats state."""
+    """Exact per-episode stats of every numeric column, one projected read per data file (a unit of
+    `file_stats`, run through ctx.engine when there is one); the order statistics around each per-episode
+    quantile the episode stats state."""
     ds, where = ctx.dataset, placement(ctx)
     numeric = _numeric(ds)
     result = DataStats({}, set() if where.complete else set(numeric), set(), {}, [], {})
-    out = result.findings
     runs_by_file = where.by_file()
     runs_per_episode = {e: len(r) for e, r in where.by_episode().items()}
     stated_quantiles = {(ep.index, f): _quantile_keys(by_stat) for ep in ds.episodes
                         for f, by_stat in (ep.stats or {}).items() if _quantile_keys(by_stat)}
+    widths = {f: int(np.prod(ds.info.features[f]["shape"])) for f in numeric}
+    units = []
     for path, data in data_files(ctx).items():
         runs = runs_by_file.get(path)
         if not data.ok or not runs:
             continue
         columns = [f for f in numeric if f in data.schema.names]
         result.incomplete |= set(numeric) - set(columns)
-        try:
-            table = read_parquet(ctx.root / path, columns)
-        except LerodocError as exc:
-            out.append(_finding("STA052", f"{path}: {exc.message}", file=path))
-            result.incomplete |= set(columns)
-            continue
-        for feature in columns:
-            width = int(np.prod(ds.info.features[feature]["shape"]))
-            values = _numeric_matrix(table, feature, width)
-            if isinstance(values, str):
-                out.append(_finding("STA051", f"{path}: {feature} {values}", file=path, feature=feature))
-                result.incomplete.add(feature)
-                continue
-            result.dtypes.setdefault(feature, values.dtype)
-            values = values.astype(np.float64)
-            _non_finite(values, runs, feature, result)
-            for run, stats in zip(runs, _run_stats(values, runs)):
-                result.per_episode.setdefault(run.episode, {}).setdefault(feature, []).append(stats)
-                keys = stated_quantiles.get((run.episode, feature))
-                if keys and runs_per_episode.get(run.episode) == 1 and (run.episode, feature) not in result.dirty:
-                    result.brackets[(run.episode, feature)] = _quantile_brackets(values[run.start:run.stop], keys)
+        whole = {r.episode for r in runs if runs_per_episode.get(r.episode) == 1}
+        units.append((str(ctx.root / path), path, {f: widths[f] for f in columns}, runs,
+                      {k: v for k, v in stated_quantiles.items() if k[0] in whole}))
+    for part in pmap(file_stats, units, engine=ctx.engine):
+        result.incomplete |= part.incomplete
+        result.dirty |= part.dirty
+        result.findings += part.findings
+        result.brackets.update(part.brackets)
+        for feature, dtype in part.dtypes.items():
+            result.dtypes.setdefault(feature, dtype)
+        for episode, by_feature in part.per_episode.items():
+            for feature, stats in by_feature.items():
+                result.per_episode.setdefault(episode, {}).setdefault(feature, []).extend(stats)
     for episode, by_feature in result.per_episode.items():
         for feature, parts in by_feature.items():
             by_feature[feature] = parts[0] if len(parts) == 1 else aggregate([{feature: p} for p in parts])[feature]
+    return result
+
+
+def file_stats(args: tuple[str, str, dict[str, int], list[Run], dict]) -> DataStats:
+    """Worker: the stats of one data file's runs (per_episode holds a list per feature, one entry per run),
+    and the quantile brackets of the `stated` (episode, feature) quantiles of episodes that are one run."""
+    full, path, widths, runs, stated = args
+    result = DataStats({}, set(), set(), {}, [], {})
+    try:
+        table = read_parquet(full, list(widths))
+    except LerodocError as exc:
+        result.findings.append(_finding("STA052", f"{path}: {exc.message}", file=path))
+        result.incomplete |= set(widths)
+        return result
+    for feature, width in widths.items():
+        values = _numeric_matrix(table, feature, width)
+        if isinstance(values, str):
+            result.findings.append(_finding("STA051", f"{path}: {feature} {values}", file=path, feature=feature))
+            result.incomplete.add(feature)
+            continue
+        result.dtypes.setdefault(feature, values.dtype)
+        values = values.astype(np.float64)
+        _non_finite(values, runs, feature, result)
+        for run, stats in zip(runs, _run_stats(values, runs)):
+            result.per_episode.setdefault(run.episode, {}).setdefault(feature, []).append(stats)
+            keys = stated.get((run.episode, feature))
+            if keys and (run.episode, feature) not in result.dirty:
+                result.brackets[(run.episode, feature)] = _quantile_brackets(values[run.start:run.stop], keys)
     return result
 
 

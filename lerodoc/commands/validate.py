@@ -9,7 +9,7 @@ import typer
 
 from lerodoc import render
 from lerodoc.errors import ExitCode
-from lerodoc.options import JsonOpt
+from lerodoc.options import EngineName, EngineOpt, JsonOpt, RayAddressOpt
 
 
 def validate(
@@ -19,6 +19,8 @@ def validate(
     deep: Annotated[bool, typer.Option("--deep", help="Also decode the first and last frame of each episode.")] = False,
     tolerance_s: Annotated[float, typer.Option(help="Timestamp tolerance, as lerobot's tolerance_s.")] = 1e-4,
     list_checks: Annotated[bool, typer.Option("--list-checks", help="Print every check code and exit.")] = False,
+    engine: EngineOpt = EngineName.pool,
+    ray_address: RayAddressOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Check layout and schema, indices, timestamps, stats, tasks and (with --videos) videos.
@@ -41,7 +43,9 @@ def validate(
         return
     if dataset is None:
         raise typer.BadParameter("give a DATASET (or --list-checks)", param_hint="DATASET")
-    report = validate_dataset(dataset, videos=videos, deep=deep, tolerance_s=tolerance_s)
+    from lerodoc.engine import make as make_engine
+    report = validate_dataset(dataset, videos=videos, deep=deep, tolerance_s=tolerance_s,
+                              engine=make_engine(engine.value, ray_address))
     if json:
         render.print_json(report.to_json())
     else:

@@ -30,9 +30,12 @@ class ValidateReport:
                 "seconds": self.seconds, "findings": [f.to_json() for f in self.findings]}
 
 
-def validate(root: Path, *, videos: bool = False, deep: bool = False, tolerance_s: float = 1e-4) -> ValidateReport:
+def validate(root: Path, *, videos: bool = False, deep: bool = False, tolerance_s: float = 1e-4,
+             engine=None) -> ValidateReport:
+    """Run every check family on the dataset at `root`; `engine` (`lerodoc.engine`) reads the data files on a
+    cluster (their bookkeeping columns and per-episode stats come back, not the feature values)."""
     started = time.perf_counter()
-    ctx = open_context(Path(root), videos=videos or deep, deep=deep, tolerance_s=tolerance_s)
+    ctx = open_context(Path(root), videos=videos or deep, deep=deep, tolerance_s=tolerance_s, engine=engine)
     report = ValidateReport(dataset=str(root), version=ctx.dataset.version if ctx.dataset else None,
                             findings=run_checks(ctx))
     report.seconds = round(time.perf_counter() - started, 3)
