@@ -94,6 +94,8 @@ def main() -> None:
           f"\n                               dropped and the top one renamed (all by stream copy)"
           f"\n  run_tiny                     pi0.5 (tiny preset) trained on merged_selected: checkpoints,"
           f"\n                               metrics.jsonl, loss.png (skipped without torch)")
+    lerodoc("report", work / "merged_v30", "-o", work / "report.html", "--videos")
+    print(f"\nthe report of the merged sample, one self-contained page to open in a browser: {work / 'report.html'}")
 
 
 if __name__ == "__main__":

@@ -10,5 +10,10 @@ if ! command -v ffmpeg >/dev/null 2>&1; then
   (apt-get install -y -q ffmpeg >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q ffmpeg >/dev/null 2>&1)) \
     || echo "ffmpeg not installed: lerobot checks will use the pyav backend only" >&2
 fi
+if ! command -v chromium >/dev/null 2>&1; then
+  # tests/test_report.py renders a report in headless Chromium (under CI=true it fails without it).
+  (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) \
+    || echo "chromium not installed: tests/test_report.py's browser test will skip (fail under CI=true)" >&2
+fi
 bash scripts/lerobot-venv.sh >/dev/null
 python3 -m pytest -q "$@"

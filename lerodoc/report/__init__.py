@@ -21,6 +21,7 @@ from lerodoc.ops.validate import catalogue, validate
 from lerodoc.report import data, page
 
 Progress = Callable[[str, int], Callable[[int], None]]
+SHOWN_FINDINGS = 100   # per family; the JSON and `lerodoc validate` hold all of them
 
 
 @dataclass
@@ -110,10 +111,13 @@ def _summary_html(summary: dict, verdict: dict, videos: bool) -> str:
     for f in verdict["findings"]:
         by_family.setdefault(families.get(f["code"], "other"), []).append(f)
     for family, findings in by_family.items():
+        shown = findings[:SHOWN_FINDINGS]
         rows = [[escape(f["code"]), escape(f["severity"]), escape(_where(f)), escape(f["message"]),
-                 escape((f["hint"] or "") + (" (lerodoc repair fixes it)" if f["fixable"] else ""))] for f in findings]
+                 escape((f["hint"] or "") + (" (lerodoc repair fixes it)" if f["fixable"] else ""))] for f in shown]
         html += f"<h3>{escape(family)} ({len(findings)})</h3>" + page.table(
-            ["code", "severity", "where", "what", "fix"], rows, [f'class="{f["severity"]}"' for f in findings])
+            ["code", "severity", "where", "what", "fix"], rows, [f'class="{f["severity"]}"' for f in shown])
+        if len(findings) > len(shown):
+            html += f"<p class=note>... and {len(findings) - len(shown)} more (lerodoc validate lists them all).</p>"
     return html
 
 
@@ -166,13 +170,14 @@ def _episodes_html(ds: Dataset, sampled, columns, rows: list[dict], thumbs, vide
             flagged.setdefault(r["feature"], set()).add(r["channel"])
     starts = np.cumsum([0] + [ep.length for ep in ds.episodes])
     position = {ep.index: i for i, ep in enumerate(ds.episodes)}
-    html += f"<h3>State and action of {len(sampled)} sampled episodes</h3>"
-    for ep in sampled:
-        lo = starts[position[ep.index]]
-        series = {name: values[lo:lo + ep.length] for name, values in columns.values.items()}
-        if series:
-            html += page.image(plots.time_series(ep.index, columns.timestamps[ep.index], series, flagged, names),
-                               alt=f"episode {ep.index} time series")
+    if columns.values:
+        html += f"<h3>State and action of {len(sampled)} sampled episodes</h3>"
+        chosen = []
+        for ep in sampled:
+            lo = starts[position[ep.index]]
+            chosen.append((ep.index, columns.timestamps[ep.index],
+                           {name: values[lo:lo + ep.length] for name, values in columns.values.items()}))
+        html += page.image(plots.time_series(chosen, flagged, names), alt="state and action time series")
     if not ds.info.video_keys:
         return html
     html += "<h3>Frames</h3>"

@@ -18,7 +18,7 @@ tr.warning td:first-child{color:#9a6700;font-weight:600}
 .verdict.ok{background:#e3f5e1;color:#1e6b1e}.verdict.bad{background:#fde2e1;color:#b00020}
 .verdict.warn{background:#fff4d6;color:#7a5300}
 img.plot{max-width:100%;display:block;margin:6px 0}
-pre{background:#f6f8fa;padding:8px 10px;overflow-x:auto;font-size:12.5px}
+pre{background:#f6f8fa;padding:8px 10px;white-space:pre-wrap;word-break:break-all;font-size:12.5px}
 figure{margin:0;display:inline-block;text-align:center}figure img{display:block;max-width:240px}
 figcaption{font-size:11px;color:#333;font-variant-numeric:tabular-nums}
 figcaption.mismatch{color:#b00020;font-weight:700;background:#fde2e1}

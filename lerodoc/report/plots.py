@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 FLAG_FACE = "#fde2e1"
 FLAG_EDGE = "#c0392b"
@@ -24,12 +25,16 @@ def png(fig: Figure) -> bytes:
 
 
 def channel_histograms(feature: str, values: np.ndarray, rows: list[dict], bins: int = 40) -> bytes:
-    """One small histogram per channel of `feature` ((frames, channels) values), flagged channels on red."""
+    """One small histogram per channel of `feature` ((frames, channels) values), flagged channels on red. Fixed
+    margins and two ticks per panel (its min and max) keep a grid of a hundred panels quick to draw."""
     channels = values.shape[1]
     ncols = min(COLUMNS, channels)
     nrows = -(-channels // ncols)
-    fig = Figure(figsize=(1.9 * ncols, 1.45 * nrows + 0.4), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    height = 1.35 * nrows + 0.6
+    fig = Figure(figsize=(1.9 * ncols, height))
+    fig.subplots_adjust(left=0.015, right=0.985, bottom=0.25 / height, top=1 - 0.7 / height, wspace=0.12,
+                        hspace=0.75)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     fig.suptitle(f"{feature}: distribution of each channel over all frames (red: flagged)", fontsize=10)
     for c, ax in enumerate(axes):
         if c >= channels:
@@ -39,16 +44,19 @@ def channel_histograms(feature: str, values: np.ndarray, rows: list[dict], bins:
         column = values[:, c]
         column = column[np.isfinite(column)]
         flagged = bool(row["flags"])
+        ax.set_yticks([])
         if len(column):
             lo, hi = float(column.min()), float(column.max())
             counts, edges = np.histogram(column, bins=bins, range=(lo, hi) if hi > lo else (lo - 0.5, hi + 0.5))
             ax.stairs(counts, edges, fill=True, color=FLAG_EDGE if flagged else BAR)
+            ax.set_xlim(edges[0], edges[-1])
+            ax.set_xticks([edges[0], edges[-1]], [f"{edges[0]:.3g}", f"{edges[-1]:.3g}"], fontsize=6)
+            ax.tick_params(length=2, pad=1)
+            ax.get_xticklabels()[0].set_horizontalalignment("left")
+            ax.get_xticklabels()[-1].set_horizontalalignment("right")
         label = f"{c}: {row['name']}" if row["name"] else f"channel {c}"
-        ax.set_title(label[:24] + ("\n" + ", ".join(row["flags"]) if flagged else ""), fontsize=7,
+        ax.set_title(label[:26] + ("\n" + ", ".join(row["flags"]) if flagged else ""), fontsize=7, pad=2,
                      color=FLAG_EDGE if flagged else "black")
-        ax.tick_params(labelsize=6, length=2)
-        ax.set_yticks([])
-        ax.xaxis.get_offset_text().set_fontsize(6)
         if flagged:
             ax.set_facecolor(FLAG_FACE)
             for spine in ax.spines.values():
@@ -60,9 +68,10 @@ def channel_histograms(feature: str, values: np.ndarray, rows: list[dict], bins:
 def episode_lengths(lengths: list[int], fps: int) -> bytes:
     fig = Figure(figsize=(7, 2.6), layout="constrained")
     ax = fig.subplots()
-    ax.hist(lengths, bins=min(50, max(1, len(set(lengths)))), color=BAR)
+    ax.hist(lengths, bins=min(50, max(1, len(set(lengths)))), color=BAR, edgecolor="white")
     ax.set_xlabel(f"episode length (frames at {fps} fps)")
     ax.set_ylabel("episodes")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"{len(lengths)} episodes: min {min(lengths)}, median {int(np.median(lengths))}, max {max(lengths)}",
                  fontsize=10)
     seconds = ax.secondary_xaxis("top", functions=(lambda f: f / fps, lambda s: s * fps))
@@ -70,26 +79,31 @@ def episode_lengths(lengths: list[int], fps: int) -> bytes:
     return png(fig)
 
 
-def time_series(episode: int, times: np.ndarray, series: dict[str, np.ndarray], flagged: dict[str, set[int]],
+def time_series(episodes: list[tuple[int, np.ndarray, dict[str, np.ndarray]]], flagged: dict[str, set[int]],
                 names: dict[str, list[str | None]]) -> bytes:
-    """State and action channels of one episode against the row timestamps, one panel per feature, one shared
-    time axis; flagged channels drawn thick and red."""
-    fig = Figure(figsize=(7, 1.9 * len(series) + 0.5), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(len(series), 1, sharex=True, squeeze=False)).ravel()
-    fig.suptitle(f"episode {episode}", fontsize=10)
-    for ax, (feature, values) in zip(axes, series.items()):
-        bad = flagged.get(feature, set())
-        for c in range(values.shape[1]):
-            if c in bad:
-                ax.plot(times, values[:, c], color=FLAG_EDGE, linewidth=1.6, zorder=3,
-                        label=f"{c}: {names[feature][c] or ''} (flagged)")
-            else:
-                ax.plot(times, values[:, c], linewidth=0.8, alpha=0.8)
-        ax.set_ylabel(feature, fontsize=8)
-        ax.tick_params(labelsize=7)
-        if bad:
-            ax.legend(fontsize=6, loc="upper right")
-    axes[-1].set_xlabel("timestamp (s)")
+    """Channels against the row timestamps: one column per sampled (episode, times, {feature: (frames, channels)}),
+    one row per feature; one time axis for all panels (episodes of different lengths compare at a glance), each
+    panel its own value axis. Flagged channels are drawn thick and red."""
+    features = list(episodes[0][2])
+    ncols = len(episodes)
+    fig = Figure(figsize=(min(16.0, 1.5 + 3.4 * ncols), 1.8 * len(features) + 0.6), layout="constrained")
+    axes = fig.subplots(len(features), ncols, sharex=True, squeeze=False)
+    for col, (episode, times, series) in enumerate(episodes):
+        axes[0, col].set_title(f"episode {episode}", fontsize=9)
+        axes[-1, col].set_xlabel("timestamp (s)", fontsize=8)
+        for row, feature in enumerate(features):
+            ax, values, bad = axes[row, col], series[feature], flagged.get(feature, set())
+            for c in range(values.shape[1]):
+                if c in bad:
+                    ax.plot(times, values[:, c], color=FLAG_EDGE, linewidth=1.6, zorder=3,
+                            label=f"{c}: {names[feature][c] or ''} (flagged)")
+                else:
+                    ax.plot(times, values[:, c], linewidth=0.8, alpha=0.8)
+            ax.tick_params(labelsize=7)
+            if col == 0:
+                ax.set_ylabel(feature, fontsize=8)
+            if bad and col == ncols - 1:
+                ax.legend(fontsize=6, loc="upper right")
     return png(fig)
 
 
@@ -101,6 +115,7 @@ def task_counts(tasks: list[str], counts: list[int], top: int = 30) -> bytes:
     ax.barh(range(len(order)), [counts[i] for i in order], color=BAR)
     ax.set_yticks(range(len(order)), labels, fontsize=7)
     ax.invert_yaxis()
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("episodes")
     return png(fig)
 
