@@ -53,6 +53,7 @@ class MergeReport:
     retimed_clips: list[dict] = field(default_factory=list)   # stream-copied onto the k/fps grid (VID005)
     bytes_copied: int = 0
     seconds: float = 0.0
+    plan: dict | None = None      # --dry-run: `rewrite.Plan.to_json`, what a run would write
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -206,17 +207,17 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
                      f"({', '.join(differing)})")
     info.data_files_size_in_mb = max(1, math.ceil(info.data_files_size_in_mb))
     caps = (info.data_files_size_in_mb, info.video_files_size_in_mb)
-    rewrite.check_files(picks)
+    plan = rewrite.plan(picks, info, tasks, to, schema, caps_mb=caps, workers=workers)
 
     report = MergeReport(output=str(Path(out).absolute()), to_version=to, sources=summaries, reconciled=notes,
-                         normalised_columns=normalised)
+                         normalised_columns=normalised, reencoded_clips=plan.reencoded)
     if dry_run:
         report.episodes, report.frames, report.tasks = len(picks), sum(p.episode.length for p in picks), len(tasks)
+        report.plan = plan.to_json()
         report.seconds = round(time.perf_counter() - started, 3)
         return report
     with staged_output(Path(out), force=force) as tmp:
-        result = rewrite.write(picks, info, tasks, to, tmp, schema, caps_mb=caps, workers=workers,
-                               progress=progress, engine=engine)
+        result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
         new_eps = result.episodes
         stats = aggregate([ep.stats for ep in new_eps])
         data_files = [tmp / f for f in dict.fromkeys(ep.data_file for ep in new_eps)]

@@ -61,16 +61,12 @@ class RowPiece:
 
 @dataclass(frozen=True)
 class VideoJob:
-    """Episode clips of one camera, to be written as v3.0 files (joined up to a size cap) or one per episode.
-
-    For v3.0, `out_files` is empty: the worker names files chunk/file in order, starting a new file past
-    `cap_bytes` or where a clip's stream parameters differ from the file's, since those cannot be joined.
-    """
+    """Episode clips of one camera, to be written as v3.0 files under `out_root` by one worker, which plans
+    them as `video_files` does (for clips that exist only once the job runs, such as `encode`'s)."""
     key: str
     episodes: tuple[int, ...]
     clips: tuple[video.Clip, ...]
     sizes: tuple[int, ...] = ()
-    out_files: tuple[str, ...] = ()
     out_root: str = ""
     cap_bytes: float = 0
     chunks_size: int = 1000
@@ -214,39 +210,83 @@ def _check_written(blocks: list[tuple[list[RowPiece], dict]]) -> None:
             raise VerificationError(f"holds {table.num_rows} rows, expected {offset}", file=out_file)
 
 
-def write_videos(args: tuple[VideoJob, int]) -> list[tuple[str, video.Written]]:
-    """Worker: write a job's clips; returns (file written, where the clip landed) per episode."""
-    job, fps = args
-    if job.out_files:
-        placed = []
-        for out_file, clip, episode in zip(job.out_files, job.clips, job.episodes):
-            Path(out_file).parent.mkdir(parents=True, exist_ok=True)
-            placed.append((out_file, video.cut(clip, Path(out_file), fps, episode)))
-        return placed
-    # A clip that does not start on a keyframe cannot be joined by stream copy: it is re-encoded on its own
-    # first (into a scratch file of the staging tree), then placed like any other clip.
-    scratch = Path(job.out_root) / f".reencoded-{job.key}"
-    all_clips, reencoded = list(job.clips), set()
-    for i, (clip, episode) in enumerate(zip(job.clips, job.episodes)):
-        if not video.starts_on_keyframe(clip, fps, episode):
-            scratch.mkdir(parents=True, exist_ok=True)
-            video.reencode(clip, scratch / f"{episode}.mp4", fps, episode)
-            all_clips[i], reencoded = video.Clip(scratch / f"{episode}.mp4"), reencoded | {i}
-    whole = tuple((a, b) for a, b in job.whole_files if not reencoded & set(range(a, b)))
-    signatures = [video.signature(c.path, e) for c, e in zip(all_clips, job.episodes)]
-    groups = file_groups(list(job.sizes), job.cap_bytes, whole,
-                         joinable=lambda a, b: signatures[a] == signatures[b])
-    chunk, file, placed = 0, 0, []
+@dataclass(frozen=True)
+class VideoFile:
+    """One output video file and how it is made: a whole source file reused (`link`), or its clips joined
+    (or cut) by stream copy, those at the `reencode` positions re-encoded first (they start off a keyframe)."""
+    key: str
+    path: str                          # relative to the output root
+    episodes: tuple[int, ...]          # new episode numbers, in file order
+    clips: tuple[video.Clip, ...]
+    link: bool = False
+    reencode: tuple[int, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"file": self.path, "camera": self.key, "episodes": list(self.episodes),
+                "action": "link" if self.link else "stream copy",
+                "reencode": [self.episodes[i] for i in self.reencode]}
+
+
+def clip_facts(args: tuple[tuple[video.Clip, ...], tuple[int, ...], int, bool]) -> list[tuple[bool, tuple | None]]:
+    """Worker: per clip, whether it starts on a keyframe (else it is re-encoded) and, with `signatures`, what
+    must be equal for it to be joined to its neighbour (`video.signature`)."""
+    clips, episodes, fps, signatures = args
+    return [(video.starts_on_keyframe(c, fps, e), video.signature(c.path, e) if signatures else None)
+            for c, e in zip(clips, episodes)]
+
+
+def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ...], facts: list[tuple[bool, tuple]],
+                sizes: tuple[int, ...], cap_bytes: float, chunks_size: int,
+                whole: tuple[tuple[int, int], ...] = ()) -> list[VideoFile]:
+    """A camera's v3.0 files, named chunk/file in order: each `whole` run that needs no re-encode is one source
+    file reused; other clips are joined up to `cap_bytes`, a new file starting where two neighbours' signatures
+    differ or either is re-encoded (its parameters are the encoder's, not the source's)."""
+    reencoded = {i for i, (keyframe, _) in enumerate(facts) if not keyframe}
+    whole = tuple((a, b) for a, b in whole if not reencoded & set(range(a, b)))
+    groups = file_groups(list(sizes), cap_bytes, whole, joinable=lambda a, b: not {a, b} & reencoded
+                         and facts[a][1] == facts[b][1])
+    out, chunk, file = [], 0, 0
     for kind, group in groups:
-        out_file = str(Path(job.out_root) / v30.video_file(job.key, chunk, file))
-        Path(out_file).parent.mkdir(parents=True, exist_ok=True)
-        clips, episodes = [all_clips[i] for i in group], [job.episodes[i] for i in group]
-        written = (video.link(clips, Path(out_file), fps, episodes) if kind == "link" else None) \
-            or video.concat(clips, Path(out_file), fps, episodes)
-        placed += [(out_file, replace(w, reencoded=True) if i in reencoded else w) for i, w in zip(group, written)]
-        chunk, file = v30.next_file(chunk, file, job.chunks_size)
+        out.append(VideoFile(key, v30.video_file(key, chunk, file), tuple(episodes[i] for i in group),
+                             tuple(clips[i] for i in group), link=kind == "link",
+                             reencode=tuple(k for k, i in enumerate(group) if i in reencoded)))
+        chunk, file = v30.next_file(chunk, file, chunks_size)
+    return out
+
+
+def write_video_file(vf: VideoFile, root: Path, fps: int) -> list[video.Written]:
+    """Write one planned file under `root`; returns where each clip landed."""
+    out = root / vf.path
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if vf.reencode == (0,) and len(vf.clips) == 1:
+        return [video.reencode(vf.clips[0], out, fps, vf.episodes[0])]
+    clips = list(vf.clips)
+    scratch = root / f".reencoded-{vf.path.replace('/', '_')}"
+    for i in vf.reencode:      # re-encoded on its own first (a scratch folder of the staging tree), then joined
+        scratch.mkdir(parents=True, exist_ok=True)
+        video.reencode(clips[i], scratch / f"{vf.episodes[i]}.mp4", fps, vf.episodes[i])
+        clips[i] = video.Clip(scratch / f"{vf.episodes[i]}.mp4")
+    written = (video.link(clips, out, fps, list(vf.episodes)) if vf.link else None) \
+        or video.concat(clips, out, fps, list(vf.episodes))
     shutil.rmtree(scratch, ignore_errors=True)
-    return placed
+    return [replace(w, reencoded=True) if i in vf.reencode else w for i, w in enumerate(written)]
+
+
+def write_video_files(args: tuple[tuple[VideoFile, ...], str, int]) -> list[list[video.Written]]:
+    """Worker: write planned video files under the output root."""
+    files, root, fps = args
+    return [write_video_file(vf, Path(root), fps) for vf in files]
+
+
+def write_videos(args: tuple[VideoJob, int]) -> list[tuple[str, video.Written]]:
+    """Worker: write a job's clips (planning its files here, as `plan` does before a rewrite); returns (file
+    written, where the clip landed) per episode."""
+    job, fps = args
+    facts = clip_facts((job.clips, job.episodes, fps, True))
+    files = video_files(job.key, job.episodes, job.clips, facts, job.sizes, job.cap_bytes, job.chunks_size,
+                        job.whole_files)
+    root = Path(job.out_root)
+    return [(str(root / vf.path), w) for vf in files for w in write_video_file(vf, root, fps)]
 
 
 def file_groups(sizes: list[int], cap: float, whole: tuple[tuple[int, int], ...] = (),
@@ -317,13 +357,54 @@ def _data_bytes(ds: Dataset, ep: Episode) -> int:
     return ds.path(ep.data_file).stat().st_size * ep.length // max(ds.rows_in_file(ep.data_file), 1)
 
 
-def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float, float], retime: bool = False,
-         schema: pa.Schema | None = None) -> tuple[list[Episode], list[list[RowPiece]], list[VideoJob]]:
-    """New episodes (numbered 0..N-1 in pick order), row jobs and video jobs for writing `to` under `out`.
+@dataclass(frozen=True)
+class Plan:
+    """Everything a rewrite writes, decided before a byte is: the new episodes (numbered 0..N-1 in pick order,
+    with their data files and rows), the row jobs (output paths relative to the output root) and the video
+    files, with the clips that are re-encoded because they start off a keyframe. `execute` writes it;
+    `to_json` is what --dry-run prints."""
+    to: str
+    info: Info
+    tasks: tuple[str, ...]
+    schema: pa.Schema
+    picks: tuple[Pick, ...]
+    episodes: tuple[Episode, ...]
+    row_jobs: tuple[tuple[RowPiece, ...], ...]
+    video_files: tuple[VideoFile, ...]
+
+    @property
+    def reencoded(self) -> list[dict]:
+        return sorted(({"episode": vf.episodes[i], "camera": vf.key} for vf in self.video_files for i in vf.reencode),
+                      key=lambda r: (r["episode"], r["camera"]))
+
+    def to_json(self) -> dict:
+        data: dict[str, dict] = {}
+        for job in self.row_jobs:
+            for piece in job:
+                entry = data.setdefault(piece.out_file, {"file": piece.out_file, "episodes": [],
+                                                         "action": "link" if piece.link else "write"})
+                entry["episodes"].append(piece.episode)
+        return {"to": self.to, "episodes": [{"episode": new.index, "source": str(p.dataset.root),
+                                             "source_episode": p.episode.index, "length": new.length,
+                                             "data_file": new.data_file}
+                                            for p, new in zip(self.picks, self.episodes)],
+                "frames": sum(ep.length for ep in self.episodes), "tasks": len(self.tasks),
+                "data_files": sorted(data.values(), key=lambda d: d["file"]),
+                "video_files": [vf.to_json() for vf in self.video_files], "reencode": self.reencoded}
+
+
+def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Schema, *,
+         caps_mb: tuple[float, float], retime: bool = False, workers: int = 1) -> Plan:
+    """Plan writing the picked episodes as a `to` layout: checks every file they need exists, places rows and
+    clips, and reads the sources' video headers (keyframes, stream parameters) to decide which clips are
+    joined, reused whole or re-encoded. Nothing is written.
 
     `caps_mb` are the v3.0 data and video file size caps in MB; a data file is reused whole only when its
-    columns already have `schema`'s types.
+    columns already have `schema`'s types. `retime` rewrites frame_index and timestamp from the frame order.
     """
+    if to not in TARGETS:
+        raise LerodocError(f"cannot write {to}; lerodoc writes {', '.join(TARGETS)}")
+    check_files(picks)
     layout = replace(info, data_path=None, video_path=None)   # -> v2.1: the version's own path templates
     new_eps, cursor = [], 0
     for number, pick in enumerate(picks):
@@ -347,7 +428,7 @@ def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float
     for ep in new_eps:
         ep.data_row = ep.from_index - first_row.setdefault(ep.data_file, ep.from_index)
     pieces = [RowPiece(str(p.dataset.path(p.episode.data_file)), p.episode.data_row, p.episode.length,
-                       str(out / new.data_file), new.index, new.from_index, p.episode.index, p.task_map,
+                       new.data_file, new.index, new.from_index, p.episode.index, p.task_map,
                        all_stats=not p.episode.stats, retime_fps=info.fps if retime else None, link=i in linked)
               for i, (p, new) in enumerate(zip(picks, new_eps))]
     # -> v3.0: one job per output file; -> v2.1: one job per source file (read once).
@@ -356,19 +437,21 @@ def plan(picks: list[Pick], info: Info, to: str, out: Path, caps_mb: tuple[float
     for piece in pieces:
         row_jobs.setdefault(key_of(piece), []).append(piece)
 
-    video_jobs = []
+    files: list[VideoFile] = []
     numbers = tuple(ep.index for ep in new_eps)
     for key in info.video_keys:
         clips = tuple(_clip_of(p.dataset, p.episode, key) for p in picks)
+        batches = [(clips[i:i + 64], numbers[i:i + 64], info.fps, to == "v3.0") for i in range(0, len(clips), 64)]
+        facts = [f for part in pmap(clip_facts, batches, workers=workers) for f in part]
         if to == "v3.0":
-            sizes = tuple(_clip_bytes(p.dataset, p.episode, key) for p in picks)
-            video_jobs.append(VideoJob(key, numbers, clips, sizes, out_root=str(out), cap_bytes=caps_mb[1] * MB,
-                                       chunks_size=info.chunks_size, whole_files=_whole_files(picks, key)))
+            files += video_files(key, numbers, clips, facts, tuple(_clip_bytes(p.dataset, p.episode, key)
+                                                                   for p in picks),
+                                 caps_mb[1] * MB, info.chunks_size, _whole_files(picks, key))
         else:
-            files = tuple(str(out / v21.video_file(layout, key, n)) for n in numbers)
-            video_jobs.extend(VideoJob(key, numbers[i:i + PER_JOB], clips[i:i + PER_JOB],
-                                       out_files=files[i:i + PER_JOB]) for i in range(0, len(numbers), PER_JOB))
-    return new_eps, list(row_jobs.values()), video_jobs
+            files += [VideoFile(key, v21.video_file(layout, key, n), (n,), (clip,), reencode=() if keyframe else (0,))
+                      for n, clip, (keyframe, _) in zip(numbers, clips, facts)]
+    return Plan(to, info, tuple(tasks), schema, tuple(picks), tuple(new_eps),
+                tuple(tuple(job) for job in row_jobs.values()), tuple(files))
 
 
 def _run(job: tuple[Callable, tuple]):
@@ -425,25 +508,26 @@ def check_files(picks: list[Pick]) -> None:
                 raise LerodocError("file is missing", file=pick.dataset.path(rel), episode=pick.episode.index)
 
 
-def write(picks: list[Pick], info: Info, tasks: list[str], to: str, tmp: Path, schema: pa.Schema, *,
-          caps_mb: tuple[float, float], workers: int = 1, progress: Progress | None = None,
-          retime: bool = False) -> Result:
-    """Write the picked episodes' rows and videos as a `to` layout into the staging folder `tmp`.
+def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | None = None, engine=None) -> Result:
+    """Write a plan's rows and videos into the staging folder `tmp`.
 
     Returns the new episodes (files, windows, per-episode stats); the caller writes the metadata with
-    `formats.module(to).write_meta` and then calls `verify`. `retime` rewrites frame_index and timestamp
-    from the frame order.
+    `formats.module(to).write_meta` and then calls `verify`. `engine` (`lerodoc.engine`) runs the jobs on a
+    cluster instead of `workers` processes.
     """
-    if to not in TARGETS:
-        raise LerodocError(f"cannot write {to}; lerodoc writes {', '.join(TARGETS)}")
-    check_files(picks)
-    new_eps, row_jobs, video_jobs = plan(picks, info, to, tmp, caps_mb, retime, schema)
+    info, picks = plan_.info, plan_.picks
+    new_eps = [replace(ep, tasks=list(ep.tasks), videos={}, stats=dict(ep.stats)) for ep in plan_.episodes]
     result = Result(new_eps)
+    row_jobs = [[replace(p, out_file=str(tmp / p.out_file)) for p in job] for job in plan_.row_jobs]
+    # -> v3.0: a file per job; -> v2.1: PER_JOB episode files per job.
+    step = 1 if plan_.to == "v3.0" else PER_JOB
+    video_jobs = [plan_.video_files[i:i + step] for i in range(0, len(plan_.video_files), step)]
     # One pool for both kinds of job, video first (the longest), so rows and videos overlap.
-    jobs = [(write_videos, (job, info.fps)) for job in video_jobs] + [(write_rows, (job, schema)) for job in row_jobs]
+    jobs = [(write_video_files, (job, str(tmp), info.fps)) for job in video_jobs] + \
+        [(write_rows, (job, plan_.schema)) for job in row_jobs]
     tick = progress("files", len(jobs)) if progress else None
-    done_jobs = pmap(_run, jobs, workers=workers, progress=tick)
-    placed_by_job, row_results = done_jobs[:len(video_jobs)], done_jobs[len(video_jobs):]
+    done_jobs = pmap(_run, jobs, workers=workers, progress=tick, engine=engine)
+    written_by_job, row_results = done_jobs[:len(video_jobs)], done_jobs[len(video_jobs):]
     rows = {r["episode"]: r for job in row_results for r in job}
     for ep in new_eps:
         done = rows[ep.index]
@@ -452,24 +536,34 @@ def write(picks: list[Pick], info: Info, tasks: list[str], to: str, tmp: Path, s
             result.renumbered.append(ep.index)
         if not picks[ep.index].episode.stats:
             result.computed_stats.append(ep.index)
-    for job, placed in zip(video_jobs, placed_by_job):
-        for number, (out_file, clip) in zip(job.episodes, placed):
-            ep = new_eps[number]
-            ep.videos[job.key] = VideoSpan(str(Path(out_file).relative_to(tmp)), clip.from_timestamp,
-                                           clip.to_timestamp)
-            if clip.frames != ep.length:
-                source = picks[number]
-                raise LerodocError(f"video holds {clip.frames} frames for {ep.length} rows, so frames and rows "
-                                   "would be misaligned", file=source.dataset.path(source.episode.videos[job.key].file),
-                                   episode=source.episode.index, field=job.key,
-                                   hint="lerodoc validate --videos names the cause")
-            if clip.reencoded:
-                result.reencoded.append({"episode": number, "camera": job.key})
-            if clip.retimed:
-                result.retimed.append({"episode": number, "camera": job.key})
+    for job, written in zip(video_jobs, written_by_job):
+        for vf, clips in zip(job, written):
+            for number, clip in zip(vf.episodes, clips):
+                ep = new_eps[number]
+                ep.videos[vf.key] = VideoSpan(vf.path, clip.from_timestamp, clip.to_timestamp)
+                if clip.frames != ep.length:
+                    source = picks[number]
+                    raise LerodocError(f"video holds {clip.frames} frames for {ep.length} rows, so frames and rows "
+                                       "would be misaligned",
+                                       file=source.dataset.path(source.episode.videos[vf.key].file),
+                                       episode=source.episode.index, field=vf.key,
+                                       hint="lerodoc validate --videos names the cause")
+                if clip.reencoded:
+                    result.reencoded.append({"episode": number, "camera": vf.key})
+                if clip.retimed:
+                    result.retimed.append({"episode": number, "camera": vf.key})
     for ep in new_eps:
         ep.videos = {key: ep.videos[key] for key in info.video_keys}
+    result.reencoded.sort(key=lambda r: (r["episode"], r["camera"]))
     return result
+
+
+def write(picks: list[Pick], info: Info, tasks: list[str], to: str, tmp: Path, schema: pa.Schema, *,
+          caps_mb: tuple[float, float], workers: int = 1, progress: Progress | None = None,
+          retime: bool = False, engine=None) -> Result:
+    """`plan`, then `execute` into the staging folder `tmp`."""
+    planned = plan(picks, info, tasks, to, schema, caps_mb=caps_mb, retime=retime, workers=workers)
+    return execute(planned, tmp, workers=workers, progress=progress, engine=engine)
 
 
 def verify(root: Path, to: str, expected: list[Episode]) -> None:
