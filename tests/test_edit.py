@@ -238,6 +238,34 @@ def test_tasks_rename_keeps_task_index_and_join_repoints(built):
     assert ds.stats["task_index"]["max"].tolist() == [0] and ds.info.total_tasks == 1
 
 
+def test_tasks_that_move_no_task_index_keep_data_and_videos_byte_identical(built, tmp_path):
+    src, out = built["tasks-rename"]["src"].root, built["tasks-rename"]["out"]
+    before, after = tree_digests(src), tree_digests(out)
+    kept = [k for k in before if k.startswith(("data/", "videos/"))]
+    assert kept and all(after[k] == before[k] for k in kept)
+    assert (out / kept[0]).stat().st_ino == (src / kept[0]).stat().st_ino   # the same file, not a copy
+    assert after["meta/tasks.parquet"] != before["meta/tasks.parquet"]
+    f = make_dataset(tmp_path / "v21", version="v2.1", episodes=2)
+    run_cli("tasks", f.root, "-o", tmp_path / "out", "--set", "place the cube=put it down")
+    before, after = tree_digests(f.root), tree_digests(tmp_path / "out")
+    assert all(after[k] == v for k, v in before.items() if k.startswith(("data/", "videos/")))
+    assert Dataset.open(tmp_path / "out").tasks == ["pick up the cube", "put it down"]
+    # a join re-points task_index: those data files are rewritten
+    run_cli("tasks", f.root, "-o", tmp_path / "join", "--set", "place the cube=pick up the cube")
+    assert tree_digests(tmp_path / "join")["data/chunk-000/episode_000001.parquet"] != \
+        before["data/chunk-000/episode_000001.parquet"]
+
+
+@pytest.mark.parametrize("args", [("tasks", "--set", "place the cube=put it down"), ("features", "--drop", "action")])
+def test_tasks_and_features_refuse_v20_pointing_to_convert(tmp_path, args):
+    f = make_dataset(tmp_path / "v20", version="v2.0", episodes=2)
+    before = tree_digests(f.root)
+    proc = run_cli(args[0], f.root, "-o", tmp_path / "out", *args[1:], check=False)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert "lerodoc convert" in proc.stderr and "--to v2.1" in proc.stderr
+    assert not (tmp_path / "out").exists() and tree_digests(f.root) == before
+
+
 def test_tasks_from_file_dry_run_and_unknown_text(tmp_path):
     f = make_dataset(tmp_path / "t", version="v2.1", episodes=3, cameras=())
     (tmp_path / "tasks.json").write_text(json.dumps(["grab", "grab"]))

@@ -18,6 +18,7 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.ops.derive import derive
 from lerodoc.parquet_io import column_matrix, from_numpy
+from lerodoc.staging import staged_edit
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,22 @@ def plan(ds: Dataset, mapping: dict[str, str]) -> TasksReport:
     return report
 
 
+def write_metadata(ds: Dataset, out: Path | None, *, in_place: bool = False, force: bool = False) -> Path:
+    """Write `ds`'s metadata (info, tasks, episodes, stats) anew; every data and video file stays as it is
+    (hard links)."""
+    ds.require_complete()
+    if ds.version == "v2.0":
+        raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
+                           hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
+    module = formats.module(ds.version)
+    meta = {formats.INFO_PATH, module.TASKS_PATH} | module.stats_files(ds.root)
+    if ds.version != "v3.0":
+        meta.add(module.EPISODES_PATH)   # v3.0's episodes files hold the per-episode stats: in stats_files
+    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=meta) as tmp:
+        module.write_meta(tmp, ds.info, ds.episodes, ds.tasks, ds.stats)
+    return Path(ds.root if in_place else out).absolute()
+
+
 def edit_tasks(src: Path, out: Path | None = None, *, set_: list[str] = (), from_file: Path | None = None,
                in_place: bool = False, dry_run: bool = False, workers: int = 1, force: bool = False) -> TasksReport:
     """Write `src` with its task texts edited."""
@@ -124,7 +141,11 @@ def edit_tasks(src: Path, out: Path | None = None, *, set_: list[str] = (), from
         for ep in ds.episodes:
             ep.tasks = list(dict.fromkeys(mapping.get(t, t) for t in ep.tasks))
         ds.tasks = report.tasks
-        report.output = str(derive(ds, out, TaskRemap(tuple(report.task_map)), dict(ds.info.features),
-                                   in_place=in_place, force=force, workers=workers))
+        remap = TaskRemap(tuple(report.task_map))
+        if remap.changed:
+            report.output = str(derive(ds, out, remap, dict(ds.info.features), in_place=in_place, force=force,
+                                       workers=workers))
+        else:   # no task_index moves: only the metadata is written, data and videos are the same files
+            report.output = str(write_metadata(ds, out, in_place=in_place, force=force))
     report.seconds = round(time.perf_counter() - started, 3)
     return report
