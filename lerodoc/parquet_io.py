@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +35,15 @@ def open_parquet(path: Path | str, episode: int | None = None) -> pq.ParquetFile
     error."""
     with _readable(path, episode):
         return pq.ParquetFile(path)
+
+
+def iter_batches(file: pq.ParquetFile, path: Path | str, columns: list[str] | None = None, episode: int | None = None,
+                 batch_size: int = 1 << 16) -> Iterator[pa.RecordBatch]:
+    """The rows of an open parquet `file` (read from `path`) as record batches of `columns`. A batch at a time
+    keeps memory small and reused: reading a large file whole allocates it several times over, and fresh
+    pages cost more than decoding. An unreadable file is a clear error."""
+    with _readable(path, episode):
+        yield from file.iter_batches(batch_size=batch_size, columns=columns)
 
 
 def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:

@@ -1,8 +1,10 @@
 """Exact per-channel quantiles with bounded memory.
 
 Values are read in chunks of rows (one (N, D) matrix per chunk, D channels). When all values fit in
-`budget` (a count of values), they are gathered and sorted per channel, and numpy's linear method is
-applied to the order statistics. Otherwise each needed order statistic is found by radix selection on
+`budget` (8-byte units), they are gathered and sorted per channel, and numpy's linear method is applied
+to the order statistics. When one channel fits but not all, blocks of channels are gathered and sorted
+in turn, one pass over the data each (a `fill` callback can read only their columns).
+Otherwise each needed order statistic is found by radix selection on
 an order-preserving 64-bit key of the float64 value: every pass over the data counts, per channel and
 per target, the next 8 bits of the keys that share the prefix fixed so far; the target's rank picks one
 bucket, which becomes the new prefix. Once a bucket holds few enough values they are gathered and the
@@ -81,28 +83,61 @@ def row_quantiles(rows: np.ndarray, levels: list[float], threads: int = 1, in_pl
     return _interpolate(found[[at[r] for r in low]], found[[at[r] for r in high]], fraction[:, None])
 
 
-def gather(chunks: Chunks, count: int, width: int, dtype) -> np.ndarray:
-    """All rows `chunks` yields as one (width, count) array (the gathered copy may be sorted in place)."""
+def sorted_quantiles(ordered: np.ndarray, levels: list[float]) -> np.ndarray:
+    """(len(levels), D) quantiles of each row of a (D, N) array whose rows are sorted (numpy's linear method)."""
+    low, high, fraction = _ranks(ordered.shape[1], levels)
+    return _interpolate(ordered[:, low].T.astype(np.float64), ordered[:, high].T.astype(np.float64),
+                        fraction[:, None])
+
+
+def transpose_into(rows: np.ndarray, matrix: np.ndarray, block: int = 256) -> None:
+    """rows[:] = matrix.T for (D, n) `rows` and an (n, D) `matrix`, a few hundred rows at a time: the whole
+    transpose at once misses the cache on nearly every element."""
+    for start in range(0, len(matrix), block):
+        rows[:, start:start + block] = matrix[start:start + block].T
+
+
+def gather(chunks: Callable[[], Iterable[np.ndarray]], count: int, width: int, dtype) -> np.ndarray:
+    """All rows `chunks()` yields ((n, width) matrices) as one (width, count) array (the gathered copy may be
+    sorted in place)."""
     rows, start = np.empty((width, count), dtype=dtype), 0
     for chunk in chunks():
-        rows[:, start:start + len(chunk)] = chunk.T
+        transpose_into(rows[:, start:start + len(chunk)], chunk)
         start += len(chunk)
     return rows
 
 
 def quantiles(chunks: Chunks, levels: list[float], *, count: int, width: int, dtype=np.float64,
-              budget: int = 64 << 20, collect: int = 1 << 16, threads: int = 2) -> tuple[np.ndarray, int]:
-    """(len(levels), D) quantiles of the `count` rows of width D that `chunks` yields, and the passes taken.
+              budget: int = 64 << 20, collect: int = 1 << 16, threads: int = 2,
+              fill: Callable[[np.ndarray, int, int], None] | None = None) -> tuple[np.ndarray, int]:
+    """(len(levels), D) quantiles of the `count` rows of width D that `chunks()` yields, and the passes taken.
 
-    In memory (count * D <= budget) values keep `dtype` (float32 data stays float32, so its order
-    statistics are exact) and the interpolation runs in float64; beyond the budget, radix selection.
+    Values keep `dtype` in memory (float32 data stays float32, so its order statistics are exact) and the
+    interpolation runs in float64. All channels at once when they fit `budget` (8-byte units), else blocks
+    of channels, one pass each; beyond one channel's worth, radix selection. `fill(rows, lo, hi)`, when
+    given, writes channels lo:hi of every row into the (hi - lo, count) array `rows` in place of gathering
+    `chunks()` (it can read only those channels' columns).
     """
     if not count:
         raise ValueError("no rows")
-    if count * width <= budget:
-        return row_quantiles(gather(chunks, count, width, dtype), levels, threads, in_place=True), 1
-    return selected_quantiles(lambda selection: selection.tally_of(key_slices(chunks())), levels,
-                              count=count, width=width, collect=collect)
+    per_pass = budget * 8 // (count * np.dtype(dtype).itemsize)
+    if per_pass < 1:
+        return selected_quantiles(lambda selection: selection.tally_of(key_slices(chunks())), levels,
+                                  count=count, width=width, collect=collect)
+    if fill is None:
+        def fill(rows: np.ndarray, lo: int, hi: int) -> None:
+            start = 0
+            for chunk in chunks():
+                transpose_into(rows[:, start:start + len(chunk)], chunk[:, lo:hi])
+                start += len(chunk)
+    out = np.empty((len(levels), width))
+    for lo in range(0, width, per_pass):
+        hi = min(width, lo + per_pass)
+        rows = np.empty((hi - lo, count), dtype=dtype)
+        fill(rows, lo, hi)
+        out[:, lo:hi] = row_quantiles(rows, levels, threads, in_place=True)
+        del rows
+    return out, -(-width // per_pass)
 
 
 def selected_quantiles(one_pass: Callable[["Selection"], "Tally"], levels: list[float], *, count: int, width: int,

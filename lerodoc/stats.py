@@ -1,13 +1,35 @@
-"""Feature statistics: per-episode stats from data, and exact aggregation of per-episode stats."""
+"""Feature statistics: exact per-episode and dataset stats from the parquet, and exact aggregation of
+per-episode stats.
+
+Numeric features are held as groups (`Group`), one (channels, rows) matrix per dtype. When every value
+fits the memory budget, each data file is read once (all needed columns), its columns are transposed
+into the groups' matrices, episodes are sliced out of them (threads, scratch arrays reused), and the
+dataset quantiles come from sorting the matrices in place (threads over channel blocks). Otherwise the
+episodes are done per data file in worker processes and the dataset quantiles by `lerodoc.quantiles`
+(channel blocks, or radix selection). Every path gives the same bits as numpy's min, max, mean, std
+and quantile (linear method) on the same rows.
+"""
 
 from __future__ import annotations
 
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 
-from lerodoc.dataset import Stats
+from lerodoc.dataset import Dataset, Stats
+from lerodoc.errors import LerodocError
+from lerodoc.parallel import pmap
+from lerodoc.parquet_io import column_matrix, iter_batches, open_parquet, read_parquet
+from lerodoc.quantiles import (Selection, Tally, key_slices, row_quantiles, selected_quantiles, sorted_quantiles,
+                               transpose_into)
+from lerodoc.quantiles import quantiles as exact_quantiles
 
 BASIC = ("min", "max", "mean", "std", "count")
 QUANTILES = ("q01", "q10", "q50", "q90", "q99")
+LEVELS = [int(q[1:]) / 100 for q in QUANTILES]
 
 
 def column_stats(values: np.ndarray) -> dict[str, np.ndarray]:
@@ -72,3 +94,266 @@ def channel_flags(stats: dict[str, np.ndarray]) -> list[list[str]]:
                        np.abs(normalised(np.ravel(stats["max"]), q01, q99)))
     return [(["near-constant"] if span < NEAR_CONSTANT else []) + (["extreme"] if r > EXTREME else [])
             for span, r in zip(q99 - q01, reach)]
+
+
+@dataclass(frozen=True)
+class Group:
+    """Features held together as one (channels, rows) matrix: float32 ones stay float32, others float64."""
+    dtype: type
+    names: tuple[str, ...]
+    widths: tuple[int, ...]
+
+    @property
+    def width(self) -> int:
+        return sum(self.widths)
+
+    def names_in(self, lo: int = 0, hi: int | None = None) -> list[str]:
+        """The features that hold some of the channels lo:hi."""
+        hi = self.width if hi is None else hi
+        bounds = np.cumsum((0,) + self.widths)
+        return [n for n, a, b in zip(self.names, bounds[:-1], bounds[1:]) if a < hi and b > lo]
+
+    def parts(self, table, start: int = 0, length: int | None = None, source=None, lo: int = 0,
+              hi: int | None = None) -> list[np.ndarray]:
+        """(rows, w) matrices side by side of the group's channels lo:hi (all by default); a row range when
+        `length` is given. A column whose rows hold another number of values than its feature's shape is a
+        LerodocError naming `source` and the feature."""
+        length = table.num_rows - start if length is None else length
+        hi = self.width if hi is None else hi
+        parts, first = [], 0
+        for name, width in zip(self.names, self.widths):
+            if first < hi and first + width > lo:
+                try:
+                    part = column_matrix(table.column(name).slice(start, length), length)
+                    held = str(part.shape[1])
+                except ValueError:   # ragged lists: rows of different lengths
+                    part, held = None, "rows of different lengths"
+                if part is None or part.shape[1] != width:
+                    raise LerodocError(f"holds {held} value(s) per row where info.json's shape gives {width}",
+                                       file=source, field=name,
+                                       hint="lerodoc validate compares columns and info.json")
+                parts.append(part[:, max(lo - first, 0):min(hi - first, width)])
+            first += width
+        return parts
+
+    def matrix(self, table, start: int = 0, length: int | None = None, source=None) -> np.ndarray:
+        """(rows, channels) of the group's columns; a row range when `length` is given."""
+        return np.hstack(self.parts(table, start, length, source))
+
+    def split(self, stats: dict[str, np.ndarray]) -> Stats:
+        """Per-channel stats of the whole group -> per-feature stats."""
+        bounds = np.cumsum((0,) + self.widths)
+        return {name: {k: (v if k == "count" else v[..., lo:hi]) for k, v in stats.items()}
+                for name, lo, hi in zip(self.names, bounds[:-1], bounds[1:])}
+
+
+def groups_of(features: list[str], specs: dict) -> list[Group]:
+    by_dtype: dict[type, list[str]] = {}
+    for name in features:
+        by_dtype.setdefault(np.float32 if specs[name]["dtype"] == "float32" else np.float64, []).append(name)
+    return [Group(dtype, tuple(names), tuple(int(np.prod(specs[n]["shape"])) for n in names))
+            for dtype, names in by_dtype.items()]
+
+
+class Scratch:
+    """Arrays reused from one episode to the next: fresh temporaries of a few hundred KB cost more in page
+    faults than the arithmetic done on them."""
+
+    def __init__(self):
+        self._flat: dict[str, np.ndarray] = {}
+
+    def array(self, name: str, shape: tuple[int, int], dtype) -> np.ndarray:
+        """A C-contiguous array of `shape` over the scratch buffer `name` (grown when too small)."""
+        size, flat = shape[0] * shape[1], self._flat.get(name)
+        if flat is None or flat.size < size or flat.dtype != dtype:
+            flat = self._flat[name] = np.empty(size, dtype=dtype)
+        return flat[:size].reshape(shape)
+
+
+def block_stats(block: np.ndarray, scratch: Scratch | None = None) -> dict[str, np.ndarray]:
+    """Exact min, max, mean, std, count and q01..q99 of each row of a (channels, frames) block: the bits of
+    numpy's min, max, mean, std and quantile on the rows as a C-contiguous float64 array (the same sums,
+    in the same order; the temporaries live in `scratch`)."""
+    scratch = scratch or Scratch()
+    channels, n = block.shape
+    values = scratch.array("values", (channels, n), np.float64)
+    np.copyto(values, block, casting="unsafe")
+    mean = np.add.reduce(values, axis=1)
+    mean /= n
+    spread = scratch.array("spread", (channels, n), np.float64)
+    np.subtract(values, mean[:, None], out=spread)
+    np.square(spread, out=spread)
+    variance = np.add.reduce(spread, axis=1)
+    variance /= n
+    stats = {"min": values.min(axis=1), "max": values.max(axis=1), "mean": mean, "std": np.sqrt(variance),
+             "count": np.array([n], dtype=np.int64)}
+    ordered = scratch.array("sorted", (channels, n), block.dtype)
+    np.copyto(ordered, block)
+    ordered.sort(axis=1)
+    stats.update(zip(QUANTILES, sorted_quantiles(ordered, LEVELS)))
+    return stats
+
+
+def check_finite(block: np.ndarray, group: Group, file: str, episode: int) -> None:
+    """A (channels, frames) block of one episode holds no NaN/inf, or a clear error names the first."""
+    bad = ~np.isfinite(block)
+    if bad.any():
+        channel, frame = map(int, np.argwhere(bad)[0])
+        bounds = np.cumsum((0,) + group.widths)
+        at = int(np.searchsorted(bounds, channel, side="right")) - 1
+        raise LerodocError(f"holds {int(bad.sum())} NaN/inf values (first at frame {frame}, channel "
+                           f"{channel - bounds[at]})", file=file, episode=episode, field=group.names[at],
+                           hint="lerodoc validate names every one")
+
+
+def _finite_stats(block: np.ndarray, group: Group, file: str, episode: int, scratch: Scratch) -> Stats:
+    """Per-feature stats of one episode's block; NaN/inf (seen in min or max) is a clear error."""
+    stats = block_stats(block, scratch)
+    if not (np.isfinite(stats["min"]).all() and np.isfinite(stats["max"]).all()):
+        check_finite(block, group, file, episode)
+    return group.split(stats)
+
+
+Target = tuple[Group, np.ndarray, int, int]   # a group, its (hi - lo, N) matrix, and the channels lo:hi it holds
+
+
+def load(path: str, targets: list[Target], at: int, rows: int) -> None:
+    """Stream a data file of `rows` rows into columns at:at + rows of each target's matrix (its channels)."""
+    file = open_parquet(path)
+    if file.metadata.num_rows != rows:
+        raise LerodocError(f"holds {file.metadata.num_rows} rows where its episodes in the metadata hold {rows}",
+                           file=path, hint="lerodoc validate compares the files with the metadata")
+    columns = dict.fromkeys(n for group, _, lo, hi in targets for n in group.names_in(lo, hi))
+    for batch in iter_batches(file, path, list(columns)):
+        for group, matrix, lo, hi in targets:
+            channel = 0
+            for part in group.parts(batch, source=path, lo=lo, hi=hi):
+                transpose_into(matrix[channel:channel + part.shape[1], at:at + len(part)], part)
+                channel += part.shape[1]
+        at += batch.num_rows
+
+
+def _episodes_of(matrices: list[np.ndarray], groups: list[Group], episodes: list[tuple[int, int, int, str]],
+                 scratch: Scratch) -> list[tuple[int, Stats]]:
+    """(index, stats) of each (first column, length, index, file) episode of the groups' matrices."""
+    out = []
+    for first, length, index, path in episodes:
+        stats: Stats = {}
+        for group, matrix in zip(groups, matrices):
+            stats.update(_finite_stats(matrix[:, first:first + length], group, path, index, scratch))
+        out.append((index, stats))
+    return out
+
+
+def episode_stats(args: tuple[str, list[tuple[int, int, int]], list[Group]]) -> dict[int, Stats]:
+    """Worker: exact stats of each (episode, first row, length) of one data file."""
+    path, episodes, groups = args
+    rows = sum(length for _, _, length in episodes)
+    matrices = [np.empty((g.width, rows), dtype=g.dtype) for g in groups]
+    load(path, [(g, m, 0, g.width) for g, m in zip(groups, matrices)], 0, rows)
+    return dict(_episodes_of(matrices, groups, [(start, length, index, path) for index, start, length in episodes],
+                             Scratch()))
+
+
+def _in_memory(by_file: dict[str, list[tuple[int, int, int]]], groups: list[Group], workers: int
+               ) -> tuple[Stats, dict[int, Stats]]:
+    """Dataset and per-episode stats with every value of the groups held in memory, each file read once
+    (threads over files, then over episodes, then over channels)."""
+    starts, at = {}, 0
+    for path, eps in by_file.items():
+        starts[path] = at
+        at += sum(length for _, _, length in eps)
+    matrices = [np.empty((g.width, at), dtype=g.dtype) for g in groups]
+    targets = [(g, m, 0, g.width) for g, m in zip(groups, matrices)]
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        list(pool.map(lambda path: load(path, targets, starts[path], sum(e[2] for e in by_file[path])), by_file))
+        episodes = [(starts[path] + row, length, index, path) for path, eps in by_file.items()
+                    for index, row, length in eps]
+        runs = [episodes[i::max(1, workers)] for i in range(max(1, workers))]
+        per_episode = {index: stats for part in pool.map(lambda run: _episodes_of(matrices, groups, run, Scratch()),
+                                                         runs) for index, stats in part}
+    dataset: Stats = {}
+    for group, matrix in zip(groups, matrices):
+        dataset.update(group.split(dict(zip(QUANTILES, row_quantiles(matrix, LEVELS, workers, in_place=True)))))
+    return dataset, per_episode
+
+
+def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: int = 64 << 20, engine=None
+                ) -> tuple[Stats, dict[int, Stats], int]:
+    """(dataset stats, per-episode stats, passes over the data) for `features` of `ds`; `budget` in 8-byte
+    units.
+
+    When every value fits the budget the data is read once into memory and episodes are sliced out of
+    it (threads); otherwise episodes are done per file in worker processes and the dataset quantiles by
+    channel blocks or radix selection over the files. With an `engine` (`lerodoc.engine`) the rows never
+    leave the workers: episodes per file and the dataset quantiles by tally passes on the cluster.
+    """
+    by_file: dict[str, list[tuple[int, int, int]]] = {}
+    for ep in ds.episodes:
+        by_file.setdefault(str(ds.path(ep.data_file)), []).append((ep.index, ep.data_row, ep.length))
+    groups = groups_of(features, ds.info.features)
+    held = ds.total_frames * sum(g.width * np.dtype(g.dtype).itemsize for g in groups)
+    if engine is None and held <= budget * 8:
+        dataset, per_episode = _in_memory(by_file, groups, workers)
+        passes = 1
+    else:
+        per_episode = {ep.index: {} for ep in ds.episodes}
+        for part in pmap(episode_stats, [(f, eps, groups) for f, eps in by_file.items()], workers=workers,
+                         engine=engine):
+            for index, stats in part.items():
+                per_episode[index].update(stats)
+        dataset, passes = dataset_quantiles([Path(f) for f in by_file], features, ds.info.features,
+                                            ds.total_frames, workers=workers, budget=budget, engine=engine)
+    basic = aggregate([per_episode[ep.index] for ep in ds.episodes])
+    return {name: {**basic[name], **dataset[name]} for name in features}, per_episode, passes
+
+
+def dataset_quantiles(files: list[Path], features: list[str], specs: dict, count: int, *, workers: int = 1,
+                      budget: int = 64 << 20, engine=None) -> tuple[Stats, int]:
+    """Exact q01..q99 per channel of `features` over all rows of the data `files`; and the passes taken.
+
+    With an `engine` each pass of the radix selection runs as units of a few files each on the cluster,
+    which send back their tallies (bucket counts, and the few values of nearly-found ranks), never rows."""
+    out: Stats = {}
+    passes = 0
+    for group in groups_of(features, specs):
+        if engine is not None:
+            runs = _file_runs([str(f) for f in files], 4 * engine.cpus)
+
+            def one_pass(selection, group=group, runs=runs):
+                tallies = pmap(tally_files, [(run, group, selection) for run in runs], engine=engine)
+                return functools.reduce(Tally.add, tallies)
+            values, used = selected_quantiles(one_pass, LEVELS, count=count, width=group.width)
+            passes = max(passes, used)
+            out.update(group.split(dict(zip(QUANTILES, values))))
+            continue
+
+        sizes = [open_parquet(f).metadata.num_rows for f in files]
+        starts = np.cumsum([0] + sizes)
+
+        def fill(matrix: np.ndarray, lo: int, hi: int, group=group) -> None:
+            with ThreadPoolExecutor(max(1, workers)) as pool:
+                list(pool.map(lambda i: load(str(files[i]), [(group, matrix, lo, hi)], int(starts[i]), sizes[i]),
+                              range(len(files))))
+
+        def chunks(group=group):
+            for path in files:
+                for batch in iter_batches(open_parquet(path), path, list(group.names)):
+                    yield group.matrix(batch, source=path)
+        values, used = exact_quantiles(chunks, LEVELS, count=count, width=group.width, dtype=group.dtype,
+                                       budget=budget, threads=workers, fill=fill)
+        passes = max(passes, used)
+        out.update(group.split(dict(zip(QUANTILES, values))))
+    return out, passes
+
+
+def _file_runs(files: list[str], units: int) -> list[list[str]]:
+    """`files` in at most `units` consecutive runs of near-equal length."""
+    size = -(-len(files) // max(1, units))
+    return [files[i:i + size] for i in range(0, len(files), size)]
+
+
+def tally_files(args: tuple[list[str], Group, Selection]) -> Tally:
+    """Worker: one radix-selection pass over the group's columns of some data files."""
+    files, group, selection = args
+    return selection.tally_of(key_slices(group.matrix(read_parquet(f, list(group.names)), source=f) for f in files))

@@ -12,9 +12,10 @@ import pytest
 
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
-from lerodoc.ops.quantiles import LEVELS, quantiles
+from lerodoc.ops.quantiles import quantiles
 from lerodoc.quantiles import quantiles as engine
-from lerodoc.stats import QUANTILES
+from lerodoc.stats import block_stats, exact_stats
+from lerodoc.stats import LEVELS, QUANTILES
 from tests.fixtures.factory import make_dataset
 from tests.helpers import expect_from_fixture, run_cli
 from tests.lerobot_oracle import check_with_lerobot
@@ -66,6 +67,72 @@ def test_engine_matches_numpy_on_awkward_data():
     for budget, collect in ((1 << 30, 1 << 16), (10, 1 << 16), (10, 0)):
         got, passes = engine(chunks, LEVELS, count=len(data), width=data.shape[1], budget=budget, collect=collect)
         np.testing.assert_array_equal(got, expected)
+
+
+def bits(stats):
+    return {f: {k: np.asarray(v).tobytes() for k, v in by.items()} for f, by in stats.items()}
+
+
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+def test_every_path_gives_the_same_bits(tmp_path, version):
+    """In memory (1 or 3 threads), channel blocks and per-file worker processes, radix selection: the same bits
+    for every stat of every episode and of the dataset."""
+    fixture = make_dataset(tmp_path / "src", version=version, episodes=5, noise=3, lengths=[301, 57, 444, 60, 129])
+    ds = Dataset.open(fixture.root)
+    features = ds.info.numeric_keys
+    frames = ds.total_frames
+    runs = {"memory, 1 thread": exact_stats(ds, features, workers=1),
+            "memory, 3 threads": exact_stats(ds, features, workers=3),
+            "channel blocks": exact_stats(ds, features, workers=2, budget=frames * 3 // 2),
+            "radix": exact_stats(ds, features, workers=2, budget=frames // 4)}
+    assert [r[2] for r in runs.values()] == [1, 1, runs["channel blocks"][2], runs["radix"][2]]
+    assert runs["channel blocks"][2] > 2 and runs["radix"][2] > 1
+    reference = runs.pop("memory, 1 thread")
+    for name, (dataset, per_episode, _) in runs.items():
+        assert bits(dataset) == bits(reference[0]), name
+        assert {e: bits(s) for e, s in per_episode.items()} == {e: bits(s) for e, s in reference[1].items()}, name
+
+
+def test_block_stats_are_numpys_bits():
+    rng = np.random.default_rng(3)
+    block = (rng.standard_normal((7, 1001)) * [[1], [1e3], [1e-3], [1], [5], [1], [1]]).astype(np.float32)
+    block[3] = 2.5
+    for rows in (block, block.T.copy().T, block[:, 17:900]):       # C order, F order, a slice of columns
+        stats = block_stats(rows)
+        values = np.ascontiguousarray(rows, dtype=np.float64)
+        expect = {"min": values.min(axis=1), "max": values.max(axis=1), "mean": values.mean(axis=1),
+                  "std": values.std(axis=1)}
+        expect.update(zip(QUANTILES, np.quantile(values, LEVELS, axis=1)))
+        for key, value in expect.items():
+            assert stats[key].tobytes() == value.tobytes(), key
+
+
+def test_engine_channel_blocks_read_only_their_channels():
+    rng = np.random.default_rng(2)
+    data = rng.standard_normal((5000, 6)).astype(np.float32)
+    chunks = lambda: (data[i:i + 700] for i in range(0, len(data), 700))  # noqa: E731
+    expected = np.quantile(data.astype(np.float64), LEVELS, axis=0)
+    asked = []
+
+    def fill(rows, lo, hi):
+        asked.append((lo, hi))
+        rows[:] = data[:, lo:hi].T
+    for use_fill in (None, fill):
+        got, passes = engine(chunks, LEVELS, count=len(data), width=6, dtype=np.float32, budget=5000 * 2 // 2,
+                             fill=use_fill)
+        assert passes == 3 and got.tobytes() == expected.tobytes()
+    assert asked == [(0, 2), (2, 4), (4, 6)]
+
+
+def test_a_file_with_more_rows_than_its_episodes_is_a_clear_error(tmp_path):
+    fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=2, lengths=[40, 50])
+    path = fixture.root / "data/chunk-000/episode_000001.parquet"
+    table = pq.read_table(path)
+    pq.write_table(pa.concat_tables([table, table.slice(0, 3)]), path)
+    for budget in (64 << 20, 20):
+        with pytest.raises(LerodocError) as error:
+            quantiles(fixture.root, budget=budget)
+        assert str(error.value.file) == str(path) and "53 rows" in str(error.value)
 
 
 def test_in_place_swaps_and_openpi_norm_stats(tmp_path):

@@ -19,11 +19,10 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats.hf import schema_for
-from lerodoc.ops.quantiles import block_stats, dataset_quantiles
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema
 from lerodoc.staging import link_or_copy, staged_edit
-from lerodoc.stats import aggregate
+from lerodoc.stats import aggregate, block_stats, dataset_quantiles
 
 
 class Transform(Protocol):

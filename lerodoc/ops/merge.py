@@ -21,8 +21,7 @@ from lerodoc.formats.info import Info, canonical_feature, codec_name, flat_names
 from lerodoc.formats.stats import normalise_stats
 from lerodoc.ops import rewrite
 from lerodoc.staging import staged_output
-from lerodoc.ops.quantiles import dataset_quantiles
-from lerodoc.stats import aggregate
+from lerodoc.stats import aggregate, dataset_quantiles
 
 STREAM_KEYS = ("video.height", "video.width", "video.pix_fmt", "video.channels")
 

@@ -26,11 +26,10 @@ from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature
 from lerodoc.formats.stats import normalise_stats
 from lerodoc.ops import rewrite
-from lerodoc.ops.quantiles import compute
 from lerodoc.ops.validate import validate
 from lerodoc.parquet_io import column_matrix, read_parquet
 from lerodoc.staging import staged_output
-from lerodoc.stats import aggregate
+from lerodoc.stats import aggregate, exact_stats
 
 CAMERA_NAMES = ["height", "width", "channels"]
 
@@ -223,7 +222,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         module = formats.module(to)
         module.write_meta(tmp, info, result.episodes, tasks, _clean_stats(ds.stats or {}, info.features))
         fixed = Dataset.open(tmp)
-        numeric, per_episode, _ = compute(fixed, fixed.info.numeric_keys, workers=workers)
+        numeric, per_episode, _ = exact_stats(fixed, fixed.info.numeric_keys, workers=workers)
         for ep in fixed.episodes:
             ep.stats.update(per_episode[ep.index])
         carried = {**aggregate([ep.stats for ep in fixed.episodes]), **(fixed.stats or {})}

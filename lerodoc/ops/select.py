@@ -22,9 +22,8 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
 from lerodoc.ops.derive import derive
-from lerodoc.ops.quantiles import compute
 from lerodoc.parquet_io import column_matrix
-from lerodoc.stats import channel_flags
+from lerodoc.stats import channel_flags, exact_stats
 
 TARGETS = {"state": "observation.state", "action": "action"}
 PI05_MAX_DIM = 32
@@ -157,7 +156,7 @@ def add_channel_stats(ds: Dataset, report: SelectReport, workers: int) -> None:
     width = {s: int(np.prod(ds.info.features[s]["shape"])) for s in sources}
     missing = [s for s in sources if not all(np.size(have.get(s, {}).get(k, ())) == width[s]
                                              for k in ("q01", "q99", "min", "max"))]
-    stats = {**have, **(compute(ds, missing, workers=workers)[0] if missing else {})}
+    stats = {**have, **(exact_stats(ds, missing, workers=workers)[0] if missing else {})}
     for row in report.channels:
         s = stats[row["source"]]
         i = row["source_channel"]

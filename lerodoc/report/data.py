@@ -20,8 +20,9 @@ from lerodoc import mp4
 from lerodoc.dataset import Dataset, Episode
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import INDEX_FEATURES
-from lerodoc.ops.quantiles import block_stats, channel_table, groups_of
+from lerodoc.ops.quantiles import channel_table
 from lerodoc.parquet_io import column_matrix, read_parquet
+from lerodoc.stats import block_stats, groups_of
 from lerodoc.video import READ_ERRORS, open_video, probe, reason
 
 THUMB_WIDTH = 240   # pixels; thumbnails keep their aspect ratio
