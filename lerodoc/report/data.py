@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,8 +131,8 @@ def select_command(ds: Dataset, rows: list[dict]) -> str | None:
         return None
     words = ["lerodoc", "select", str(ds.root), "-o", f"{ds.root}_selected"]
     for target, specs in targets.items():
-        words += [w for spec in specs for w in (f"--{target}", f"'{spec}'")]
-    return " ".join(words)
+        words += [w for spec in specs for w in (f"--{target}", spec)]
+    return shlex.join(words)
 
 
 def _ranges(channels: list[int]) -> str:
