@@ -164,3 +164,75 @@ def test_export_refuses_a_run_without_state_in_the_prompt_and_a_taken_folder(run
     assert proc.returncode == 3 and "already exists" in proc.stderr
     proc = run_cli("export", "lerobot", tmp_path / "taken", "-o", tmp_path / "p2", check=False)
     assert proc.returncode == 3 and "trainer.json" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The reverse: --weights takes a lerobot-made PI05 policy directory
+
+
+def first_batch(dataset: Path, tokenizer: Path, tmp: Path) -> tuple[dict, object]:
+    """lerodoc's step-0 batch of a tiny run (as `lerodoc train pi05 --batch-per-device 4 --seed 0` makes it),
+    as model inputs, and the run's setup."""
+    from lerodoc.pi05.data import DataSpec
+    from lerodoc.pi05.train import RunConfig, loader, prepare, to_device
+    data = DataSpec(action_key="action", state_key="observation.state", cameras=(), action_horizon=0,
+                    image_size=0, state_in_prompt=True, max_token_len=0)
+    setup = prepare(RunConfig(dataset=str(dataset), output=str(tmp / "unused"), tokenizer=str(tokenizer),
+                              preset="tiny", batch_per_device=4, workers=0, data=data), resume=False, writes=False)
+    batch = to_device(next(iter(loader(setup, 0, 1))), torch.device("cpu"))
+    return batch, setup
+
+
+def test_lerobot_policy_directory_starts_a_run_at_lerobots_loss(run, tmp_path):
+    from dataclasses import asdict
+
+    from safetensors.torch import load_file, save_file
+
+    lerobot = lerobot_pi(tmp_path)
+    config = json.loads((run / "config.json").read_text())
+    dataset, tokenizer = Path(config["dataset"]), Path(config["tokenizer"])
+    batch, setup = first_batch(dataset, tokenizer, tmp_path)
+    inputs = {f"image.{i}": image.contiguous() for i, image in enumerate(batch["images"])}
+    inputs |= {k: batch[k].contiguous() for k in ("tokens", "actions", "noise", "time")}
+    inputs |= {k: batch[k].to(torch.uint8).contiguous() for k in ("token_masks", "action_is_pad")}
+    save_file(inputs, str(tmp_path / "batch.safetensors"))
+    stats = {key: {k: np.ravel(v).astype(np.float32).tolist() for k, v in setup.dataset.stats[key].items()
+                   if k in ("mean", "std", "min", "max", "q01", "q99")} for key in ("observation.state", "action")}
+    policy = tmp_path / "lerobot_policy"
+    spec = {"dir": str(policy), "model": asdict(setup.config), "cameras": list(setup.run.data.cameras),
+            "state_dim": len(stats["observation.state"]["q01"]), "tokenizer_max_length": 48, "stats": stats,
+            "batch": str(tmp_path / "batch.safetensors"), "loss": str(tmp_path / "loss.safetensors")}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    lerobot("policy_make.py", tmp_path / "spec.json")
+    theirs = load_file(spec["loss"])["loss"].item()
+
+    out = tmp_path / "run"
+    run_cli("train", "pi05", dataset, "-o", out, "--tokenizer", tokenizer, "--preset", "tiny", "--steps", "1",
+            "--batch-per-device", "4", "--workers", "0", "--log-every", "1", "--save-every", "0", "--weights", policy)
+    ours = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["loss"]
+    assert abs(ours - theirs) < 1e-5 * max(1.0, abs(theirs)), (ours, theirs)
+
+    # the same directory with other cameras, or other quantiles, is refused before training
+    def refused(edit, words: str) -> None:
+        other = tmp_path / f"other-{words.split()[0]}"
+        shutil.copytree(policy, other)
+        edit(other)
+        proc = run_cli("train", "pi05", dataset, "-o", tmp_path / "refused", "--tokenizer", tokenizer, "--preset",
+                       "tiny", "--steps", "1", "--workers", "0", "--weights", other, check=False)
+        text = " ".join(proc.stderr.split())
+        assert proc.returncode == 3 and words in text and "Traceback" not in text, proc.stderr
+        assert not (tmp_path / "refused").exists()
+
+    def rename_camera(folder: Path) -> None:
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg["input_features"]["observation.images.side"] = cfg["input_features"].pop("observation.images.wrist")
+        (folder / "config.json").write_text(json.dumps(cfg))
+
+    def shift_quantiles(folder: Path) -> None:
+        path = next(folder.glob("policy_preprocessor_step_*_normalizer_processor.safetensors"))
+        state = load_file(str(path))
+        state["action.q99"] = state["action.q99"] + 1
+        save_file(state, str(path))
+
+    refused(rename_camera, "sees cameras observation.images.top, observation.images.side")
+    refused(shift_quantiles, "other q99 stats")

@@ -22,8 +22,10 @@ def pi05(
                                                    "metrics); default runs/<dataset>-pi05.", rich_help_panel=RUN)] = None,
     preset: Annotated[str, typer.Option(help="Model size: tiny (CPU tests, demos) or full (3.35B, the published "
                                         "shapes).", rich_help_panel=MODEL)] = "full",
-    weights: Annotated[Optional[str], typer.Option(help="pi0.5 model.safetensors (file, folder, or a known name such "
-                                                   "as pi05_base); default: random initialisation.",
+    weights: Annotated[Optional[str], typer.Option(help="pi0.5 model.safetensors (file or folder), a lerobot PI05 "
+                                                   "policy folder or hub id (owner/name; its cameras, shapes and "
+                                                   "quantiles must be the dataset's), or a known name such as "
+                                                   "pi05_base; default: random initialisation.",
                                                    rich_help_panel=MODEL)] = None,
     tokenizer: Annotated[str, typer.Option(help="SentencePiece model (file, folder, or 'paligemma' from the hub "
                                            "cache).", rich_help_panel=MODEL)] = "paligemma",
@@ -90,7 +92,8 @@ def pi05(
     from lerodoc.hub import locate
     locate("tokenizer", tokenizer)   # first, before torch and pyarrow load: a missing asset fails in under a second
     if weights:
-        locate("weights", weights)
+        from lerodoc.pi05.weights import locate_weights
+        locate_weights(weights)   # a hub policy is fetched here, before torch loads
     from lerodoc.pi05.data import DataSpec
     from lerodoc.pi05.train import RunConfig, sweep as run_sweep, train
 

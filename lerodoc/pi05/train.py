@@ -33,6 +33,7 @@ from lerodoc.pi05.data import DataSpec, Frames, Tokenizer, TrainingBatches, load
 from lerodoc.pi05.model import PI05, PI05Config, flops_per_sample
 from lerodoc.pi05.plot import plot_losses
 from lerodoc.pi05.presets import PRESETS
+from lerodoc.pi05.weights import check_policy, locate_weights
 
 # options that change the loss curve: a resume must use the values the run started with
 CURVE_OPTIONS = ("dataset", "preset", "steps", "lr", "min_lr", "warmup_steps", "weight_decay",
@@ -254,7 +255,7 @@ def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
         data = replace(data, state_key=None, state_in_prompt=False)
     preflight.check_features(dataset, data.action_key, data.state_key, data.cameras)
     tokenizer = Tokenizer(locate("tokenizer", run.tokenizer))
-    weights = locate("weights", run.weights) if run.weights else None
+    weights, policy = locate_weights(run.weights) if run.weights else (None, None)
     preset = PRESETS.get(run.preset)
     if preset is None:
         raise LerodocError(f"unknown preset {run.preset!r}", hint=f"choose one of {', '.join(PRESETS)}")
@@ -268,6 +269,9 @@ def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
         raise LerodocError(f"has {tokenizer.vocab_size} tokens; the {run.preset} model embeds {preset().vocab_size}",
                            file=tokenizer.path, hint="use the PaliGemma tokenizer (lerodoc download tokenizer)")
     config = preset(**overrides)
+    if policy:   # a lerobot policy folder: its cameras, shapes and normalisation must be this run's
+        state = dataset.info.features[data.state_key].get("shape") if data.state_key else None
+        check_policy(policy, config, data, dataset.stats, int(np.prod(state or [1])) if data.state_key else None)
     frames = load_frames(dataset, replace(data, action_horizon=config.action_horizon))
     data = replace(data, action_horizon=config.action_horizon, image_size=config.vision.image_size,
                    state_in_prompt=data.state_in_prompt and frames.state is not None)
