@@ -22,6 +22,7 @@ from lerodoc.report import data, page
 
 Progress = Callable[[str, int], Callable[[int], None]]
 SHOWN_FINDINGS = 100   # per family; the JSON and `lerodoc validate` hold all of them
+SHOWN_TASKS = 5        # in the summary; the Tasks section lists every one
 
 
 @dataclass
@@ -50,15 +51,16 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: int = 3, wor
     verdict = validate(ds.root, videos=videos, tolerance_s=tolerance_s)
     sampled = data.sample_episodes(ds, episodes)
     features = data.channel_features(ds)
-    columns = data.read_columns(ds, features, sampled, workers=workers)
+    tick = progress("data", len(ds.data_files())) if progress else None
+    columns = data.read_columns(ds, features, sampled, workers=workers, tick=tick)
     channels = data.channel_rows(ds, columns.values)
     thumbs = data.thumbnail_plan(ds, sampled, columns.timestamps)
     if videos and thumbs:
         tick = progress("frames", len(thumbs)) if progress else None
         data.decode_thumbnails(ds, thumbs, tolerance_s, workers=max(workers, 2), tick=tick)
     from lerodoc.report import plots   # matplotlib loads only once the data is known to be readable
-    summary = _summary(ds)
     counts = [sum(task in ep.tasks for ep in ds.episodes) for task in ds.tasks]
+    summary = _summary(ds, counts)
     changes = data.task_changes(ds, columns.task_index)
     report = Report(
         dataset=str(ds.root), output=str(Path(out).absolute()), summary=summary, validate=verdict.to_json(),
@@ -75,25 +77,34 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: int = 3, wor
     ]
     subtitle = (f"{escape(str(ds.root))} &middot; lerodoc {__version__} &middot; "
                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(page.document(f"{ds.root.name}: lerodoc report", sections, subtitle), encoding="utf-8")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f".{out.name}.partial")
+    partial.write_text(page.document(f"{ds.root.name}: lerodoc report", sections, subtitle), encoding="utf-8")
+    partial.replace(out)   # a report is there whole or not at all
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 
 
-def _summary(ds: Dataset) -> dict:
+def _summary(ds: Dataset, counts: list[int]) -> dict:
     frames = ds.total_frames
     return {"version": ds.version, "robot_type": ds.info.robot_type, "fps": ds.info.fps,
             "episodes": len(ds.episodes), "frames": frames, "duration_s": round(frames / ds.info.fps, 3),
-            "size_bytes": data.dataset_size(ds.root), "tasks": len(ds.tasks), "cameras": data.cameras(ds)}
+            "size_bytes": data.dataset_size(ds.root), "tasks": len(ds.tasks),
+            "episodes_per_task": dict(zip(ds.tasks, counts)), "cameras": data.cameras(ds)}
 
 
 def _summary_html(summary: dict, verdict: dict, videos: bool) -> str:
     facts = [["version", summary["version"]], ["robot type", summary["robot_type"]], ["fps", summary["fps"]],
              ["episodes", summary["episodes"]], ["frames", summary["frames"]],
              ["duration", f"{summary['duration_s'] / 60:.1f} min ({summary['duration_s']:.1f} s)"],
-             ["size on disk", f"{summary['size_bytes'] / 1e6:,.1f} MB"], ["tasks", summary["tasks"]]]
+             ["size on disk", f"{summary['size_bytes'] / 1e6:,.1f} MB"]]
     html = page.table(["", ""], [[escape(k), page.number(v)] for k, v in facts])
+    top = sorted(summary["episodes_per_task"].items(), key=lambda kv: -kv[1])[:SHOWN_TASKS]
+    html += f"<h3>Tasks ({summary['tasks']})</h3>" + page.table(
+        ["task", "episodes"], [[escape(t), str(n)] for t, n in top], numeric={1})
+    if summary["tasks"] > len(top):
+        html += f"<p class=note>... and {summary['tasks'] - len(top)} more under Tasks.</p>"
     if summary["cameras"]:
         html += "<h3>Cameras</h3>" + page.table(
             ["camera", "files", "codec", "size", "pixel format", "fps", "GOP (frames)"],

@@ -49,7 +49,8 @@ class Columns:
     task_index: dict[int, np.ndarray | None]
 
 
-def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], workers: int = 1) -> Columns:
+def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], workers: int = 1,
+                 tick: Callable[[int], None] | None = None) -> Columns:
     """Read `features` and task_index from every data file (threads, one file each) and timestamp from the
     files that hold sampled episodes."""
     by_file: dict[str, list[Episode]] = {}
@@ -78,6 +79,8 @@ def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], worke
             times = (column_matrix(table.column("timestamp").slice(ep.data_row, ep.length), ep.length)[:, 0]
                      .astype(np.float64) if ep.index in sampled_ids else None)
             out.append((ep.index, parts, tasks, times))
+        if tick:
+            tick(1)
         return out
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
