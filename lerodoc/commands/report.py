@@ -26,14 +26,19 @@ def report(
 ) -> None:
     """Write one self-contained HTML report (images embedded, no script, no network) of DATASET.
 
-    Summary: version, fps, episodes, frames, duration, size, cameras (codec, size, GOP), tasks, and the
-    verdict of `lerodoc validate` (with --videos, its video checks too) grouped by family, each finding
-    with its code, location and fix. Channels: every state/action channel with min, q01, q50, q99, max and
-    std, flagged near-constant, extreme or NaN, with a histogram per channel (flagged ones in red) and a
-    `lerodoc select` command that keeps the trainable channels. Episodes: the distribution of lengths,
-    state and action against time for --episodes sampled episodes, and with --videos their first, middle
-    and last frame per camera, captioned with the row's timestamp and the decoded frame's PTS (red when
-    they disagree). Tasks: episodes per task and every per-frame task change inside an episode.
+    Summary: version, fps, episodes, frames, duration, size, cameras (codec, size, GOP), tasks with
+    their episode counts, and the verdict of `lerodoc validate` (with --videos, its video checks too)
+    grouped by family, each finding with its code, location and fix.
+
+    Channels: every state/action channel (names from info.json) with min, q01, q50, q99, max and std,
+    exact over all frames, flagged near-constant, extreme or NaN; a histogram per channel (flagged ones
+    in red) and a `lerodoc select` command that keeps the trainable channels.
+
+    Episodes: the distribution of lengths; state and action against time for --episodes sampled
+    episodes; with --videos, their first, middle and last frame per camera, each captioned with the
+    row's timestamp and the decoded frame's PTS (red when they disagree beyond --tolerance-s).
+
+    Tasks: episodes per task and every per-frame task change inside an episode.
 
     Only the columns and frames shown are read. Exit 0 when the report is written (whatever it finds),
     3 when the dataset cannot be read.
