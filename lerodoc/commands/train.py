@@ -77,6 +77,13 @@ def pi05(
                                         "checkpoints.", rich_help_panel=PERF)] = False,
     sweep_batches: Annotated[str, typer.Option(help="Batches per device that --sweep tries, in order.",
                                                rich_help_panel=PERF)] = "1,2,4,8,16,24,32,48,64",
+    wandb: Annotated[bool, typer.Option("--wandb", help="Also log to Weights & Biases (WANDB_MODE=offline: a local "
+                                        "run folder, no network); pip install 'lerodoc[wandb]'.",
+                                        rich_help_panel=RUN)] = False,
+    wandb_project: Annotated[str, typer.Option(help="W&B project for --wandb.", rich_help_panel=RUN)] = "lerodoc",
+    tensorboard: Annotated[bool, typer.Option("--tensorboard", help="Also write TensorBoard event files to "
+                                              "RUN/tensorboard; pip install 'lerodoc[tensorboard]'.",
+                                              rich_help_panel=RUN)] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --output from its newest "
                                          "checkpoint, exactly.", rich_help_panel=RUN)] = False,
     json: JsonOpt = False,
@@ -94,6 +101,8 @@ def pi05(
     if weights:
         from lerodoc.pi05.weights import locate_weights
         locate_weights(weights)   # a hub policy is fetched here, before torch loads
+    from lerodoc.pi05.tracking import require
+    require(wandb, tensorboard)
     from lerodoc.pi05.data import DataSpec
     from lerodoc.pi05.train import RunConfig, sweep as run_sweep, train
 
@@ -107,7 +116,8 @@ def pi05(
                     steps=steps, batch_per_device=batch_per_device, lr=lr, min_lr=min_lr, warmup_steps=warmup_steps,
                     weight_decay=weight_decay, clip=clip, ema=ema, seed=seed, precision=precision, device=device,
                     compile=compile, gradient_checkpointing=gradient_checkpointing, fsdp=fsdp, workers=workers,
-                    save_every=save_every, keep=keep, log_every=log_every, data=data)
+                    save_every=save_every, keep=keep, log_every=log_every, data=data,
+                    wandb_project=wandb_project if wandb else None, tensorboard=tensorboard)
     if sweep:
         render_sweep(run_sweep(run, _batches(sweep_batches)), json)
         return

@@ -33,6 +33,7 @@ from lerodoc.pi05.data import DataSpec, Frames, Tokenizer, TrainingBatches, load
 from lerodoc.pi05.model import PI05, PI05Config, flops_per_sample
 from lerodoc.pi05.plot import plot_losses
 from lerodoc.pi05.presets import PRESETS
+from lerodoc.pi05.tracking import Tracker
 from lerodoc.pi05.weights import check_policy, locate_weights
 
 # options that change the loss curve: a resume must use the values the run started with
@@ -73,6 +74,8 @@ class RunConfig:
     save_every: int = 1000
     keep: int = 2
     log_every: int = 10
+    wandb_project: str | None = None      # --wandb: mirror metrics to this W&B project (lerodoc.pi05.tracking)
+    tensorboard: bool = False             # --tensorboard: event files in RUN/tensorboard
     data: DataSpec | None = None
     world_size: int = 1
 
@@ -465,6 +468,7 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
                          f"tokens, {len(run.data.cameras)} camera(s), horizon {setup.config.action_horizon}; "
                          f"steps {start}..{run.steps}")
     log = Metrics(output, procs, run, G, flops, peak_flops(procs.device))
+    tracker = Tracker.open(output, run, procs.main)
     batches = iter(loader(setup, start, run.steps))
     with log.live(progress and procs.main, start) as tick:
         for step in range(start, run.steps):
@@ -477,10 +481,12 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
                 ema.update()
             log.add(step, loss, grad_norm, run.lr_at(step), waited)
             tick(step + 1, log)
+            tracker.sync(log.rows)
             if run.save_every and ((step + 1) % run.save_every == 0 or step + 1 == run.steps):
                 log.flush()
                 checkpoint.save(output, step + 1, wrapped, optimizer, ema, setup, keep=run.keep)
     log.flush()
+    tracker.close(log.rows)
     if procs.main:
         plot_losses(output / "metrics.jsonl", output / "loss.png")
     if dist.is_initialized():
