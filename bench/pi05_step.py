@@ -42,18 +42,22 @@ def synthetic_batch(config, batch: int, prompt: int, device) -> dict:
 
 
 def train_step(loss_fn: Callable[[], torch.Tensor], params, optimizer, device_type: str,
-               clip: float | None = None) -> Callable[[], None]:
+               clip: float | None = None, clip_and_step: Callable | None = None) -> Callable[[], None]:
     """One full training step as a callable: loss under bf16 autocast, backward, optional gradient-norm clip,
-    optimizer step, zero_grad."""
+    optimizer step, zero_grad. `clip_and_step(optimizer, clip)` replaces torch's clip_grad_norm_ + step (lerodoc's
+    trainer fuses the clip into its AdamW: lerodoc.pi05.train.clip_and_step)."""
     params = [p for p in params if p.requires_grad]
 
     def step():
         with torch.autocast(device_type, dtype=torch.bfloat16):
             loss = loss_fn()
         loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(params, clip)
-        optimizer.step()
+        if clip_and_step is not None:
+            clip_and_step(optimizer, clip or 0.0)
+        else:
+            if clip:
+                torch.nn.utils.clip_grad_norm_(params, clip)
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return step
 

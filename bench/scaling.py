@@ -55,7 +55,12 @@ VARIANTS = {
     "simple": dict(env={"NCCL_PROTO": "Simple"}),
     "simple_ctas8": dict(env={"NCCL_PROTO": "Simple", "NCCL_MAX_CTAS": "8"}),
     "bf16": dict(ddp_reduce="bf16"),
+    # FSDP2, one unit per layer, bf16 parameters gathered, fp32 gradients reduce-scattered, the optimizer on the shard
+    "fsdp": dict(fsdp=True),
+    "fsdp_zero2": dict(fsdp=True, fsdp_reshard=False),   # gathered parameters kept from forward to backward
 }
+# weak scaling of a variant with no 1-GPU run of its own is taken against this one (same mode)
+BASELINE = "after"
 
 
 # ------------------------------------------------------------------------------------------------ worker
@@ -244,14 +249,16 @@ def provenance(commit: str | None) -> dict:
 
 
 def table(runs: list[dict]) -> str:
-    lines = ["| mode | variant | GPUs | per-GPU samples/s | total | weak scaling | MFU | data wait | peak GiB | "
-             "step s | warm-up s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| mode | variant | GPUs | batch/GPU | per-GPU samples/s | total | weak scaling | MFU | data wait | "
+             "peak GiB | step s | warm-up s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         if "samples_per_s_per_gpu" not in r:
-            lines.append(f"| {r['mode']} | {r['variant']} | {r['world']} | {r.get('error', 'skipped')} |||||||| |")
+            lines.append(f"| {r['mode']} | {r['variant']} | {r['world']} | {r.get('batch_per_gpu')} | "
+                         f"{r.get('error', 'skipped')} |||||||| |")
             continue
         eff = r.get("weak_scaling")
-        lines.append(f"| {r['mode']} | {r['variant']} | {r['world']} | {r['samples_per_s_per_gpu']:.1f} | "
+        lines.append(f"| {r['mode']} | {r['variant']} | {r['world']} | {r['batch_per_gpu']} | "
+                     f"{r['samples_per_s_per_gpu']:.1f} | "
                      f"{r['samples_per_s']:.1f} | {'' if eff is None else f'{100 * eff:.1f}%'} | "
                      f"{100 * (r['mfu'] or 0):.1f}% | {100 * r['data_wait']:.2f}% | {r['peak_gib']:.1f} | "
                      f"{r['step_s']:.3f} | {r['warmup_s']:.0f} |")
@@ -271,7 +278,7 @@ def main() -> None:
     p.add_argument("--order", choices=["variant", "world"], default="variant",
                    help="variant: every world of one (mode, variant) before the next; world: every variant at "
                         "the largest world first")
-    p.add_argument("--plan", default=None, help="explicit runs MODE:VARIANT:GPUS,... (instead of the product of "
+    p.add_argument("--plan", default=None, help="explicit runs MODE:VARIANT:GPUS[:BATCH],... (instead of the product of "
                    "--modes, --variants and --worlds)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=6)
@@ -306,26 +313,28 @@ def main() -> None:
                         "warmup_steps": args.warmup, "timed_steps": args.steps, "log_every": args.log_every},
               "variants": VARIANTS, "runs": []}
     worlds = [int(w) for w in args.worlds.split(",")]
-    plan = [(m, v, w) for m in args.modes.split(",") for v in args.variants.split(",") for w in worlds]
+    plan = [(m, v, w, args.batch) for m in args.modes.split(",") for v in args.variants.split(",") for w in worlds]
     if args.order == "world":
-        plan.sort(key=lambda mvw: -mvw[2])
-    if args.plan:
-        plan = [(m, v, int(w)) for m, v, w in (item.split(":") for item in args.plan.split(","))]
-    for mode, variant, world in plan:
-        entry = {"mode": mode, "variant": variant, "world": world}
+        plan.sort(key=lambda mvwb: -mvwb[2])
+    if args.plan:   # MODE:VARIANT:GPUS[:BATCH]
+        plan = [(p[0], p[1], int(p[2]), int(p[3]) if len(p) > 3 else args.batch)
+                for p in (item.split(":") for item in args.plan.split(","))]
+    for mode, variant, world, batch in plan:
+        entry = {"mode": mode, "variant": variant, "world": world, "batch_per_gpu": batch}
         left = args.budget_s - (time.perf_counter() - started)
         if left < 60:
             report["runs"].append(entry | {"error": "skipped: budget"})
             continue
-        spec = {"dataset": str(dataset), "tokenizer": str(tokenizer), "preset": args.preset, "batch": args.batch,
+        spec = {"dataset": str(dataset), "tokenizer": str(tokenizer), "preset": args.preset, "batch": batch,
                 "mode": mode, "variant": variant, "workers": args.workers, "log_every": args.log_every,
                 "warmup": args.warmup, "steps": args.steps, "profile": args.profile and (world > 1 or args.profile_all),
-                "profile_steps": args.profile_steps, "dump_after_s": max(60.0, left - 20), "work": str(work / f"run-{mode}-{variant}-{world}"),
-                "result": str(work / f"result-{mode}-{variant}-{world}.json"),
-                "trace_out": str(args.out.parent / f"trace_{mode}_{variant}_{world}.json.gz") if args.profile else None}
-        cmd = ["torchrun", "--standalone", f"--nproc-per-node={world}", "-m", "bench.scaling", "--worker",
-               json.dumps(spec)]
-        print(f"== {mode} {variant} x{world} ({left:.0f} s left)", flush=True)
+                "profile_steps": args.profile_steps, "dump_after_s": max(60.0, left - 20), "work": str(work / f"run-{mode}-{variant}-{world}-{batch}"),
+                "result": str(work / f"result-{mode}-{variant}-{world}-{batch}.json"),
+                "trace_out": str(args.out.parent / f"trace_{mode}_{variant}_{world}_{batch}.json.gz")
+                if args.profile else None}
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
+               "-m", "bench.scaling", "--worker", json.dumps(spec)]
+        print(f"== {mode} {variant} x{world} batch {batch} ({left:.0f} s left)", flush=True)
         t = time.perf_counter()
         try:
             proc = subprocess.run(cmd, cwd=ROOT, timeout=left, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -343,9 +352,10 @@ def main() -> None:
         report["runs"].append(entry)
         one = {(r["mode"], r["variant"]): r for r in report["runs"] if r["world"] == 1 and "samples_per_s_per_gpu" in r}
         for r in report["runs"]:
-            base = one.get((r["mode"], r["variant"]))
+            base = one.get((r["mode"], r["variant"])) or one.get((r["mode"], BASELINE))
             if base and "samples_per_s_per_gpu" in r:
                 r["weak_scaling"] = r["samples_per_s_per_gpu"] / base["samples_per_s_per_gpu"]
+                r["weak_scaling_against"] = f"{base['mode']}:{base['variant']}:1 at batch {base['batch_per_gpu']}"
         args.out.write_text(json.dumps(report, indent=2))
         show = {k: entry.get(k) for k in ("samples_per_s_per_gpu", "mfu", "data_wait", "peak_gib", "warmup_s")}
         print(json.dumps(show), flush=True)

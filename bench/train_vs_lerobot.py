@@ -80,6 +80,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=["full", "tiny"], default="full")
     p.add_argument("--device", default="cuda")
     p.add_argument("--compile", action="store_true", help="torch.compile lerodoc's model (lerobot: its default)")
+    p.add_argument("--lerobot-compile-mode", default=None,
+                   help="lerobot's side with PI05Config(compile_model=True, compile_mode=MODE); its own default "
+                        "mode is max-autotune (default: lerobot's default compile_model=False, eager)")
     p.add_argument("--gradient-checkpointing", action="store_true", help="on both sides (default: off, as lerobot)")
     p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     p.add_argument("--site", default="/tmp/site", help="where the carried wheels were installed (lerobot's side)")
@@ -119,9 +122,10 @@ def run_side(args) -> None:
 
     if args.side == "lerodoc":
         from lerodoc.pi05.model import PI05
+        from lerodoc.pi05.train import clip_and_step
 
-        result["setup"] = (f"PI05 fp32 master weights, bf16 autocast, {'fused ' * cuda}AdamW"
-                           + ", torch.compile" * args.compile)
+        result["setup"] = ("PI05 fp32 master weights, bf16 autocast, fused AdamW with the clip fused in"
+                           + ", compile_layers (torch.compile per layer)" * args.compile)
         result["import_s"] = time.perf_counter() - started
         t0 = time.perf_counter()
         torch.manual_seed(0)
@@ -132,14 +136,15 @@ def run_side(args) -> None:
                 raise SystemExit("this lerodoc's PI05 has no gradient_checkpointing")
             model.gradient_checkpointing = True
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01, fused=cuda)
-        forward = torch.compile(model) if args.compile else model
+        optimizer = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01, fused=True)
+        if args.compile:   # as the trainer compiles (RunConfig.compile_scope="layers")
+            model.compile_layers()
         result.update(params=model.num_params(), trainable_params=sum(p.numel() for p in params),
                       compile=args.compile)
 
         def make_step(batch_size):
             batch = synthetic_batch(config, batch_size, args.prompt, device)
-            return train_step(lambda: forward(**batch), params, optimizer, device.type, CLIP)
+            return train_step(lambda: model(**batch), params, optimizer, device.type, CLIP, clip_and_step=clip_and_step)
     else:
         import lerobot
         import transformers
@@ -151,8 +156,10 @@ def run_side(args) -> None:
                       lerobot_file=lerobot.__file__, import_s=time.perf_counter() - started)
         t0 = time.perf_counter()
         torch.manual_seed(0)
+        compiled = dict(compile_model=True, compile_mode=args.lerobot_compile_mode) if args.lerobot_compile_mode else {}
         policy = build_policy(asdict(config), cameras, dtype="bfloat16", device=args.device, build_on_device=True,
-                              tokenizer_max_length=args.prompt, gradient_checkpointing=args.gradient_checkpointing)
+                              tokenizer_max_length=args.prompt, gradient_checkpointing=args.gradient_checkpointing,
+                              **compiled)
         policy.train()
         optimizer = policy.config.get_optimizer_preset().build(policy.get_optim_params())
         params = list(policy.parameters())
@@ -160,8 +167,10 @@ def run_side(args) -> None:
                       trainable_params=sum(p.numel() for p in params if p.requires_grad),
                       param_dtypes=sorted({str(p.dtype) for p in params}),
                       optimizer=repr(optimizer.defaults), compile=policy.config.compile_model,
+                      compile_mode=policy.config.compile_mode if policy.config.compile_model else None,
                       setup='PI05Config(dtype="bfloat16"): bf16 weights (SigLIP, projector, norms fp32), bf16 '
-                            "autocast, AdamW from get_optimizer_preset(), eager attention")
+                            "autocast, AdamW from get_optimizer_preset(), eager attention"
+                            + (f", compile_model=True (mode {args.lerobot_compile_mode})" if compiled else ""))
 
         def make_step(batch_size):
             batch = policy_batch(synthetic_batch(config, batch_size, args.prompt, device), cameras)
@@ -206,6 +215,8 @@ def child_args(args, side: str, out: Path) -> list[str]:
            "--batch", *map(str, args.batch)]
     if args.compile:
         cmd.append("--compile")
+    if args.lerobot_compile_mode:
+        cmd += ["--lerobot-compile-mode", args.lerobot_compile_mode]
     if args.gradient_checkpointing:
         cmd.append("--gradient-checkpointing")
     return cmd

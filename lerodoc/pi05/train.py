@@ -15,13 +15,11 @@ import json
 import math
 import os
 import time
-import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from lerodoc import render
 from lerodoc.dataset import Dataset
@@ -29,6 +27,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json
 from lerodoc.hub import locate
 from lerodoc.pi05 import checkpoint, preflight
+from lerodoc.pi05.distributed import Processes, all_sum, parallelise, shutdown, start_processes
 from lerodoc.pi05.data import DataSpec, Frames, Tokenizer, TrainingBatches, load_frames, longest_prompt
 from lerodoc.pi05.model import PI05, PI05Config, flops_per_sample
 from lerodoc.pi05.plot import plot_losses
@@ -66,7 +65,8 @@ class RunConfig:
     ddp_bucket_mb: int = 100              # DDP's gradient bucket size (torch's default is 25)
     ddp_bucket_view: bool = True          # gradients are views into DDP's buckets (no copy into them)
     ddp_static_graph: bool = False
-    ddp_reduce: str = "fp32"              # "bf16": all-reduce bf16-rounded gradients (half the bytes, not exact)
+    ddp_reduce: str = "fp32"              # "bf16": sum bf16-rounded gradients (half the bytes, not exact)
+    fsdp_reshard: bool = True             # FSDP2 frees each layer's gathered parameters after forward (False: ZeRO-2)
     pin_workers: bool = True              # each rank's data workers on its own share of the CPUs
     gradient_checkpointing: bool = False
     fsdp: bool = False
@@ -98,46 +98,6 @@ class RunConfig:
         return self.min_lr + 0.5 * (self.lr - self.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-# ------------------------------------------------------------------------------------------------ processes
-
-
-@dataclass
-class Processes:
-    """This process's place in the job, from the variables torchrun (or a platform) sets."""
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def start_processes(device: str) -> Processes:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            raise LerodocError("--device cuda, but torch sees no GPU", hint="use --device cpu")
-        torch.cuda.set_device(local_rank)
-        where = torch.device("cuda", local_rank)
-    else:
-        where = torch.device(device)
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if where.type == "cuda" else "gloo", device_id=where if where.type == "cuda"
-                                else None)
-    return Processes(rank, world, local_rank, where)
-
-
-def all_sum(value: torch.Tensor, procs: Processes) -> torch.Tensor:
-    if procs.world > 1:
-        dist.all_reduce(value)
-    return value
-
-
 # ------------------------------------------------------------------------------------------------ the model
 
 
@@ -157,44 +117,30 @@ def build_model(config: PI05Config, run: RunConfig, procs: Processes, weights: P
     return model
 
 
-def parallelise(model: PI05, run: RunConfig, procs: Processes, bf16: bool) -> torch.nn.Module:
-    """FSDP2 (one unit per transformer layer, bf16 compute, fp32 reduce) or DDP; the model itself for one
-    process without --fsdp."""
-    if run.fsdp:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
-        if not dist.is_initialized():  # one process: FSDP still needs a process group
-            dist.init_process_group("nccl" if procs.device.type == "cuda" else "gloo", store=dist.HashStore(),
-                                    rank=0, world_size=1)
-        # joint_layer and embed_prefix return views (q/k/v, concatenations); nothing writes to them in place
-        warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else torch.float32, reduce_dtype=torch.float32)
-        pg = model.paligemma
-        for layer in pg.vision_tower.vision_model.encoder.layers:
-            fully_shard(layer, mp_policy=policy)
-        for tower in (pg.language_model, model.expert):
-            for layer in tower.layers:
-                fully_shard(layer, mp_policy=policy)
-                for method in ("attention_inputs", "attention_outputs"):
-                    register_fsdp_forward_method(layer, method)
-        fully_shard(model, mp_policy=policy)
-        for method in ("embed_prefix", "velocity"):
-            register_fsdp_forward_method(model, method)
-        return model
-    if procs.world > 1:
-        ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[procs.device] if procs.device.type == "cuda" else None, bucket_cap_mb=run.ddp_bucket_mb,
-            gradient_as_bucket_view=run.ddp_bucket_view, static_graph=run.ddp_static_graph)
-        if run.ddp_reduce == "bf16":
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-            ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
-        return ddp
-    return model
-
-
 def make_optimizer(model: torch.nn.Module, run: RunConfig, device: torch.device) -> torch.optim.Optimizer:
+    """Fused AdamW (CPU and CUDA): one pass over parameters, gradients and moments, which also applies the gradient
+    clip and skips a non-finite step (see `clip_and_step`)."""
     params = [p for p in model.parameters() if p.requires_grad]
     return torch.optim.AdamW(params, lr=run.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=run.weight_decay,
-                             fused=device.type == "cuda")
+                             fused=device.type in ("cuda", "cpu"))
+
+
+def clip_and_step(optimizer: torch.optim.Optimizer, clip: float) -> torch.Tensor:
+    """Clip the gradients to norm `clip` and step, without a host sync; returns the norm before clipping.
+
+    The clip is torch's (gradients x clip / (norm + 1e-6) when that is below 1) fused into the optimizer's own pass:
+    fused AdamW divides each gradient by `grad_scale` as it reads it, so no separate pass rescales them. A
+    non-finite norm sets `found_inf`, which makes the step leave parameters, moments and step counts untouched;
+    the metrics flush reports such steps (`Metrics.flush`)."""
+    grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+    if hasattr(norm, "full_tensor"):  # FSDP: a DTensor
+        norm = norm.full_tensor()
+    norm = norm.float()
+    optimizer.found_inf = (~torch.isfinite(norm)).float()
+    optimizer.grad_scale = torch.clamp((norm + 1e-6) / clip, min=1.0) if clip > 0 else None
+    optimizer.step()
+    return norm
 
 
 class EMA:
@@ -343,19 +289,17 @@ def train_step(step_fn, wrapped: torch.nn.Module, optimizer: torch.optim.Optimiz
     gradient norm before clipping, both still on the device."""
     run, procs = setup.run, setup.procs
     inputs = to_device(batch, procs.device)
-    # a tensor, not a Python float: torch.compile would specialise on (and recompile for) each value
-    denominator = inputs.pop("real_steps").float() * (setup.config.action_dim / procs.world)
+    # the global count of real targets (real_steps counts every rank's); a tensor, not a Python float:
+    # torch.compile would specialise on (and recompile for) each value
+    denominator = inputs.pop("real_steps").float() * setup.config.action_dim
     for group in optimizer.param_groups:
         group["lr"] = lr
     with torch.autocast(procs.device.type, dtype=torch.bfloat16, enabled=bf16 and not run.fsdp):
         loss = step_fn(**inputs, denominator=denominator)
     loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(wrapped.parameters(), run.clip)
-    if hasattr(grad_norm, "full_tensor"):  # FSDP: a DTensor
-        grad_norm = grad_norm.full_tensor()
-    optimizer.step()
+    grad_norm = clip_and_step(optimizer, run.clip)
     optimizer.zero_grad(set_to_none=True)
-    return loss.detach() / procs.world, grad_norm
+    return loss.detach(), grad_norm
 
 
 @dataclass
@@ -379,10 +323,13 @@ def build(setup: Setup) -> Parts:
     if run.ema and run.fsdp:
         raise LerodocError("--ema is not supported with --fsdp", hint="drop one of them")
     ema = EMA(model, run.ema) if run.ema else None
+    # FSDP2's per-layer hooks sit inside the joint layer (attention_inputs/outputs), so FSDP compiles the whole model
     layers = run.compile and run.compile_scope == "layers" and not run.fsdp
     if layers:   # before DDP wraps the model: DDP then runs eager around compiled layers
         model.compile_layers()
-    wrapped = parallelise(model, run, procs, bf16)
+    wrapped = parallelise(model, procs, fsdp=run.fsdp, bf16=bf16, bucket_mb=run.ddp_bucket_mb,
+                          bucket_view=run.ddp_bucket_view, static_graph=run.ddp_static_graph, reduce=run.ddp_reduce,
+                          reshard_after_forward=run.fsdp_reshard)
     optimizer = make_optimizer(wrapped, run, procs.device)
     return Parts(model, ema, wrapped, optimizer, torch.compile(wrapped) if run.compile and not layers else wrapped,
                  bf16)
@@ -401,6 +348,13 @@ def peak_flops(device: torch.device) -> float | None:
 def sweep(run: RunConfig, batches: list[int], steps: int = 8, warmup: int = 3) -> list[dict]:
     """Increasing batches per device until one runs out of memory: median step time, samples/s, peak memory,
     MFU and data wait of each (real data, no checkpoints). The model trains a few steps per batch size."""
+    try:
+        return _sweep(run, batches, steps, warmup)
+    finally:
+        shutdown()
+
+
+def _sweep(run: RunConfig, batches: list[int], steps: int, warmup: int) -> list[dict]:
     setup = prepare(run, resume=False, writes=False)
     procs = setup.procs
     parts = build(setup)
@@ -436,13 +390,18 @@ def sweep(run: RunConfig, batches: list[int], steps: int = 8, warmup: int = 3) -
                         "peak_gib": torch.cuda.max_memory_allocated(procs.device) / 2**30 if cuda else None,
                         "mfu": flops * samples / procs.world / peak if peak else None,
                         "data_wait": sum(waits) / sum(times)})
-    if dist.is_initialized():
-        dist.destroy_process_group()
     return results
 
 
 def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
     """Train to `run.steps`; returns a summary (final loss, samples/s, data-wait share, where things are)."""
+    try:
+        return _train(run, resume, progress)
+    finally:
+        shutdown()
+
+
+def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
     setup = prepare(run, resume)
     run, procs = setup.run, setup.procs
     output = Path(run.output)
@@ -489,8 +448,6 @@ def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
     tracker.close(log.rows)
     if procs.main:
         plot_losses(output / "metrics.jsonl", output / "loss.png")
-    if dist.is_initialized():
-        dist.destroy_process_group()
     return log.summary() | {"output": str(output), "checkpoint": str(checkpoint.path_of(output, run.steps)) if run.save_every else None,
                             "params": model.num_params(), "rank": procs.rank, "world_size": procs.world,
                             "global_batch": G, "max_token_len": run.data.max_token_len}
@@ -509,6 +466,7 @@ class Metrics:
         self.window_wait = 0.0
         self.rows: list[dict] = []
         self.latest: dict = {}
+        self.skipped = 0     # steps whose gradient norm was not finite: the optimizer left everything untouched
 
     def add(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor, lr: float, waited: float) -> None:
         now = time.perf_counter()
@@ -530,7 +488,8 @@ class Metrics:
         rows = []
         for (step, _, _, lr, waited, seconds), loss, norm in zip(self.pending, losses, norms):
             rows.append({"step": step + 1, "loss": loss, "grad_norm": norm, "lr": lr, "step_s": seconds,
-                         "data_wait_s": waited})
+                         "data_wait_s": waited} | ({} if math.isfinite(norm) else {"skipped": True}))
+        self.skipped += sum("skipped" in r for r in rows)
         samples_per_s = self.global_batch * len(rows) / wall
         window = {"samples_per_s": samples_per_s, "data_wait": sum(r["data_wait_s"] for r in rows) / wall,
                   "mfu": samples_per_s * self.flops / self.procs.world / self.peak if self.peak else None}
@@ -541,6 +500,12 @@ class Metrics:
         if self.procs.main:
             with open(self.output / "metrics.jsonl", "a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in rows)
+        if all("skipped" in r for r in rows):
+            raise LerodocError(f"diverged: the loss or gradient was not finite at every step from {rows[0]['step']} "
+                               f"to {rows[-1]['step']} (loss {rows[-1]['loss']}); those updates were skipped",
+                               file=self.output / "metrics.jsonl",
+                               hint="lower --lr, or check the dataset's stats and extreme channels (lerodoc "
+                                    "validate, lerodoc quantiles); resume from the last checkpoint")
 
     def summary(self) -> dict:
         windows = [r for r in self.rows if "samples_per_s" in r]
@@ -550,6 +515,7 @@ class Metrics:
                 "samples_per_s": float(np.mean([w["samples_per_s"] for w in later])) if later else None,
                 "data_wait": float(np.mean([w["data_wait"] for w in later])) if later else None,
                 "mfu": float(np.mean([w["mfu"] for w in later])) if later and self.peak else None,
+                "skipped_steps": self.skipped,
                 "flops_per_sample": self.flops}
 
     def live(self, enabled: bool, start: int):
