@@ -25,11 +25,15 @@ T = TypeVar("T")
 R = TypeVar("R")
 ENGINES = ("pool", "ray")
 RETRIES = 3          # a unit whose worker process dies is run again, up to this many times
+TASKS_PER_CPU = 4    # units are sent in batches, about this many per cluster CPU (a task costs milliseconds)
 
 
 class RayEngine:
     """Runs units as Ray tasks on the cluster at `address` (None: RAY_ADDRESS, else a local one on this
-    machine); a task whose worker dies is retried up to `retries` times, the first error stops the rest."""
+    machine); a task whose worker dies is retried up to `retries` times, the first error stops the rest.
+
+    Consecutive units go in one task when there are many more than `TASKS_PER_CPU` per cluster CPU (10,000
+    one-episode files are some hundreds of tasks, not 10,000): each unit still runs alone, in order."""
 
     name = "ray"
 
@@ -67,17 +71,21 @@ class RayEngine:
         """[fn(item) for item in items] as Ray tasks, in order."""
         ray = self.start()
         from ray.exceptions import RayError, RayTaskError
+        items = list(items)
+        size = max(1, len(items) // (self.cpus * TASKS_PER_CPU))
+        batches = [items[i:i + size] for i in range(0, len(items), size)]
         remote = ray.remote(max_retries=self.retries, num_cpus=1)(_call)
         fn_ref = ray.put(fn)
-        refs = [remote.remote(fn_ref, pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)) for item in items]
+        refs = [remote.remote(fn_ref, pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)) for batch in batches]
+        units = {ref: len(batch) for ref, batch in zip(refs, batches)}
         pending = list(refs)
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=min(len(pending), 64), timeout=0.2)
                 ray.get(done)          # raises the first failure as soon as it is known
                 if progress and done:
-                    progress(len(done))
-            return [pickle.loads(result) for result in ray.get(refs)]
+                    progress(sum(units[ref] for ref in done))
+            return [result for batch in ray.get(refs) for result in pickle.loads(batch)]
         except RayTaskError as exc:
             _cancel(ray, pending)
             if isinstance(exc.cause, BaseException):
@@ -93,10 +101,10 @@ class RayEngine:
             raise
 
 
-def _call(fn: Callable, item: bytes) -> bytes:
-    """Task body: arguments and results cross as pickles, as they do to and from the process pool (Ray's own
-    serialisers rebuild some objects differently, e.g. an Arrow list's child field name)."""
-    return pickle.dumps(fn(pickle.loads(item)), protocol=pickle.HIGHEST_PROTOCOL)
+def _call(fn: Callable, batch: bytes) -> bytes:
+    """Task body: fn over a batch of units. Arguments and results cross as pickles, as they do to and from the
+    process pool (Ray's own serialisers rebuild some objects differently, e.g. an Arrow list's child field name)."""
+    return pickle.dumps([fn(item) for item in pickle.loads(batch)], protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _cancel(ray, refs: list) -> None:

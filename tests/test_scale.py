@@ -158,3 +158,9 @@ def test_engine_names():
     assert make("pool") is None and isinstance(make("ray", "host:6379"), RayEngine)
     with pytest.raises(LerodocError):
         make("dask")
+
+
+def test_many_units_go_in_batches_and_come_back_in_order(cluster):
+    ticks = []
+    assert RayEngine().map(abs, range(-500, 500), progress=ticks.append) == [abs(i) for i in range(-500, 500)]
+    assert sum(ticks) == 1000
