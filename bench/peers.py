@@ -1,6 +1,7 @@
 """bench/peers: what lerodoc, robovet, trajlens and lerobot-doctor catch on the same planted defects.
 
-    python -m bench.peers --work DIR [--only NAME ...] [--markdown FILE] [--json FILE] [--update-docs FILE]
+    python3 -m bench.peers                  # everything, venvs made first (scripts/peer-venvs.sh)
+    python -m bench.peers --work DIR [--only NAME ...] [--no-zoo] [--markdown FILE] [--json FILE] [--update-docs FILE]
     python -m bench.peers --work DIR --speed [--episodes 1000] [--cameras 3] [--rounds 3] [--v30]
 
 Builds one dataset per planted defect (tests/fixtures/defects_data.DEFECTS on the v2.1/v3.0 bases of
@@ -13,20 +14,23 @@ B-frame variant where the defect needs one), plus a clean dataset of every base,
 - trajlens: `trajlens lint ROOT --json` (local: every check; videos decoded first/middle/last);
 - lerobot-doctor: `lerobot-doctor check ROOT --json` (all 11 check groups).
 
-Each peer lives in its own venv, taken from $LERODOC_PEER_ROBOVET, $LERODOC_PEER_TRAJLENS and
-$LERODOC_PEER_LEROBOT_DOCTOR (defaults /work/venvs/peers/{robovet,trajlens,lerobot-doctor}); a missing
-venv is reported as "not installed". Peers run with HF_HUB_OFFLINE=1.
+Each peer lives in its own venv, made by scripts/peer-venvs.sh (pinned PyPI versions) under
+${LERODOC_PEER_VENVS:-~/.cache/lerodoc/peers}/{robovet,trajlens,lerobot-doctor}; $LERODOC_PEER_ROBOVET,
+$LERODOC_PEER_TRAJLENS and $LERODOC_PEER_LEROBOT_DOCTOR point at other venvs. A run starts by calling the
+script (it keeps venvs already made; --no-install skips it), and a venv still missing is reported as "not
+installed". Peers run with HF_HUB_OFFLINE=1.
 
-When does a tool "catch" a defect:
+When does a tool "catch" a defect (one rule for every tool, lerodoc included):
 
-- lerodoc: every code the planter says must be reported is among the findings.
-- a peer: its report (parsed from its JSON) has a finding at warning level or worse that (1) is not in
-  its report on the clean dataset of the same base (findings are compared as check id + severity +
-  message with digits masked, so "episode 0 has 39 jumps" on the clean set also covers "episode 0 has
-  40 jumps"), and (2) comes from a check whose subject is the defect's subject: every defect has
-  subjects (SUBJECTS below: "timestamps", "stats", "video-sync", ...) and every peer check id (or
-  lerobot-doctor check group) has subjects (ROBOVET, TRAJLENS, LEROBOT_DOCTOR below). The evidence (the
-  matching check id and message) is printed for every cell, so each verdict can be audited.
+- its report (parsed from its JSON) has a finding at warning level or worse that (1) is not in its
+  report on the clean dataset of the same base (findings are compared as check id + severity + message
+  with digits masked, so "episode 0 has 39 jumps" on the clean set also covers "episode 0 has 40
+  jumps"), and (2) comes from a check whose subject is the defect's subject: every defect has subjects
+  (SUBJECTS below: "timestamps", "stats", "video-sync", ...) and every check id (lerodoc's codes,
+  robovet's and trajlens' ids, lerobot-doctor's check groups) has subjects (LERODOC, ROBOVET, TRAJLENS,
+  LEROBOT_DOCTOR below). The evidence (the matching check id and message) is printed for every cell, so
+  each verdict can be audited. For lerodoc the evidence also says whether the code its own tests expect
+  (tests/fixtures/defects_*.py) is among the findings.
 - A peer that declines to check the dataset (exits non-zero with a message and no traceback, or trajlens'
   report with grade ERROR) catches the defect only if its message names the planted file (its path, or
   its file name where that is distinctive: not a shared v3.0 "file-000.parquet"); shown "yes (refused)".
@@ -37,7 +41,9 @@ When does a tool "catch" a defect:
   defect's subject. "no": nothing new.
 
 Also builds robovet's own demo datasets (`robovet demo`, with and without its planted defects) and says
-which of robovet's documented defects lerodoc reports.
+which of robovet's documented defects lerodoc reports; and runs every tool on the writer zoo (tests/zoo:
+datasets written by lerobot 0.3.3-0.6.1 and exporter-style writers, with what LeRobotDataset 0.6.1 said
+of each): on a member lerobot loads, a failing verdict is a false alarm; on one it refuses, a catch.
 
 --speed times `lerodoc validate --videos --json` against `robovet doctor --json` (both in a fresh process,
 wall clock and CPU time, imports included; one warm-up run each, then --rounds alternating runs, median)
@@ -76,7 +82,8 @@ except ImportError:          # the media planters are optional: only the data de
 
 CAM = defects_data.TOP
 TIMEOUT_S = 600
-VENV_ROOT = Path("/work/venvs/peers")
+VENV_ROOT = Path(os.environ.get("LERODOC_PEER_VENVS", Path.home() / ".cache/lerodoc/peers"))
+VENV_SCRIPT = REPO / "scripts" / "peer-venvs.sh"
 PEERS = {  # name: (env var with its venv, default venv, executable)
     "robovet": ("LERODOC_PEER_ROBOVET", VENV_ROOT / "robovet", "robovet"),
     "trajlens": ("LERODOC_PEER_TRAJLENS", VENV_ROOT / "trajlens", "trajlens"),
@@ -128,6 +135,25 @@ SUBJECTS = {
     "stats_disagree_with_data": {"stats"},
     "nan_in_data": {"values"},
 }
+
+# lerodoc code -> subjects (docs/checks.md's catalogue); a code not listed takes its family's subjects.
+LERODOC_FAMILY = {"LAY": {"meta", "schema"}, "IDX": {"index"}, "TS": {"timestamps"}, "VID": {"video-sync"},
+                  "STA": {"stats"}, "TSK": {"task"}}
+LERODOC = {
+    "LAY001": {"meta", "file"}, "LAY002": {"meta"}, "LAY003": {"meta"},
+    "LAY030": {"file"}, "LAY031": {"file"}, "LAY032": {"schema"}, "LAY033": {"schema"}, "LAY034": {"schema"},
+    "LAY035": {"schema"}, "LAY036": {"schema"}, "LAY037": {"schema"}, "LAY038": {"schema"}, "LAY039": {"schema"},
+    "LAY040": {"video-file"}, "LAY041": {"file", "video-file"}, "LAY042": {"file", "video-file"},
+    "LAY043": {"file"},
+    "VID001": {"video-file", "video-decode"}, "VID002": {"video-meta"}, "VID003": {"video-meta"},
+    "VID004": {"video-meta", "video-sync"}, "VID012": {"video-decode"}, "VID013": {"video-meta"},
+    "STA031": {"values", "stats"}, "STA050": {"values"}, "STA051": {"values", "schema"}, "STA052": {"file", "values"},
+}
+
+
+def lerodoc_subjects(code: str) -> set[str]:
+    return LERODOC.get(code) or LERODOC_FAMILY.get(code.rstrip("0123456789"), set())
+
 
 # robovet check id -> subjects (robovet/checks/*.py)
 ROBOVET = {
@@ -331,7 +357,11 @@ def signals(name: str, report) -> tuple[list[Signal], list[str]]:
     found, raw = [], []
     if not isinstance(report, dict):
         return found, raw
-    if name == "robovet":
+    if name == "lerodoc":
+        for f in report.get("findings", []):
+            found.append(Signal(f["code"], f["severity"], mask(f["message"])))
+            raw.append(f"{f['code']} {f['severity']}: {f['message']}")
+    elif name == "robovet":
         for r in report.get("results", []):
             if r.get("severity") in ("WARN", "FAIL"):
                 text = r.get("summary", "")
@@ -353,7 +383,13 @@ def signals(name: str, report) -> tuple[list[Signal], list[str]]:
     return found, raw
 
 
-SUBJECT_MAPS = {"robovet": ROBOVET, "trajlens": TRAJLENS, "lerobot-doctor": LEROBOT_DOCTOR}
+class _LerodocSubjects(dict):
+    def get(self, code, default=None):
+        return lerodoc_subjects(code) or default
+
+
+SUBJECT_MAPS = {"lerodoc": _LerodocSubjects(), "robovet": ROBOVET, "trajlens": TRAJLENS,
+                "lerobot-doctor": LEROBOT_DOCTOR}
 
 
 @dataclass
@@ -405,17 +441,17 @@ def judge_peer(name: str, run: Run | None, clean: Run | None, subjects: set[str]
     return Verdict("no", [], run.seconds, run.rc)
 
 
-def judge_lerodoc(run: Run, codes: set[str]) -> Verdict:
+def judge_lerodoc(run: Run, clean: Run | None, subjects: set[str], codes: set[str]) -> Verdict:
+    """The peers' rule (judge_peer), plus whether the code lerodoc's own tests expect is there."""
     if run.report is None or "findings" not in run.report:
         tail = (run.stderr or run.stdout).strip().splitlines()
         return Verdict("crash", [f"rc={run.rc}: " + (tail[-1][:200] if tail else "no output")], run.seconds, run.rc)
-    findings = run.report["findings"]
-    got = {f["code"] for f in findings}
-    shown = [f"{f['code']} {f['severity']}: {f['message']}" for f in findings if f["code"] in codes]
-    if codes and codes <= got:
-        return Verdict("yes", dedupe(shown), run.seconds, run.rc)
-    others = [f"{f['code']} {f['severity']}: {f['message']}" for f in findings]
-    return Verdict("other" if findings else "no", dedupe(others), run.seconds, run.rc)
+    verdict = judge_peer("lerodoc", run, clean, subjects, set())
+    got = {f["code"] for f in run.report["findings"]}
+    if codes:
+        verdict.evidence.append(f"expected {', '.join(sorted(codes))}: "
+                                f"{'all reported' if codes <= got else 'missing ' + ', '.join(sorted(codes - got))}")
+    return verdict
 
 
 def dedupe(items: list[str], limit: int = 4) -> list[str]:
@@ -475,6 +511,7 @@ def side_by_side(work: Path, only: list[str] | None) -> dict:
         clean_runs[base] = runs
         lero = run_lerodoc(clean_roots[base])
         deep = run_lerodoc(clean_roots[base], deep=True)
+        runs["lerodoc"], runs["lerodoc --deep"] = lero, deep
         cells = {"lerodoc": clean_cell(lero.report, lero), "lerodoc --deep": clean_cell(deep.report, deep)}
         for p in peers:
             cells[p] = clean_peer_cell(p, runs[p])
@@ -487,8 +524,10 @@ def side_by_side(work: Path, only: list[str] | None) -> dict:
             rows.append({"name": case.name, "base": case.base, "codes": sorted(case.codes), "subjects": [],
                          "cells": {t: {"outcome": "plant failed", "evidence": [repr(exc)[:200]]} for t in TOOLS}})
             continue
-        cells = {"lerodoc": vars(judge_lerodoc(run_lerodoc(root), codes)),
-                 "lerodoc --deep": vars(judge_lerodoc(run_lerodoc(root, deep=True), codes))}
+        clean = clean_runs[case.base]
+        cells = {"lerodoc": vars(judge_lerodoc(run_lerodoc(root), clean["lerodoc"], case.subjects, codes)),
+                 "lerodoc --deep": vars(judge_lerodoc(run_lerodoc(root, deep=True), clean["lerodoc --deep"],
+                                                      case.subjects, codes))}
         for p in peers:
             cells[p] = vars(judge_peer(p, run_peer(p, root, scratch), clean_runs[case.base][p], case.subjects,
                                         files))
@@ -642,6 +681,67 @@ def demo_evidence(demo: dict | None) -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------- the writer zoo
+
+def zoo_verdict(name: str, run: Run | None) -> dict:
+    """'fails' when the tool says the dataset is broken (lerodoc: an error finding; a peer: a FAIL, a check
+    that raised, a refusal or a crash), else 'passes'; with the failing findings as evidence."""
+    if run is None:
+        return {"outcome": "not installed", "evidence": []}
+    if run.report is None or (name == "lerodoc" and "findings" not in run.report):
+        tail = (run.stderr or run.stdout).strip().splitlines()
+        return {"outcome": "fails", "evidence": [f"no report, rc={run.rc}: " + (tail[-1][:200] if tail else "")],
+                "rc": run.rc}
+    declined = refusal(name, run) if name != "lerodoc" else None
+    if declined:
+        return {"outcome": "fails", "evidence": [f"refused: {declined[:200]}"], "rc": run.rc}
+    found, raw = signals(name, run.report)
+    bad = [text for s, text in zip(found, raw) if s.severity in ("error", "FAIL", "ERROR")]
+    return {"outcome": "fails" if bad else "passes", "evidence": dedupe(bad, 3), "rc": run.rc}
+
+
+def writer_zoo(work: Path) -> list[dict]:
+    from tests.zoo import members
+    scratch = work / "scratch"
+    scratch.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for m in members():
+        print(f"zoo {m.name} ...", file=sys.stderr, flush=True)
+        cells = {"lerodoc": zoo_verdict("lerodoc", run_lerodoc(m.root))}
+        for p in PEERS:
+            cells[p] = zoo_verdict(p, run_peer(p, m.root, scratch))
+        rows.append({"name": m.name, "writer": m.writer, "lerobot_loads": m.lerobot_loads,
+                     "refusal": m.refusal, "cells": cells})
+    return rows
+
+
+def zoo_markdown(rows: list[dict]) -> str:
+    tools = ("lerodoc",) + tuple(PEERS)
+    lines = ["| zoo member | LeRobotDataset 0.6.1 | " + " | ".join(tools) + " |", "|---|---|" + "---|" * len(tools)]
+    for r in rows:
+        cells = [r["cells"][t]["outcome"] for t in tools]
+        lines.append(f"| {r['name']} | {'loads' if r['lerobot_loads'] else 'refuses'} | " + " | ".join(cells) + " |")
+    loads = [r for r in rows if r["lerobot_loads"]]
+    refused = [r for r in rows if not r["lerobot_loads"]]
+    for label, group in ((f"**false alarms** (fails, of {len(loads)} that load)", loads),
+                         (f"**caught** (fails, of {len(refused)} refused)", refused)):
+        counts = [str(sum(r["cells"][t]["outcome"] == "fails" for r in group)) for t in tools]
+        lines.append(f"| {label} | | " + " | ".join(counts) + " |")
+    return "\n".join(lines)
+
+
+def zoo_evidence(rows: list[dict]) -> str:
+    out = []
+    for r in rows:
+        failing = {t: c for t, c in r["cells"].items() if c["outcome"] == "fails"}
+        if failing or not r["lerobot_loads"]:
+            out.append(f"- **{r['name']}** ({r['writer']}; lerobot 0.6.1: "
+                       f"{'loads' if r['lerobot_loads'] else 'refuses: ' + (r['refusal'] or '')[:160]})")
+            for t, c in failing.items():
+                out.append(f"  - {t}: " + ("; ".join(c["evidence"]) or "-"))
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------- speed
 
 def speed_dataset(work: Path, episodes: int, cameras: int, v30: bool) -> tuple[Path, str]:
@@ -780,9 +880,16 @@ def main() -> None:
     parser.add_argument("--cameras", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--v30", action="store_true", help="--speed: also time the dataset converted to v3.0")
+    parser.add_argument("--no-install", action="store_true", help="do not run scripts/peer-venvs.sh first")
+    parser.add_argument("--no-zoo", action="store_true", help="skip the writer zoo section")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-bench-peers-"))
     work.mkdir(parents=True, exist_ok=True)
+    if not args.no_install and not all(peer_exe(p) for p in PEERS):
+        proc = subprocess.run(["bash", str(VENV_SCRIPT)], text=True, stdout=subprocess.PIPE)
+        if proc.returncode:
+            print(f"{VENV_SCRIPT.name} failed (exit {proc.returncode}); peers without a venv show as not installed",
+                  file=sys.stderr)
     if args.speed:
         s = speed(work, args.episodes, args.cameras, args.rounds, args.v30)
         text = speed_markdown(s)
@@ -798,17 +905,22 @@ def main() -> None:
         return
     result = side_by_side(work, args.only)
     result["robovet_demo"] = None if args.only else robovet_demo(work)
+    result["zoo"] = None if args.only or args.no_zoo else writer_zoo(work)
     table = markdown(result)
     print(table)
     if not args.only:
         print()
         print(demo_markdown(result["robovet_demo"]))
+    if result["zoo"] is not None:
+        print()
+        print(zoo_markdown(result["zoo"]))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     if args.markdown:
+        zoo = "" if result["zoo"] is None else zoo_markdown(result["zoo"]) + "\n\n" + zoo_evidence(result["zoo"])
         args.markdown.write_text(table + "\n\n" + evidence_markdown(result) + "\n\n" +
                                  demo_markdown(result["robovet_demo"]) + "\n\n" +
-                                 demo_evidence(result["robovet_demo"]) + "\n")
+                                 demo_evidence(result["robovet_demo"]) + "\n\n" + zoo + "\n")
     if args.update_docs:
         doc = args.update_docs.read_text()
         versions = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
@@ -819,6 +931,9 @@ def main() -> None:
         if not args.only:
             doc = replace_between(doc, "demo", demo_markdown(result["robovet_demo"]))
             doc = replace_between(doc, "demo-evidence", demo_evidence(result["robovet_demo"]))
+        if result["zoo"] is not None:
+            doc = replace_between(doc, "zoo", zoo_markdown(result["zoo"]))
+            doc = replace_between(doc, "zoo-evidence", zoo_evidence(result["zoo"]))
         doc = replace_between(doc, "catalogue", catalogue_markdown())
         args.update_docs.write_text(doc)
 
