@@ -212,6 +212,17 @@ def test_hevc_where_pyav_encodes_it_else_a_clear_error(built, tmp_path, monkeypa
     assert not (tmp_path / "none").exists()
 
 
+def test_in_place_swaps_in_the_video_dataset(tmp_path):
+    import shutil
+    root = tmp_path / "ds"
+    shutil.copytree(ZOO["lerobot-0.6.1-record-images"].root, root)
+    report = run_json("encode", root, "--in-place", "--cameras", "observation.images.wrist")
+    assert report["output"] == str(root) and report["cameras"] == ["observation.images.wrist"]
+    info = Dataset.open(root).info
+    assert info.video_keys == ["observation.images.wrist"] and info.image_keys == ["observation.images.front"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]   # no staging or scratch folder left
+
+
 def test_v20_is_refused_pointing_to_convert(tmp_path):
     src = make_dataset(tmp_path / "v20", version="v2.0", episodes=2)
     proc = run_cli("encode", src.root, "-o", tmp_path / "out", check=False)

@@ -65,11 +65,10 @@ def encode(
         by_camera: dict[str, list] = {}
         for f in report.files:
             by_camera.setdefault(f["camera"], []).append(f)
-        rows = [[cam, len(files) if dry_run else len({f["episode"] for f in files}),
-                 sum(f["frames"] for f in files) if not dry_run else files[0]["frames"],
+        rows = [[cam, sum(f.get("episodes", 1) for f in files), sum(f["frames"] for f in files),
                  _psnr([s for f in files for s in f.get("psnr_db", [])])] for cam, files in by_camera.items()]
-        render.out.print(render.table("image features -> video", ["camera", "episodes" if not dry_run else "features",
-                                                                  "frames", "PSNR dB (min)"], rows))
+        render.out.print(render.table("image features -> video", ["camera", "episodes", "frames", "PSNR dB (min)"],
+                                      rows))
     settings = report.settings if report.mode == "images" else next(iter(report.settings.values()), {})
     render.out.print(f"codec {settings.get('codec')}, gop {settings.get('gop')}, crf {settings.get('crf')}, "
                      f"{settings.get('pix_fmt')}; {report.encoded} encoded, {report.unchanged} kept; "
