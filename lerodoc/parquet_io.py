@@ -30,18 +30,18 @@ def read_parquet(path: Path | str, columns: list[str] | None = None, episode: in
         return pq.ParquetFile(path).read(columns=columns)
 
 
-def open_parquet(path: Path | str, episode: int | None = None) -> pq.ParquetFile:
+def open_parquet(path: Path | str, episode: int | None = None, streaming: bool = False) -> pq.ParquetFile:
     """A parquet file opened for its footer (schema, row counts) and row groups; an unreadable file is a clear
-    error."""
+    error. `streaming` reads it through a small buffer, for `iter_batches`."""
     with _readable(path, episode):
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20) if streaming else pq.ParquetFile(path)
 
 
 def iter_batches(file: pq.ParquetFile, path: Path | str, columns: list[str] | None = None, episode: int | None = None,
-                 batch_size: int = 1 << 16) -> Iterator[pa.RecordBatch]:
-    """The rows of an open parquet `file` (read from `path`) as record batches of `columns`. A batch at a time
-    keeps memory small and reused: reading a large file whole allocates it several times over, and fresh
-    pages cost more than decoding. An unreadable file is a clear error."""
+                 batch_size: int = 1 << 14) -> Iterator[pa.RecordBatch]:
+    """The rows of a parquet `file` (opened `streaming` from `path`) as record batches of `columns`. A few MB at
+    a time keeps memory small and reused: reading a large file whole allocates it several times over, and
+    fresh pages cost more than decoding. An unreadable file is a clear error."""
     with _readable(path, episode):
         yield from file.iter_batches(batch_size=batch_size, columns=columns)
 
@@ -77,6 +77,78 @@ def from_numpy(values: np.ndarray, kind: pa.DataType) -> pa.Array:
     """An integer or float Arrow array of type `kind` over numpy values (no pandas import, unlike `pa.array`)."""
     values = np.ascontiguousarray(values, dtype=numpy_dtype(kind))
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
+def arrow_array(values: list, kind: pa.DataType | None = None) -> pa.Array:
+    """`pa.array(values, kind)` built from numpy buffers where it can be, since `pa.array` imports pandas on
+    its first call (a third of a second or more): numbers, strings, and lists of those nested to any depth
+    with one shape per row (rows may be None). Anything else (ragged rows, mixed types) goes to `pa.array`."""
+    present = [v for v in values if v is not None]
+    try:
+        if kind is not None and (pa.types.is_string(kind) or pa.types.is_list(kind)
+                                 and pa.types.is_string(kind.value_type)) or present and _has_str(present[0]):
+            return _strings(values, kind)
+        shapes = {np.shape(v) for v in present}
+        if len(shapes) > 1:
+            raise ValueError("ragged")
+        shape = shapes.pop() if shapes else ()
+        if not shape and len(present) != len(values):
+            raise ValueError("None among scalars")
+        flat = np.asarray(present)
+        if flat.dtype.kind not in "iuf":
+            raise ValueError("not numbers")
+        leaf = kind
+        while leaf is not None and pa.types.is_list(leaf):
+            leaf = leaf.value_type
+        leaf = leaf or (pa.int64() if flat.dtype.kind in "iu" else pa.float64())
+        if not (pa.types.is_integer(leaf) or pa.types.is_floating(leaf)) \
+                or pa.types.is_integer(leaf) and flat.dtype.kind == "f":
+            raise ValueError("not a number type, or floats for integers")
+        array = from_numpy(flat.reshape(-1), leaf)
+        for size in reversed(shape[1:]):          # inner list levels: every row has the same shape
+            array = pa.ListArray.from_arrays(from_numpy(np.arange(0, len(array) + 1, size, dtype=np.int32),
+                                                        pa.int32()), array)
+        if shape:                                  # the rows' own lists, None where a row is None
+            lengths = np.array([0 if v is None else shape[0] for v in values], dtype=np.int32)
+            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+            array = pa.ListArray.from_arrays(from_numpy(offsets, pa.int32()), array, mask=_mask(values))
+        return array if kind is None or array.type == kind else array.cast(kind)
+    except (ValueError, TypeError, pa.ArrowException):
+        return pa.array(values, type=kind)
+
+
+def _has_str(value) -> bool:
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return isinstance(value, str)
+
+
+def _mask(values: list) -> pa.Array | None:
+    missing = np.array([v is None for v in values])
+    if not missing.any():
+        return None
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(missing, bitorder="little"))])
+
+
+def _strings(values: list, kind: pa.DataType | None) -> pa.Array:
+    """A string array, or a list<string> array of lists of strings, from their UTF-8 bytes."""
+    nested = kind is not None and pa.types.is_list(kind) or any(isinstance(v, (list, tuple)) for v in values)
+    words = [w for v in values if v is not None for w in (v if nested else [v])]
+    if not all(isinstance(w, str) for w in words):
+        raise TypeError("not strings")
+    data = [w.encode() for w in words]
+    offsets = np.concatenate([[0], np.cumsum([len(b) for b in data], dtype=np.int64)])
+    if offsets[-1] >= 2 ** 31:
+        raise ValueError("too long for 32-bit offsets")
+    strings = pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                             pa.py_buffer(b"".join(data))])
+    if not nested:
+        if len(words) != len(values):
+            raise ValueError("None among strings")
+        return strings
+    counts = np.array([0 if v is None else len(v) for v in values], dtype=np.int32)
+    list_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return pa.ListArray.from_arrays(from_numpy(list_offsets, pa.int32()), strings, mask=_mask(values))
 
 
 def column_matrix(column: pa.ChunkedArray | pa.Array, num_rows: int) -> np.ndarray:

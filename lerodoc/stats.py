@@ -219,7 +219,7 @@ Target = tuple[Group, np.ndarray, int, int]   # a group, its (hi - lo, N) matrix
 
 def load(path: str, targets: list[Target], at: int, rows: int) -> None:
     """Stream a data file of `rows` rows into columns at:at + rows of each target's matrix (its channels)."""
-    file = open_parquet(path)
+    file = open_parquet(path, streaming=True)
     if file.metadata.num_rows != rows:
         raise LerodocError(f"holds {file.metadata.num_rows} rows where its episodes in the metadata hold {rows}",
                            file=path, hint="lerodoc validate compares the files with the metadata")
@@ -338,7 +338,7 @@ def dataset_quantiles(files: list[Path], features: list[str], specs: dict, count
 
         def chunks(group=group):
             for path in files:
-                for batch in iter_batches(open_parquet(path), path, list(group.names)):
+                for batch in iter_batches(open_parquet(path, streaming=True), path, list(group.names)):
                     yield group.matrix(batch, source=path)
         values, used = exact_quantiles(chunks, LEVELS, count=count, width=group.width, dtype=group.dtype,
                                        budget=budget, threads=workers, fill=fill)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -12,6 +14,7 @@ import pytest
 
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
+from lerodoc.parquet_io import arrow_array
 from lerodoc.ops.quantiles import quantiles
 from lerodoc.quantiles import quantiles as engine
 from lerodoc.stats import block_stats, exact_stats
@@ -133,6 +136,25 @@ def test_a_file_with_more_rows_than_its_episodes_is_a_clear_error(tmp_path):
         with pytest.raises(LerodocError) as error:
             quantiles(fixture.root, budget=budget)
         assert str(error.value.file) == str(path) and "53 rows" in str(error.value)
+
+
+def test_in_place_imports_no_pandas(tmp_path):
+    """pandas costs a third of a second or more to import; pyarrow's pa.array imports it on first use."""
+    fixture = make_dataset(tmp_path / "src", version="v3.0", episodes=3)
+    code = ("import sys; from lerodoc.cli import main; sys.argv = ['lerodoc', 'quantiles', sys.argv[1], '--in-place'];"
+            "\ntry: main()\nexcept SystemExit as e: assert not e.code, e.code\nassert 'pandas' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code, str(fixture.root)], check=True, capture_output=True)
+    assert "q99" in Dataset.open(fixture.root).stats["action"]
+
+
+@pytest.mark.parametrize("values, kind", [
+    ([1, 2, 3], None), (list(range(4)), pa.int64()), ([0.5, 1.5], pa.float64()), ([1.0, 2], None), ([], pa.int64()),
+    ([[1.0, 2.0], [3.0, 4.0]], None), ([[1, 2], None, [3, 4]], None), ([[5]], None), ([[1, 2]], pa.list_(pa.float64())),
+    ([[[[0.1]], [[0.2]]], None, [[[1.0]], [[2.0]]]], None), ([["a", "bé"], [], ["c"]], pa.list_(pa.string())),
+    (["x", "yz", ""], pa.string()), ([[1.0], [2.0, 3.0]], None), ([1, None], None), (["a", None], pa.string())])
+def test_arrow_array_is_pa_array(values, kind):
+    got, want = arrow_array(values, kind), pa.array(values, type=kind)
+    assert got.type == want.type and got.equals(want)
 
 
 def test_in_place_swaps_and_openpi_norm_stats(tmp_path):

@@ -24,7 +24,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import read_json, replace_file, stats_from_json, stats_to_json, write_json
 from lerodoc.formats.model import Episode, VideoSpan
-from lerodoc.parquet_io import read_parquet
+from lerodoc.parquet_io import arrow_array, read_parquet
 
 VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -178,8 +178,8 @@ def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str]
     info.describe(VERSION, DATA_PATH, VIDEO_PATH, episodes, len(tasks), foreign=("total_videos", "total_chunks"))
     info.write(root / "meta/info.json", INFO_ORDER)
 
-    tasks_table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()),
-                            "task": pa.array(tasks, pa.string())})
+    tasks_table = pa.table({"task_index": arrow_array(range(len(tasks)), pa.int64()),
+                            "task": arrow_array(tasks, pa.string())})
     pandas_meta = {"index_columns": ["task"], "column_indexes": [], "columns": [
         {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
          "metadata": None},
@@ -219,7 +219,7 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | N
     columns["meta/episodes/chunk_index"] = [0] * n
     columns["meta/episodes/file_index"] = [0] * n
     types = {"tasks": pa.list_(pa.string())}
-    table = pa.table({name: pa.array(values, type=types.get(name, pa.float64() if "timestamp" in name
+    table = pa.table({name: arrow_array(values, types.get(name, pa.float64() if "timestamp" in name
                                                              and name.startswith("videos/") else None))
                       for name, values in columns.items()})
     path = root / EPISODES_PATH.format(chunk_index=0, file_index=0)
