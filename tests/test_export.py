@@ -111,11 +111,11 @@ def test_exported_policy_gives_lerodocs_actions_in_lerobot(run, tmp_path):
     q01, q99 = np.asarray(a["q01"], np.float32), np.asarray(a["q99"], np.float32)
     theirs_actions = theirs["actions"].numpy()
     assert theirs_actions.shape == ours.shape == (3, 10, 6)
-    # raw actions: 1e-5 relative (the values reach ~1e3, where float32's own step is ~1e-4) ...
-    np.testing.assert_allclose(theirs_actions, ours, rtol=1e-5, atol=1e-5)
-    # ... and 1e-5 absolute in the normalised space the model predicts in
+    # 1e-5 in the normalised space the model predicts in, and so 1e-5 of each channel's half-range (q99 - q01) / 2
+    # in raw units (this dataset's actions span ~1e3: float32's own step there is ~1e-4)
     normalised = [2 * (x - q01) / (q99 - q01) - 1 for x in (theirs_actions, ours)]
     np.testing.assert_allclose(*normalised, rtol=0, atol=1e-5)
+    assert (np.abs(theirs_actions - ours) <= 1e-5 * np.maximum(1, (q99 - q01) / 2)).all()
     assert np.abs(normalised[1]).max() > 0.1   # a trained policy, not zeros
 
 
@@ -236,3 +236,35 @@ def test_lerobot_policy_directory_starts_a_run_at_lerobots_loss(run, tmp_path):
 
     refused(rename_camera, "sees cameras observation.images.top, observation.images.side")
     refused(shift_quantiles, "other q99 stats")
+
+
+def test_paligemma_from_the_hub_cache_is_named_not_copied(run, tmp_path):
+    """A run trained with --tokenizer paligemma: the processor names google/paligemma-3b-pt-224 when the hub cache
+    holds its tokenizer files (AutoTokenizer loads it offline there), and writes a folder when it holds only the
+    SentencePiece model (what `lerodoc download tokenizer paligemma` fetches)."""
+    step = tmp_path / "step"
+    shutil.copytree(run / "checkpoints/step-000006", step)
+    trainer = json.loads((step / "trainer.json").read_text())
+    model_file = Path(trainer["run"]["tokenizer"])
+    trainer["run"]["tokenizer"] = "paligemma"
+    (step / "trainer.json").write_text(json.dumps(trainer))
+    repo = tmp_path / "hf/hub/models--google--paligemma-3b-pt-224"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs/main").write_text("0" * 40)
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    shutil.copyfile(model_file, snapshot / "tokenizer.model")
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+
+    def export(name: str) -> dict:
+        summary = json.loads(run_cli("export", "lerobot", step, "-o", tmp_path / name, "--json", env=env).stdout)
+        steps = json.loads((tmp_path / name / "policy_preprocessor.json").read_text())["steps"]
+        assert [s["config"]["tokenizer_name"] for s in steps if s["registry_name"] == "tokenizer_processor"] == [
+            summary["tokenizer"]]
+        return summary
+
+    assert export("model-only")["tokenizer"] == str((tmp_path / "model-only/tokenizer").resolve())
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(tmp_path / "model-only/tokenizer" / name, snapshot / name)
+    assert export("cached")["tokenizer"] == "google/paligemma-3b-pt-224"
+    assert not (tmp_path / "cached/tokenizer").exists()
