@@ -19,7 +19,6 @@ from lerodoc.commands import (convert, delete, download, encode, features, flatt
                               repair, select, split, tasks, train, validate)
 from lerodoc.commands import export
 from lerodoc.commands import report
-from lerodoc.commands import export
 from lerodoc.errors import ExitCode, LerodocError
 
 app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=False,
@@ -41,7 +40,6 @@ app.command(rich_help_panel="Check")(validate.validate)
 app.command(rich_help_panel="Check")(repair.repair)
 app.command(rich_help_panel="Check")(report.report)
 app.add_typer(train.app, rich_help_panel="Train")
-app.add_typer(export.app, rich_help_panel="Train")
 app.add_typer(export.app, rich_help_panel="Train")
 app.add_typer(download.app, name="download", rich_help_panel="Hub")
 app.command(rich_help_panel="Hub")(push.push)
