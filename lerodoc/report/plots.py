@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import FormatStrFormatter, LogFormatter, MaxNLocator  # noqa: E402
 
 FLAG_FACE = "#fde2e1"
 FLAG_EDGE = "#c0392b"
@@ -137,6 +137,8 @@ def training_curves(rows: list[dict]) -> Figure:
         loss_ax.plot(steps[window - 1:], smooth, color="#1f4e9c", linewidth=1.6, label=f"mean of {window} steps")
     if np.nanmin(loss, initial=np.inf) > 0:
         loss_ax.set_yscale("log")
+        loss_ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))   # plain numbers, not 2x10^0
+        loss_ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
     loss_ax.set_ylabel("loss")
     loss_ax.legend(fontsize=8)
     lr_ax.plot(steps, column("lr"), color="#2a9d8f")
