@@ -51,3 +51,17 @@ def human_bytes(n: int) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
         n /= 1024
     return f"{n} B"
+
+
+def print_plan(plan: dict) -> None:
+    """A writing command's --dry-run: the files its plan writes (`plan["files"]`: file, action, episodes) and
+    what it changes, on stdout; nothing is written."""
+    rows = []
+    for f in plan.get("files", []):
+        eps = f.get("episodes") or []
+        shown = "" if not eps else str(eps[0]) if len(eps) == 1 else f"{len(eps)} ({eps[0]}..{eps[-1]})"
+        rows.append([f["file"], f["action"], shown, ", ".join(map(str, f.get("reencode") or []))])
+    out.print(table("plan: files", ["file", "action", "episodes", "re-encoded"], rows))
+    for line in plan.get("changes", []):
+        out.print(f"plan: {line}")
+    out.print("dry run: nothing written")

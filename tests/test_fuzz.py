@@ -548,7 +548,7 @@ def test_a_bug_is_named_as_one(tmp_path):
     root = tmp_path / "ds"
     make_dataset(root, version="v2.1", **TINY)
     code = ("import sys\nfrom lerodoc import cli, formats\nimport lerodoc.ops.rewrite as rewrite\n"
-            "def boom(*a, **k): raise KeyError('[planted]')\nrewrite.write = boom\n"
+            "def boom(*a, **k): raise KeyError('[planted]')\nrewrite.execute = boom\n"
             f"sys.argv = ['lerodoc', 'convert', {str(root)!r}, '-o', {str(tmp_path / 'out')!r}]\ncli.main()\n")
     env = {k: v for k, v in os.environ.items() if k != "LERODOC_DEBUG"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
@@ -565,10 +565,10 @@ def test_an_interrupted_command_leaves_nothing(tmp_path):
     """Ctrl-C in the middle of writing: exit 130, no output under the name asked for, no staging sibling."""
     root = tmp_path / "ds"
     make_dataset(root, version="v2.1", **TINY)
-    code = ("import sys\nfrom lerodoc import cli\nimport lerodoc.ops.rewrite as rewrite\nwrite = rewrite.write\n"
-            "def interrupted(picks, info, tasks, to, tmp, *a, **k):\n"
-            "    write(picks, info, tasks, to, tmp, *a, **k)\n    raise KeyboardInterrupt\n"
-            "rewrite.write = interrupted\n"
+    code = ("import sys\nfrom lerodoc import cli\nimport lerodoc.ops.rewrite as rewrite\nexecute = rewrite.execute\n"
+            "def interrupted(plan, tmp, *a, **k):\n"
+            "    execute(plan, tmp, *a, **k)\n    raise KeyboardInterrupt\n"
+            "rewrite.execute = interrupted\n"
             f"sys.argv = ['lerodoc', 'convert', {str(root)!r}, '-o', {str(tmp_path / 'out')!r}]\ncli.main()\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 130 and "Traceback" not in proc.stderr, proc.stderr

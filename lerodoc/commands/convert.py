@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, EngineName, EngineOpt, ForceOpt, JsonOpt, OutputOpt,
-                             RayAddressOpt, Target, WorkersOpt)
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, EngineName, EngineOpt, ForceOpt, JsonOpt,
+                             OutputOpt, RayAddressOpt, Target, WorkersOpt)
 
 
 def convert(
@@ -24,6 +24,7 @@ def convert(
     video_file_size_mb: Annotated[float, typer.Option(help="v3.0: start a new video file past this size.",
                                                     rich_help_panel="Output")] = 0,
     force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Convert DATASET to another version: rows copied, videos joined or cut by stream copy.
@@ -34,15 +35,18 @@ def convert(
 
     Example: lerodoc convert data/pusht_v21 -o data/pusht_v30 --to v3.0
     """
-    with render.progress(not json) as track:
+    with render.progress(not json and not dry_run) as track:
         from lerodoc.engine import make as make_engine
         from lerodoc.ops.convert import convert as convert_dataset
         report = convert_dataset(dataset, output, to=to.value if to else None, workers=workers, force=force,
                                  data_file_size_mb=data_file_size_mb or None,
                                  video_file_size_mb=video_file_size_mb or None, progress=track,
-                                 engine=make_engine(engine.value, ray_address))
+                                 engine=make_engine(engine.value, ray_address), dry_run=dry_run)
     if json:
         render.print_json(report.to_json())
+        return
+    if dry_run:
+        render.print_plan(report.plan)
         return
     render.out.print(f"converted {report.from_version} -> {report.to_version}: {report.episodes} episodes, "
                      f"{report.frames} frames, {report.data_files} data files, {report.video_files} video files, "

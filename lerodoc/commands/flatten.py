@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput, WorkersOpt
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
+                             WorkersOpt)
 
 
 
@@ -19,6 +20,7 @@ def flatten(
                                                "every variable-length list column.")] = [],
     workers: WorkersOpt = DEFAULT_WORKERS,
     force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Turn list<T> of length 1 into T and lists of one constant length into fixed-size lists.
@@ -31,10 +33,13 @@ def flatten(
     """
     from lerodoc.ops.flatten import flatten as flatten_dataset
     report = flatten_dataset(dataset, output, in_place=in_place, columns=columns or None, workers=workers,
-                             force=force)
+                             force=force, dry_run=dry_run)
     if json:
         render.print_json(report.to_json())
         return
     render.out.print(render.table("flattened", ["column", "was", "now", "shape"],
                                   [[n, c["from"], c["to"], tuple(c["shape"])] for n, c in report.columns.items()]))
-    render.out.print(f"written to {report.output} ({report.seconds:.2f} s)")
+    if dry_run:
+        render.print_plan(report.plan)
+    else:
+        render.out.print(f"written to {report.output} ({report.seconds:.2f} s)")

@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import (DEFAULT_WORKERS, EngineName, EngineOpt, ForceOpt, JsonOpt, OutputOpt, RayAddressOpt,
-                             Target, WorkersOpt)
+from lerodoc.options import (DEFAULT_WORKERS, DryRunOpt, EngineName, EngineOpt, ForceOpt, JsonOpt, OutputOpt,
+                             RayAddressOpt, Target, WorkersOpt)
 
 SourcesArg = Annotated[list[Path], typer.Argument(help="Datasets to merge, in order (called A, B, C, ...).",
                                                   exists=True, file_okay=False, dir_okay=True)]
@@ -28,6 +28,7 @@ def merge(
     engine: EngineOpt = EngineName.pool,
     ray_address: RayAddressOpt = None,
     force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Merge SOURCES into one dataset: rows renumbered, tasks unioned, videos joined by stream copy.
@@ -39,11 +40,11 @@ def merge(
 
     Example: lerodoc merge data/day1 data/day2 -o data/both --exclude data/day2:4
     """
-    with render.progress(not json) as track:
+    with render.progress(not json and not dry_run) as track:
         from lerodoc.engine import make as make_engine
         from lerodoc.ops.merge import merge as merge_datasets
         report = merge_datasets(sources, output, exclude=exclude, episodes=episodes, to=to.value,
-                                workers=workers, force=force, progress=track,
+                                workers=workers, force=force, progress=track, dry_run=dry_run,
                                 engine=make_engine(engine.value, ray_address))
     if json:
         render.print_json(report.to_json())
@@ -54,6 +55,9 @@ def merge(
           _ranges(s.excluded) or "-"] for s in report.sources]))
     for note in report.reconciled:
         render.out.print(f"reconciled: {note}")
+    if dry_run:
+        render.print_plan(report.plan)
+        return
     for clip in report.reencoded_clips:
         render.out.print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
     render.out.print(f"merged {report.episodes} episodes, {report.frames} frames, {report.tasks} tasks into "

@@ -8,7 +8,8 @@ import typer
 
 from lerodoc import render
 from lerodoc.errors import ExitCode
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput, WorkersOpt
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
+                             WorkersOpt)
 
 
 def repair(
@@ -18,6 +19,7 @@ def repair(
     drop_broken: Annotated[bool, typer.Option(help="Drop episodes whose rows cannot be found or read.")] = False,
     workers: WorkersOpt = DEFAULT_WORKERS,
     force: ForceOpt = False,
+    dry_run: DryRunOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Repair DATASET into -o OUTPUT (or --in-place): metadata rebuilt from the data and video files.
@@ -31,9 +33,12 @@ def repair(
     """
     from lerodoc.ops.repair import repair as repair_dataset
     report = repair_dataset(dataset, output, in_place=in_place, workers=workers, force=force,
-                            drop_broken=drop_broken)
+                            drop_broken=drop_broken, dry_run=dry_run)
     if json:
         render.print_json(report.to_json())
+    elif dry_run:
+        render.print_plan(report.plan)
+        return
     else:
         for change in report.changes:
             render.out.print(f"fixed: {change}")

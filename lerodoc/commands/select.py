@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput, WorkersOpt
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
+                             WorkersOpt)
 
 SpecOpt = "SPEC: feature, feature[28:42], feature[3,5], feature[name,glob*]; repeat to concatenate."
 
@@ -18,7 +19,7 @@ def select(
     state: Annotated[list[str], typer.Option("--state", help=f"Channels of observation.state. {SpecOpt}")] = [],
     action: Annotated[list[str], typer.Option("--action", help=f"Channels of action. {SpecOpt}")] = [],
     keep_source: Annotated[bool, typer.Option(help="Keep the features the channels came from.")] = False,
-    dry_run: Annotated[bool, typer.Option(help="Only print the resulting channels with their q01/q99.")] = False,
+    dry_run: DryRunOpt = False,
     in_place: InPlaceOpt = False,
     workers: WorkersOpt = DEFAULT_WORKERS,
     force: ForceOpt = False,
@@ -45,5 +46,7 @@ def select(
         render.err.print(f"[yellow]warning:[/] {warning}")
     if report.dropped:
         render.out.print(f"dropped source features: {', '.join(report.dropped)}")
-    render.out.print(f"written to {report.output} ({report.seconds:.2f} s)" if report.output
-                     else "dry run: nothing written")
+    if dry_run:
+        render.print_plan(report.plan)
+    else:
+        render.out.print(f"written to {report.output} ({report.seconds:.2f} s)")

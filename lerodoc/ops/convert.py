@@ -37,6 +37,7 @@ class ConvertReport:
     retimed_clips: list[dict] = field(default_factory=list)   # stream-copied onto the k/fps grid (VID005)
     normalised_columns: dict[str, dict] = field(default_factory=dict)   # column -> {"from", "to"} Arrow types
     warnings: list[str] = field(default_factory=list)
+    plan: dict | None = None      # --dry-run: what a run would write
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -44,9 +45,10 @@ class ConvertReport:
 
 def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, force: bool = False,
             data_file_size_mb: float | None = None, video_file_size_mb: float | None = None,
-            progress: rewrite.Progress | None = None, engine=None) -> ConvertReport:
+            progress: rewrite.Progress | None = None, engine=None, dry_run: bool = False) -> ConvertReport:
     """Convert the dataset at `src` to version `to` (v3.0, or v2.1 for a v3.0 input) into `out`; `engine`
-    (`lerodoc.engine`) runs the file jobs on a cluster."""
+    (`lerodoc.engine`) runs the file jobs on a cluster. `dry_run` returns the report with the plan
+    (`rewrite.Plan.to_json`), writing nothing."""
     started = time.perf_counter()
     ds = Dataset.open(src)
     ds.require_complete()
@@ -62,11 +64,17 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
                            episodes=len(ds.episodes), frames=ds.total_frames, data_files=0, video_files=0,
                            bytes_in=rewrite.tree_size(ds.root), bytes_out=0)
     picks = [rewrite.Pick(ds, ep) for ep in ds.episodes]
-    rewrite.check_files(picks)
     schema, report.normalised_columns = rewrite.target_schema(ds)
+    plan = rewrite.plan(picks, ds.info, ds.tasks, to, schema, caps_mb=caps, workers=workers)
+    report.reencoded_clips = plan.reencoded
+    if dry_run:
+        report.plan = plan.to_json()
+        report.data_files = len({ep.data_file for ep in plan.episodes})
+        report.video_files = len(plan.video_files)
+        report.seconds = round(time.perf_counter() - started, 3)
+        return report
     with staged_output(out, force=force) as tmp:
-        result = rewrite.write(picks, ds.info, ds.tasks, to, tmp, schema, caps_mb=caps,
-                               workers=workers, progress=progress, engine=engine)
+        result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
         episodes = result.episodes
         stats = merge_dataset_stats(aggregate([ep.stats for ep in episodes]), ds.stats) if to == "v3.0" else None
         formats.module(to).write_meta(tmp, ds.info, episodes, ds.tasks, stats)

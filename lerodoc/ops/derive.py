@@ -8,7 +8,7 @@ values exactly, which the workers check by checksum on both sides.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -66,14 +66,31 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
             for index, start, length in job.episodes]
 
 
-def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, *, in_place: bool = False,
-           force: bool = False, workers: int = 1, moved: dict[str, str | None] | None = None,
-           renamed: dict[str, str] | None = None) -> Path:
-    """Write `ds` with its data files transformed and `features` as its new info.json features.
+@dataclass(frozen=True)
+class Plan:
+    """What `derive` writes: each data file transformed (`jobs`, output paths relative to the output root)
+    into `schema`, other files moved (or left out: None), the metadata files rewritten; every other file is
+    kept as it is (a hard link)."""
+    jobs: tuple[FileJob, ...]
+    schema: pa.Schema
+    moved: tuple[tuple[str, str | None], ...]
+    rewritten: tuple[str, ...]          # every path of the input not linked as it is
+    changed: tuple[str, ...]            # columns whose values the transform changes or creates
 
-    `moved` maps other files (relative paths, a renamed camera's videos say) to their new path, or to None
-    to leave them out (a dropped camera's); every other file is kept as it is. `renamed` maps old feature
-    names to new ones, so that their stats (dataset and per-episode) follow."""
+    def to_json(self) -> dict:
+        data = {job.out for job in self.jobs}
+        moved = dict(self.moved)
+        files = [{"file": job.out, "action": "transform", "episodes": [e for e, _, _ in job.episodes]}
+                 for job in self.jobs]
+        files += [{"file": old, "action": f"move to {new}" if new else "leave out"} for old, new in self.moved]
+        files += [{"file": path, "action": "rewrite"} for path in self.rewritten
+                  if path not in data | set(moved) and not path.startswith("meta/")]
+        files.append({"file": "meta/", "action": "rewrite (info, episodes, tasks, stats)"})
+        return {"files": files, "changes": [f"column {name}: values written anew" for name in self.changed]}
+
+
+def plan(ds: Dataset, transform: Transform, features: dict, moved: dict[str, str | None] | None = None) -> Plan:
+    """Plan `derive`: which files are transformed, moved or rewritten. Nothing is written."""
     ds.require_complete()
     if ds.version == "v2.0":
         raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
@@ -84,24 +101,39 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
         by_file.setdefault(ep.data_file, []).append((ep.index, ep.data_row, ep.length))
     base = read_schema(ds.path(ds.episodes[0].data_file), ds.episodes[0].index)
     columns = [name for name, spec in features.items() if spec["dtype"] != "video"]
-    schema = schema_for(features, columns, base)
-    moved, renamed = moved or {}, renamed or {}
+    moved = moved or {}
     rewritten = set(by_file) | module.stats_files(ds.root) | {formats.INFO_PATH} | set(moved)
-    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=rewritten) as tmp:
-        for old, new in moved.items():
+    return Plan(tuple(FileJob(str(ds.path(f)), f, tuple(eps)) for f, eps in by_file.items()),
+                schema_for(features, columns, base), tuple(moved.items()), tuple(sorted(rewritten)),
+                tuple(transform.changed))
+
+
+def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, *, in_place: bool = False,
+           force: bool = False, workers: int = 1, moved: dict[str, str | None] | None = None,
+           renamed: dict[str, str] | None = None) -> Path:
+    """Write `ds` with its data files transformed and `features` as its new info.json features.
+
+    `moved` maps other files (relative paths, a renamed camera's videos say) to their new path, or to None
+    to leave them out (a dropped camera's); every other file is kept as it is. `renamed` maps old feature
+    names to new ones, so that their stats (dataset and per-episode) follow. `plan` is what this writes."""
+    planned = plan(ds, transform, features, moved)
+    module = formats.module(ds.version)
+    renamed = renamed or {}
+    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=set(planned.rewritten)) as tmp:
+        for old, new in planned.moved:
             if new is not None:
                 link_or_copy(ds.path(old), tmp / new)
-        jobs = [(FileJob(str(ds.path(f)), str(tmp / f), tuple(eps)), transform, schema) for f, eps in by_file.items()]
+        jobs = [(replace(job, out=str(tmp / job.out)), transform, planned.schema) for job in planned.jobs]
         per_episode = {r["episode"]: r["stats"] for part in pmap(rewrite_file, jobs, workers=workers) for r in part}
         for ep in ds.episodes:
             ep.stats = {renamed.get(k, k): v for k, v in ep.stats.items() if renamed.get(k, k) in features}
             ep.stats.update(per_episode[ep.index])
         stats = {renamed.get(k, k): v for k, v in (ds.stats or {}).items() if renamed.get(k, k) in features}
-        changed = list(transform.changed)
+        changed = list(planned.changed)
         if changed:
             fresh = aggregate([{k: ep.stats[k] for k in changed} for ep in ds.episodes])
-            quantiles, _ = dataset_quantiles([tmp / f for f in by_file], changed, features, ds.total_frames,
-                                             workers=workers)
+            quantiles, _ = dataset_quantiles([tmp / job.out for job in planned.jobs], changed, features,
+                                             ds.total_frames, workers=workers)
             for name in changed:
                 stats[name] = {**fresh[name], **quantiles[name]}
         ds.info.features = features

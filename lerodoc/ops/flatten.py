@@ -14,7 +14,7 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import dtype_name
-from lerodoc.ops.derive import derive
+from lerodoc.ops import derive
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import read_parquet, to_numpy
 
@@ -25,6 +25,7 @@ class FlattenReport:
     output: str | None
     columns: dict[str, dict] = field(default_factory=dict)   # column -> {"from": type, "to": type, "shape": [...]}
     seconds: float = 0.0
+    plan: dict | None = None      # --dry-run: what a run would write (`derive.Plan.to_json`)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -107,14 +108,19 @@ def plan(ds: Dataset, columns: list[str] | None, workers: int) -> tuple[Flatten,
 
 
 def flatten(src: Path, out: Path | None = None, *, in_place: bool = False, columns: list[str] | None = None,
-            workers: int = 1, force: bool = False) -> FlattenReport:
-    """Flatten `columns` (default: every variable-length list column) into a new dataset or in place."""
+            workers: int = 1, force: bool = False, dry_run: bool = False) -> FlattenReport:
+    """Flatten `columns` (default: every variable-length list column) into a new dataset or in place;
+    `dry_run` returns the report with the plan, writing nothing."""
     started = time.perf_counter()
     ds = Dataset.open(src)
     transform, features, summary = plan(ds, columns, workers)
     report = FlattenReport(dataset=str(ds.root), output=None, columns=summary)
     if not summary:
         raise LerodocError("no list column to flatten", file=ds.root / formats.INFO_PATH)
-    report.output = str(derive(ds, out, transform, features, in_place=in_place, force=force, workers=workers))
+    if dry_run:
+        report.plan = derive.plan(ds, transform, features).to_json()
+    else:
+        report.output = str(derive.derive(ds, out, transform, features, in_place=in_place, force=force,
+                                          workers=workers))
     report.seconds = round(time.perf_counter() - started, 3)
     return report

@@ -43,6 +43,7 @@ class RepairReport:
     changes: list[str] = field(default_factory=list)
     remaining: list[dict] = field(default_factory=list)   # findings still present (need a human)
     seconds: float = 0.0
+    plan: dict | None = None      # --dry-run: what a run would write and change
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -189,11 +190,12 @@ def _retimed_files(result: rewrite.Result) -> list[str]:
 
 
 def repair(src: Path, out: Path | None = None, *, in_place: bool = False, workers: int = 1,
-           force: bool = False, drop_broken: bool = False) -> RepairReport:
-    """Write a repaired copy of `src` to `out` (or swap it in place), and say what changed and what is left."""
+           force: bool = False, drop_broken: bool = False, dry_run: bool = False) -> RepairReport:
+    """Write a repaired copy of `src` to `out` (or swap it in place), and say what changed and what is left;
+    `dry_run` returns the report with the plan (what would change, `rewrite.Plan.to_json`), writing nothing."""
     started = time.perf_counter()
-    if in_place == (out is not None):
-        raise LerodocError("give either -o OUTPUT or --in-place")
+    if not dry_run and in_place == (out is not None):
+        raise LerodocError("give either -o OUTPUT or --in-place (or --dry-run to only see the plan)")
     before = validate(src, videos=True)
     ds = Dataset.open(src)
     ds.require_columns()
@@ -212,10 +214,15 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds)[0])
     caps = (info.data_files_size_in_mb, info.video_files_size_in_mb)
     info.data_files_size_in_mb = max(1, math.ceil(info.data_files_size_in_mb))
-    target = Path(ds.root if in_place else out)
     to = "v2.1" if ds.version == "v2.0" else ds.version
+    plan = rewrite.plan(picks, info, tasks, to, schema, caps_mb=caps, retime=True, workers=workers)
+    if dry_run:
+        report.plan = {**plan.to_json(), "changes": list(report.changes)}
+        report.seconds = round(time.perf_counter() - started, 3)
+        return report
+    target = Path(ds.root if in_place else out)
     with staged_output(target, force=force or in_place) as tmp:
-        result = rewrite.write(picks, info, tasks, to, tmp, schema, caps_mb=caps, workers=workers, retime=True)
+        result = rewrite.execute(plan, tmp, workers=workers)
         for files in _retimed_files(result):
             report.changes.append(f"{files}: packets stream-copied onto the 1/fps frame grid (time base "
                                   "could not place frames within tolerance_s)")

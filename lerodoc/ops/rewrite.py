@@ -222,8 +222,8 @@ class VideoFile:
     reencode: tuple[int, ...] = ()
 
     def to_json(self) -> dict:
-        return {"file": self.path, "camera": self.key, "episodes": list(self.episodes),
-                "action": "link" if self.link else "stream copy",
+        action = "link" if self.link else "re-encode" if len(self.reencode) == len(self.clips) else "stream copy"
+        return {"file": self.path, "action": action, "episodes": list(self.episodes),
                 "reencode": [self.episodes[i] for i in self.reencode]}
 
 
@@ -389,8 +389,8 @@ class Plan:
                                              "data_file": new.data_file}
                                             for p, new in zip(self.picks, self.episodes)],
                 "frames": sum(ep.length for ep in self.episodes), "tasks": len(self.tasks),
-                "data_files": sorted(data.values(), key=lambda d: d["file"]),
-                "video_files": [vf.to_json() for vf in self.video_files], "reencode": self.reencoded}
+                "files": sorted(data.values(), key=lambda d: d["file"]) + [vf.to_json() for vf in self.video_files],
+                "reencode": self.reencoded}
 
 
 def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Schema, *,
@@ -556,14 +556,6 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
         ep.videos = {key: ep.videos[key] for key in info.video_keys}
     result.reencoded.sort(key=lambda r: (r["episode"], r["camera"]))
     return result
-
-
-def write(picks: list[Pick], info: Info, tasks: list[str], to: str, tmp: Path, schema: pa.Schema, *,
-          caps_mb: tuple[float, float], workers: int = 1, progress: Progress | None = None,
-          retime: bool = False, engine=None) -> Result:
-    """`plan`, then `execute` into the staging folder `tmp`."""
-    planned = plan(picks, info, tasks, to, schema, caps_mb=caps_mb, retime=retime, workers=workers)
-    return execute(planned, tmp, workers=workers, progress=progress, engine=engine)
 
 
 def verify(root: Path, to: str, expected: list[Episode]) -> None:

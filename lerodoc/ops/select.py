@@ -21,7 +21,7 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
-from lerodoc.ops.derive import derive
+from lerodoc.ops import derive
 from lerodoc.parquet_io import column_matrix
 from lerodoc.stats import channel_flags, exact_stats
 
@@ -67,6 +67,7 @@ class SelectReport:
     dropped: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    plan: dict | None = None      # --dry-run: what a run would write (`derive.Plan.to_json`)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -167,15 +168,19 @@ def add_channel_stats(ds: Dataset, report: SelectReport, workers: int) -> None:
 def select(src: Path, out: Path | None = None, *, state: list[str] = (), action: list[str] = (),
            keep_source: bool = False, dry_run: bool = False, in_place: bool = False, workers: int = 1,
            force: bool = False) -> SelectReport:
-    """Build observation.state / action from `state` / `action` specs; `dry_run` only reports the channels."""
+    """Build observation.state / action from `state` / `action` specs; `dry_run` reports the channels and the
+    plan, writing nothing."""
     started = time.perf_counter()
     ds = Dataset.open(src)
     transform, features, report = plan(ds, list(state), list(action), keep_source)
     add_channel_stats(ds, report, workers)
-    if not dry_run:
+    if dry_run:
+        report.plan = derive.plan(ds, transform, features).to_json()
+    else:
         if out is None and not in_place:
-            raise LerodocError("give -o OUTPUT or --in-place (or --dry-run to only see the channels)",
+            raise LerodocError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
                                file=ds.root / formats.INFO_PATH)
-        report.output = str(derive(ds, out, transform, features, in_place=in_place, force=force, workers=workers))
+        report.output = str(derive.derive(ds, out, transform, features, in_place=in_place, force=force,
+                                          workers=workers))
     report.seconds = round(time.perf_counter() - started, 3)
     return report

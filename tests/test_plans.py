@@ -1,0 +1,139 @@
+"""Every writing command plans first: --dry-run prints that plan and writes nothing, and the real run then
+writes exactly the planned episodes and files, re-encoding exactly the planned clips."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lerodoc.dataset import Dataset
+from lerodoc.ops.convert import convert
+from lerodoc.ops.flatten import flatten
+from lerodoc.ops.merge import merge
+from lerodoc.ops.repair import repair
+from lerodoc.ops.select import select
+from tests.fixtures.factory import make_dataset
+from tests.helpers import run_cli
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `root` with its size and modification time."""
+    return {p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def written_nothing(parent: Path, before: dict[str, tuple[int, int]]) -> bool:
+    """Nothing under `parent` changed or appeared (no output, no staging sibling)."""
+    return snapshot(parent) == before
+
+
+def planned_files(plan: dict) -> dict[str, list[int]]:
+    return {f["file"]: f.get("episodes", []) for f in plan["files"]
+            if f["file"].startswith(("data/", "videos/"))}
+
+
+def actual_files(root: Path) -> dict[str, list[int]]:
+    """Each data and video file of the written dataset with the episodes it holds, from its metadata; and
+    every data/video file on disk (so a file the metadata does not name shows up too)."""
+    ds = Dataset.open(root)
+    files: dict[str, list[int]] = {}
+    for ep in ds.episodes:
+        for rel in [ep.data_file] + [span.file for span in ep.videos.values()]:
+            files.setdefault(rel, []).append(ep.index)
+    on_disk = {p.relative_to(root).as_posix() for top in ("data", "videos") for p in (root / top).rglob("*")
+               if p.is_file()}
+    assert on_disk == set(files)
+    return files
+
+
+def planned_episodes(plan: dict) -> list[tuple]:
+    return [(e["episode"], e["length"], e["data_file"]) for e in plan["episodes"]]
+
+
+def actual_episodes(root: Path) -> list[tuple]:
+    return [(e.index, e.length, e.data_file) for e in Dataset.open(root).episodes]
+
+
+def test_convert_dry_run_plans_the_cuts_and_re_encodes_it_then_makes(tmp_path):
+    fixture = make_dataset(tmp_path / "in" / "src", version="v3.0", episodes=4, episodes_per_file=2, gop=10,
+                           keyframe_at_episode_start=False)
+    before = snapshot(tmp_path)
+    dry = convert(fixture.root, tmp_path / "out", to="v2.1", dry_run=True)
+    assert written_nothing(tmp_path, before)
+    plan = dry.plan
+    assert plan["reencode"], "the fixture's episodes start off a keyframe: the plan must re-encode some clips"
+    report = convert(fixture.root, tmp_path / "out", to="v2.1")
+    assert report.reencoded_clips == plan["reencode"]
+    assert planned_episodes(plan) == actual_episodes(tmp_path / "out")
+    assert planned_files(plan) == actual_files(tmp_path / "out")
+    out = Dataset.open(tmp_path / "out")
+    assert {f["file"] for f in plan["files"] if f["action"] == "re-encode"} == \
+        {out.episodes[c["episode"]].videos[c["camera"]].file for c in report.reencoded_clips}
+
+
+def test_merge_dry_run_plan_matches_the_merge(tmp_path):
+    a = make_dataset(tmp_path / "in" / "a", version="v2.1", episodes=3, noise=20)
+    b = make_dataset(tmp_path / "in" / "b", version="v3.0", episodes=3, episodes_per_file=2)
+    before = snapshot(tmp_path)
+    dry = merge([a.root, b.root], tmp_path / "out", exclude=["B:1"], dry_run=True)
+    assert written_nothing(tmp_path, before)
+    plan = dry.plan
+    assert [(e["source"], e["source_episode"]) for e in plan["episodes"]] == \
+        [(str(a.root), 0), (str(a.root), 1), (str(a.root), 2), (str(b.root), 0), (str(b.root), 2)]
+    report = merge([a.root, b.root], tmp_path / "out", exclude=["B:1"])
+    assert report.reencoded_clips == plan["reencode"] == []
+    assert planned_episodes(plan) == actual_episodes(tmp_path / "out")
+    assert planned_files(plan) == actual_files(tmp_path / "out")
+
+
+def test_repair_dry_run_plan_matches_the_repair(tmp_path):
+    fixture = make_dataset(tmp_path / "in" / "src", version="v2.1", episodes=3)
+    info = fixture.root / "meta/info.json"
+    raw = json.loads(info.read_text())
+    info.write_text(json.dumps({**raw, "total_frames": raw["total_frames"] + 7}))   # IDX030: repair fixes it
+    before = snapshot(tmp_path)
+    dry = repair(fixture.root, tmp_path / "out", dry_run=True)
+    assert written_nothing(tmp_path, before)
+    assert dry.output is None and dry.plan["episodes"]
+    repair(fixture.root, tmp_path / "out")
+    assert planned_episodes(dry.plan) == actual_episodes(tmp_path / "out")
+    assert planned_files(dry.plan) == actual_files(tmp_path / "out")
+
+
+def test_flatten_and_select_dry_runs_plan_the_files_they_rewrite(tmp_path):
+    fixture = make_dataset(tmp_path / "in" / "src", version="v3.0", episodes=3, episodes_per_file=2,
+                           vector_storage="list")
+    before = snapshot(tmp_path)
+    flat = flatten(fixture.root, tmp_path / "flat", dry_run=True)
+    sel = select(fixture.root, tmp_path / "sel", state=["observation.state[0:2]"], dry_run=True)
+    assert written_nothing(tmp_path, before)
+    for plan, run in ((flat.plan, lambda: flatten(fixture.root, tmp_path / "flat")),
+                      (sel.plan, lambda: select(fixture.root, tmp_path / "sel", state=["observation.state[0:2]"]))):
+        run()
+        out = tmp_path / ("flat" if plan is flat.plan else "sel")
+        transformed = {f["file"]: f["episodes"] for f in plan["files"] if f["action"] == "transform"}
+        assert transformed == {k: v for k, v in actual_files(out).items() if k.startswith("data/")}
+        # every file outside meta/ the plan does not name is the input's, hard-linked: the same inode
+        named = {f["file"] for f in plan["files"]}
+        assert "meta/" in named
+        for rel in snapshot(fixture.root):
+            if rel not in named and not rel.startswith("meta/"):
+                assert (out / rel).stat().st_ino == (fixture.root / rel).stat().st_ino, rel
+
+
+@pytest.mark.parametrize("command", [["convert", "{src}", "-o", "{out}", "--to", "v2.1"],
+                                     ["merge", "{src}", "{src}", "-o", "{out}"],
+                                     ["repair", "{src}", "-o", "{out}"],
+                                     ["flatten", "{src}", "-o", "{out}"],
+                                     ["select", "{src}", "-o", "{out}", "--state", "observation.state[0:2]"]])
+def test_cli_dry_run_prints_the_plan_and_writes_nothing(tmp_path, command):
+    fixture = make_dataset(tmp_path / "in" / "src", version="v3.0", episodes=2, vector_storage="list")
+    args = [a.format(src=fixture.root, out=tmp_path / "out") for a in command]
+    before = snapshot(tmp_path)
+    shown = run_cli(*args, "--dry-run")
+    assert "dry run: nothing written" in shown.stdout and "plan: files" in shown.stdout
+    as_json = json.loads(run_cli(*args, "--dry-run", "--json").stdout)
+    assert as_json["plan"]["files"]
+    assert written_nothing(tmp_path, before)
