@@ -9,7 +9,6 @@ from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lerodoc.errors import LerodocError
@@ -81,14 +80,15 @@ def from_numpy(values: np.ndarray, kind: pa.DataType) -> pa.Array:
 
 def arrow_array(values: list, kind: pa.DataType | None = None) -> pa.Array:
     """`pa.array(values, kind)` built from numpy buffers where it can be, since `pa.array` imports pandas on
-    its first call (a third of a second or more): numbers, strings, and lists of those nested to any depth
-    with one shape per row (rows may be None). Anything else (ragged rows, mixed types) goes to `pa.array`."""
+    its first call (a third of a second or more): numbers, strings, and lists (or numpy arrays) of those nested
+    to any depth with one shape per row (rows may be None). Anything else (ragged rows, mixed types) goes to
+    `pa.array`."""
     present = [v for v in values if v is not None]
     try:
         if kind is not None and (pa.types.is_string(kind) or pa.types.is_list(kind)
                                  and pa.types.is_string(kind.value_type)) or present and _has_str(present[0]):
             return _strings(values, kind)
-        shapes = {np.shape(v) for v in present}
+        shapes = {v.shape if isinstance(v, np.ndarray) else np.shape(v) for v in present}
         if len(shapes) > 1:
             raise ValueError("ragged")
         shape = shapes.pop() if shapes else ()
@@ -114,7 +114,25 @@ def arrow_array(values: list, kind: pa.DataType | None = None) -> pa.Array:
             array = pa.ListArray.from_arrays(from_numpy(offsets, pa.int32()), array, mask=_mask(values))
         return array if kind is None or array.type == kind else array.cast(kind)
     except (ValueError, TypeError, pa.ArrowException):
-        return pa.array(values, type=kind)
+        return pa.array([v.tolist() if isinstance(v, np.ndarray) else v for v in values], type=kind)
+
+
+def regular_rows(column: pa.ChunkedArray | pa.Array, dtype) -> np.ndarray | None:
+    """A numeric column of (nested) lists as one (rows, *shape) array of `dtype`, when no row or value is null and
+    every row has the same shape; else None. The inverse of `arrow_array`, without a Python object per value."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    shape = [len(array)]
+    while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        if array.null_count:
+            return None
+        lengths = to_numpy(array.value_lengths())
+        if not len(lengths) or (lengths != lengths[0]).any():
+            return None
+        shape.append(int(lengths[0]))
+        array = array.flatten()
+    if array.null_count or numpy_dtype(array.type) is None:
+        return None
+    return to_numpy(array).astype(dtype).reshape(shape)
 
 
 def _has_str(value) -> bool:
@@ -152,10 +170,11 @@ def _strings(values: list, kind: pa.DataType | None) -> pa.Array:
 
 
 def column_matrix(column: pa.ChunkedArray | pa.Array, num_rows: int) -> np.ndarray:
-    """A scalar or (fixed-size) list column as an (N, D) array."""
+    """A scalar or (fixed-size) list column as an (N, D) array. (Array methods, not pyarrow.compute, whose
+    import takes a tenth of a second.)"""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
-        return to_numpy(pc.list_flatten(array)).reshape(num_rows, -1)
+        return to_numpy(array.flatten()).reshape(num_rows, -1)
     return to_numpy(array).reshape(num_rows, -1)
 
 
@@ -163,12 +182,12 @@ def _canonical_parts(array: pa.Array):
     """Byte strings that identify an array's values, the same for list and fixed_size_list storage."""
     kind = array.type
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        lengths = pc.list_value_length(array)
+        lengths = array.value_lengths()
         if lengths.null_count:
             yield repr([i for i, v in enumerate(lengths.to_pylist()) if v is None]).encode()
             lengths = lengths.drop_null()
         yield to_numpy(lengths).astype(np.int64).tobytes()
-        yield from _canonical_parts(pc.list_flatten(array))
+        yield from _canonical_parts(array.flatten())
     elif pa.types.is_struct(kind):
         for i in range(kind.num_fields):
             yield kind.field(i).name.encode()
@@ -222,11 +241,10 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         if listed and not (pa.types.is_list(target) or pa.types.is_large_list(target)
                            or pa.types.is_fixed_size_list(target)):
             column = table.column(name).combine_chunks()
-            lengths = pc.list_value_length(column)
-            if column.null_count or len(column) and (pc.min(lengths).as_py() != 1 or pc.max(lengths).as_py() != 1):
+            if column.null_count or len(column) and (to_numpy(column.value_lengths()) != 1).any():
                 raise LerodocError("holds lists that are not all of one value, so it cannot become a scalar",
                                    field=name)
-            table = table.set_column(table.column_names.index(name), name, pc.list_flatten(column))
+            table = table.set_column(table.column_names.index(name), name, column.flatten())
     try:
         return table.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:

@@ -153,8 +153,10 @@ def test_in_place_imports_no_pandas(tmp_path):
     ([[[[0.1]], [[0.2]]], None, [[[1.0]], [[2.0]]]], None), ([["a", "bé"], [], ["c"]], pa.list_(pa.string())),
     (["x", "yz", ""], pa.string()), ([[1.0], [2.0, 3.0]], None), ([1, None], None), (["a", None], pa.string())])
 def test_arrow_array_is_pa_array(values, kind):
-    got, want = arrow_array(values, kind), pa.array(values, type=kind)
-    assert got.type == want.type and got.equals(want)
+    want = pa.array(values, type=kind)
+    for given in (values, [np.asarray(v) if isinstance(v, list) else v for v in values]):   # lists or arrays
+        got = arrow_array(given, kind)
+        assert got.type == want.type and got.equals(want)
 
 
 def test_in_place_swaps_and_openpi_norm_stats(tmp_path):

@@ -24,7 +24,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import read_json, replace_file, stats_from_json, stats_to_json, write_json
 from lerodoc.formats.model import Episode, VideoSpan
-from lerodoc.parquet_io import arrow_array, read_parquet
+from lerodoc.parquet_io import arrow_array, read_parquet, regular_rows
 
 VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -112,13 +112,17 @@ def _episode_stats(table: pa.Table) -> list[dict]:
         if not column.startswith("stats/"):
             continue
         feature, name = column[len("stats/"):].rsplit("/", 1)
-        values = table.column(column).to_pylist()
         dtype = np.int64 if name == "count" else np.float64
-        try:
-            rows = list(np.array(values, dtype=dtype).reshape(len(values), -1) if name == "count"
-                        else np.array(values, dtype=dtype))
-        except (ValueError, TypeError):   # ragged or missing values: convert one by one
-            rows = [None if v is None else np.asarray(v, dtype=dtype) for v in values]
+        regular = regular_rows(table.column(column), dtype)   # the common case, without Python lists
+        if regular is not None:
+            rows = list(regular.reshape(len(regular), -1) if name == "count" else regular)
+        else:
+            values = table.column(column).to_pylist()
+            try:
+                rows = list(np.array(values, dtype=dtype).reshape(len(values), -1) if name == "count"
+                            else np.array(values, dtype=dtype))
+            except (ValueError, TypeError):   # ragged or missing values: convert one by one
+                rows = [None if v is None else np.asarray(v, dtype=dtype) for v in values]
         for row, value in zip(stats, rows):
             if value is not None:
                 row.setdefault(feature, {})[name] = np.atleast_1d(value)
@@ -168,7 +172,7 @@ def _stats_columns(episodes: list[Episode]) -> dict[str, list]:
     columns = {}
     for name in names:
         feature, stat = name[len("stats/"):].rsplit("/", 1)
-        columns[name] = [np.asarray(ep.stats[feature][stat]).tolist()
+        columns[name] = [np.asarray(ep.stats[feature][stat])
                          if stat in ep.stats.get(feature, {}) else None for ep in episodes]
     return columns
 
