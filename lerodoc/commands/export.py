@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -19,8 +19,9 @@ def lerobot(
                                            exists=True, file_okay=False, dir_okay=True)],
     output: Annotated[Path, typer.Option("--output", "-o", help="The policy directory to write (must not exist "
                                          "or be empty).", rich_help_panel="Output")],
-    device: Annotated[Optional[str], typer.Option(help="The config's device (cpu, cuda, ...); default: lerobot "
-                                                  "picks one when it loads.")] = None,
+    device: Annotated[str, typer.Option(help="Device of the policy and its processors (cuda, cpu, mps, ...), as "
+                                        "lerobot's own checkpoints carry it; lerobot-record and async inference "
+                                        "override it with the policy's.")] = "cuda",
     json: JsonOpt = False,
 ) -> None:
     """Write a lerobot PI05 policy directory: config.json, model.safetensors and the pre/post-processors

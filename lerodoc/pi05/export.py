@@ -57,7 +57,7 @@ def find_checkpoint(source: Path) -> Path:
 # ------------------------------------------------------------------------------------------------ config.json
 
 
-def policy_config(model: dict, data: dict, state_dim: int, device: str | None = None) -> dict:
+def policy_config(model: dict, data: dict, state_dim: int, device: str = "cuda") -> dict:
     """lerobot's PI05Config, as `save_pretrained` writes it, for a lerodoc run (model: PI05Config as a dict,
     data: DataSpec as a dict)."""
     size, horizon = data["image_size"], model["action_horizon"]
@@ -90,8 +90,7 @@ def processors(config: dict, data: dict, tokenizer_name: str) -> tuple[dict, dic
     state feature is renamed to observation.state first, so the robot's observation keys are the dataset's."""
     features = config["input_features"] | config["output_features"]
     rename = {data["state_key"]: STATE} if data["state_key"] != STATE else {}
-    device = {"registry_name": "device_processor", "config": {"device": config["device"] or "cpu",
-                                                              "float_dtype": None}}
+    device = {"registry_name": "device_processor", "config": {"device": config["device"], "float_dtype": None}}
     pre = {"name": PREPROCESSOR, "steps": [
         {"registry_name": "rename_observations_processor", "config": {"rename_map": rename}},
         {"registry_name": "to_batch_processor", "config": {}},
@@ -209,7 +208,7 @@ def bpe_merges(pieces: list[tuple[str, float, int]], P) -> list[list[str]]:
 # ------------------------------------------------------------------------------------------------ export
 
 
-def export_lerobot(source: Path, output: Path, *, device: str | None = None) -> dict:
+def export_lerobot(source: Path, output: Path, *, device: str = "cuda") -> dict:
     """Write the lerobot policy directory `output` for a run or checkpoint `source`; returns a summary."""
     from lerodoc.hub import locate
 

@@ -44,7 +44,9 @@ def main(folder: str, inputs: str, tasks: str, out: str) -> None:
     # from_pretrained prints and carries on when keys do not load: check they did
     for key, value in files.items():
         assert key in loaded and torch.equal(loaded[key], value), f"{key} did not load"
-    pre, post = make_pre_post_processors(config, pretrained_path=str(folder))
+    on_cpu = {"device_processor": {"device": "cpu"}}   # as lerobot-eval and async inference override it
+    pre, post = make_pre_post_processors(config, pretrained_path=str(folder), preprocessor_overrides=on_cpu,
+                                         postprocessor_overrides=on_cpu)
     x = load_file(inputs)
     batch = {key[len("image."):]: value.permute(0, 3, 1, 2).float() / 255.0
              for key, value in x.items() if key.startswith("image.")}
