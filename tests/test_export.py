@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -268,3 +269,23 @@ def test_paligemma_from_the_hub_cache_is_named_not_copied(run, tmp_path):
         shutil.copyfile(tmp_path / "model-only/tokenizer" / name, snapshot / name)
     assert export("cached")["tokenizer"] == "google/paligemma-3b-pt-224"
     assert not (tmp_path / "cached/tokenizer").exists()
+
+
+def test_weights_hub_id_resolves_from_the_cache_offline(run, tmp_path):
+    """--weights owner/name: a lerobot policy repo in the Hugging Face cache is found with HF_HUB_OFFLINE=1 (the
+    policy folder, so its config is checked); one that is not cached is a hub error (exit 5), not a traceback."""
+    run_cli("export", "lerobot", run, "-o", tmp_path / "policy", "--device", "cpu")
+    repo = tmp_path / "hf/hub/models--someone--policy"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs/main").write_text("1" * 40)
+    shutil.copytree(tmp_path / "policy", repo / "snapshots" / ("1" * 40))
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    show = "from lerodoc.pi05.weights import locate_weights; print(*locate_weights('someone/policy'), sep='|')"
+    proc = subprocess.run([sys.executable, "-c", show], capture_output=True, text=True, env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr
+    weights, folder = proc.stdout.strip().split("|")
+    assert Path(weights).name == "model.safetensors" and (Path(folder) / "config.json").is_file()
+    config = json.loads((run / "config.json").read_text())
+    missing = run_cli("train", "pi05", config["dataset"], "-o", tmp_path / "r", "--tokenizer", config["tokenizer"],
+                      "--preset", "tiny", "--weights", "someone/other", check=False, env=env)
+    assert missing.returncode == 5 and "someone/other" in missing.stderr and "Traceback" not in missing.stderr
