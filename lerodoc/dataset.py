@@ -88,6 +88,7 @@ class Dataset:
     def _require_stats_shapes(self) -> None:
         stats_file = "meta/stats.json"
         episodes_file = "meta/episodes" if self.version == "v3.0" else "meta/episodes_stats.jsonl"
+        sizes: dict[tuple[str, str], int | None] = {}    # per feature and stat, not per episode
         for episode, stats, where in [(None, self.stats or {}, stats_file)] + \
                 [(ep.index, ep.stats, episodes_file) for ep in self.episodes]:
             for name, by_stat in stats.items():
@@ -95,7 +96,9 @@ class Dataset:
                 if spec is None:
                     continue
                 for stat, value in by_stat.items():
-                    want = stat_size(spec, stat)
+                    if (name, stat) not in sizes:
+                        sizes[name, stat] = stat_size(spec, stat)
+                    want = sizes[name, stat]
                     if want is not None and np.size(value) != want:
                         raise LerodocError(f"holds {np.size(value)} value(s) where the feature's shape "
                                            f"{list(spec['shape'])} needs {want}", file=self.root / where,
