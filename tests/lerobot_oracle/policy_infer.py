@@ -11,7 +11,6 @@ bench.lerobot_pi05.shapes_of those shapes (PYTHONPATH must hold the lerodoc repo
 
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
