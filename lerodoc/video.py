@@ -109,6 +109,16 @@ def signature(path: Path, episode: int | None = None) -> tuple:
                 hashlib.blake2b(ctx.extradata or b"", digest_size=8).hexdigest())
 
 
+def time_base(path: Path, episode: int | None = None) -> Fraction:
+    """The video stream's time base: the mp4 header's timescale, else what PyAV says."""
+    try:
+        return Fraction(1, mp4.read_track(path).timescale)
+    except mp4.Unsupported:
+        pass
+    with _open(path, episode) as container:
+        return Fraction(container.streams.video[0].time_base)
+
+
 def _clip_packets(container, clip: Clip, fps: int, episode: int | None):
     """Yield the clip's packets (demux order); seeks to the keyframe before the window first."""
     stream = container.streams.video[0]

@@ -137,3 +137,18 @@ def test_cli_dry_run_prints_the_plan_and_writes_nothing(tmp_path, command):
     as_json = json.loads(run_cli(*args, "--dry-run", "--json").stdout)
     assert as_json["plan"]["files"]
     assert written_nothing(tmp_path, before)
+
+
+def test_the_plan_names_the_clips_it_retimes(tmp_path):
+    """A 1/1000 time base at 30 fps cannot place frames on k/30: the plan says which clips go onto the grid
+    (by stream copy), and the run re-times exactly those."""
+    from tests.zoo import members
+
+    [member] = [m for m in members() if m.name == "export-v21-timebase-1000"]
+    dry = convert(member.root, tmp_path / "out", to="v3.0", dry_run=True)
+    assert dry.plan["retime"] and not (tmp_path / "out").exists()
+    report = convert(member.root, tmp_path / "out", to="v3.0")
+    assert report.retimed_clips == dry.plan["retime"]
+    assert planned_files(dry.plan) == actual_files(tmp_path / "out")
+    fixed = repair(member.root, tmp_path / "fixed", dry_run=True)
+    assert any("onto the 1/fps frame grid" in change for change in fixed.plan["changes"])

@@ -7,7 +7,6 @@ Commands never build a path or read a meta file themselves: they open a `Dataset
 from __future__ import annotations
 
 import importlib
-from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
 
@@ -71,7 +70,7 @@ def load_problems(root: Path) -> list[str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lerodoc import mp4, video
+    from lerodoc import video
     from lerodoc.formats.hf import CAST_ON_LOAD, schema_problems
 
     root = Path(root)
@@ -88,14 +87,11 @@ def load_problems(root: Path) -> list[str]:
                      if code not in CAST_ON_LOAD]
     fps = info.get("fps")
     for path in sorted(root.glob("videos/**/*.mp4")) if isinstance(fps, (int, float)) and fps > 0 else []:
-        try:   # the mp4 header's timescale (a quarter millisecond), else what PyAV says
-            time_base = Fraction(1, mp4.read_track(path).timescale)
-        except mp4.Unsupported:
-            try:
-                time_base = video.probe(path).time_base
-            except LerodocError as exc:
-                problems.append(f"{path.relative_to(root)}: {exc.message}")
-                continue
+        try:
+            time_base = video.time_base(path)
+        except LerodocError as exc:
+            problems.append(f"{path.relative_to(root)}: {exc.message}")
+            continue
         if not video.strict_tags(path):
             problems.append(f"{path.relative_to(root)}: VID013 metadata tags are not UTF-8 (lerobot's pyav backend "
                             "cannot open it)")

@@ -181,12 +181,17 @@ def _left_out(ds: Dataset, findings: list) -> list[dict]:
             for f in findings if f.code in ("LAY042", "LAY043") and (f.file or "").startswith("data/")]
 
 
-def _retimed_files(result: rewrite.Result) -> list[str]:
-    """One line per camera whose clips were re-timed: 'camera (episodes 0, 1, ...)'."""
+def _retimed_files(retimed: list[dict]) -> list[str]:
+    """One line per camera whose clips are re-timed: 'camera (episodes 0, 1, ...)'."""
     by_camera: dict[str, list[int]] = {}
-    for clip in result.retimed:
+    for clip in retimed:
         by_camera.setdefault(clip["camera"], []).append(clip["episode"])
     return [f"{camera} (episodes {', '.join(map(str, eps))})" for camera, eps in by_camera.items()]
+
+
+def _retime_changes(retimed: list[dict]) -> list[str]:
+    return [f"{files}: packets stream-copied onto the 1/fps frame grid (time base could not place frames within "
+            "tolerance_s)" for files in _retimed_files(retimed)]
 
 
 def repair(src: Path, out: Path | None = None, *, in_place: bool = False, workers: int = 1,
@@ -217,15 +222,14 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     to = "v2.1" if ds.version == "v2.0" else ds.version
     plan = rewrite.plan(picks, info, tasks, to, schema, caps_mb=caps, retime=True, workers=workers)
     if dry_run:
+        report.changes += _retime_changes(plan.retimed)
         report.plan = {**plan.to_json(), "changes": list(report.changes)}
         report.seconds = round(time.perf_counter() - started, 3)
         return report
     target = Path(ds.root if in_place else out)
     with staged_output(target, force=force or in_place) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers)
-        for files in _retimed_files(result):
-            report.changes.append(f"{files}: packets stream-copied onto the 1/fps frame grid (time base "
-                                  "could not place frames within tolerance_s)")
+        report.changes += _retime_changes(result.retimed)
         module = formats.module(to)
         module.write_meta(tmp, info, result.episodes, tasks, _clean_stats(ds.stats or {}, info.features))
         fixed = Dataset.open(tmp)

@@ -220,6 +220,7 @@ class VideoFile:
     clips: tuple[video.Clip, ...]
     link: bool = False
     reencode: tuple[int, ...] = ()
+    retime: tuple[int, ...] = ()       # positions of clips whose packets go onto the k/fps grid (VID005)
 
     def to_json(self) -> dict:
         action = "link" if self.link else "re-encode" if len(self.reencode) == len(self.clips) else "stream copy"
@@ -227,29 +228,33 @@ class VideoFile:
                 "reencode": [self.episodes[i] for i in self.reencode]}
 
 
-def clip_facts(args: tuple[tuple[video.Clip, ...], tuple[int, ...], int, bool]) -> list[tuple[bool, tuple | None]]:
-    """Worker: per clip, whether it starts on a keyframe (else it is re-encoded) and, with `signatures`, what
-    must be equal for it to be joined to its neighbour (`video.signature`)."""
+def clip_facts(args: tuple[tuple[video.Clip, ...], tuple[int, ...], int, bool]
+               ) -> list[tuple[bool, tuple | None, bool]]:
+    """Worker: per clip, whether it starts on a keyframe (else it is re-encoded); with `signatures`, what must
+    be equal for it to be joined to its neighbour (`video.signature`); and whether its time base places frames
+    on the k/fps grid (else its packets are re-timed onto it: `video.concat`)."""
     clips, episodes, fps, signatures = args
-    return [(video.starts_on_keyframe(c, fps, e), video.signature(c.path, e) if signatures else None)
-            for c, e in zip(clips, episodes)]
+    return [(video.starts_on_keyframe(c, fps, e), video.signature(c.path, e) if signatures else None,
+             video.fits_grid(video.time_base(c.path, e), fps)) for c, e in zip(clips, episodes)]
 
 
-def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ...], facts: list[tuple[bool, tuple]],
-                sizes: tuple[int, ...], cap_bytes: float, chunks_size: int,
+def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ...],
+                facts: list[tuple[bool, tuple, bool]], sizes: tuple[int, ...], cap_bytes: float, chunks_size: int,
                 whole: tuple[tuple[int, int], ...] = ()) -> list[VideoFile]:
-    """A camera's v3.0 files, named chunk/file in order: each `whole` run that needs no re-encode is one source
-    file reused; other clips are joined up to `cap_bytes`, a new file starting where two neighbours' signatures
-    differ or either is re-encoded (its parameters are the encoder's, not the source's)."""
-    reencoded = {i for i, (keyframe, _) in enumerate(facts) if not keyframe}
-    whole = tuple((a, b) for a, b in whole if not reencoded & set(range(a, b)))
+    """A camera's v3.0 files, named chunk/file in order: each `whole` run that needs no re-encode and no
+    re-timing is one source file reused; other clips are joined up to `cap_bytes`, a new file starting where
+    two neighbours' signatures differ or either is re-encoded (its parameters are the encoder's)."""
+    reencoded = {i for i, (keyframe, _, _) in enumerate(facts) if not keyframe}
+    retimed = {i for i, (_, _, on_grid) in enumerate(facts) if not on_grid} - reencoded
+    whole = tuple((a, b) for a, b in whole if not (reencoded | retimed) & set(range(a, b)))
     groups = file_groups(list(sizes), cap_bytes, whole, joinable=lambda a, b: not {a, b} & reencoded
                          and facts[a][1] == facts[b][1])
     out, chunk, file = [], 0, 0
     for kind, group in groups:
         out.append(VideoFile(key, v30.video_file(key, chunk, file), tuple(episodes[i] for i in group),
                              tuple(clips[i] for i in group), link=kind == "link",
-                             reencode=tuple(k for k, i in enumerate(group) if i in reencoded)))
+                             reencode=tuple(k for k, i in enumerate(group) if i in reencoded),
+                             retime=tuple(k for k, i in enumerate(group) if i in retimed)))
         chunk, file = v30.next_file(chunk, file, chunks_size)
     return out
 
@@ -377,6 +382,11 @@ class Plan:
         return sorted(({"episode": vf.episodes[i], "camera": vf.key} for vf in self.video_files for i in vf.reencode),
                       key=lambda r: (r["episode"], r["camera"]))
 
+    @property
+    def retimed(self) -> list[dict]:
+        return sorted(({"episode": vf.episodes[i], "camera": vf.key} for vf in self.video_files for i in vf.retime),
+                      key=lambda r: (r["episode"], r["camera"]))
+
     def to_json(self) -> dict:
         data: dict[str, dict] = {}
         for job in self.row_jobs:
@@ -390,7 +400,7 @@ class Plan:
                                             for p, new in zip(self.picks, self.episodes)],
                 "frames": sum(ep.length for ep in self.episodes), "tasks": len(self.tasks),
                 "files": sorted(data.values(), key=lambda d: d["file"]) + [vf.to_json() for vf in self.video_files],
-                "reencode": self.reencoded}
+                "reencode": self.reencoded, "retime": self.retimed}
 
 
 def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Schema, *,
@@ -448,8 +458,9 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
                                                                    for p in picks),
                                  caps_mb[1] * MB, info.chunks_size, _whole_files(picks, key))
         else:
-            files += [VideoFile(key, v21.video_file(layout, key, n), (n,), (clip,), reencode=() if keyframe else (0,))
-                      for n, clip, (keyframe, _) in zip(numbers, clips, facts)]
+            files += [VideoFile(key, v21.video_file(layout, key, n), (n,), (clip,), reencode=() if keyframe else (0,),
+                                retime=() if on_grid or not keyframe else (0,))
+                      for n, clip, (keyframe, _, on_grid) in zip(numbers, clips, facts)]
     return Plan(to, info, tuple(tasks), schema, tuple(picks), tuple(new_eps),
                 tuple(tuple(job) for job in row_jobs.values()), tuple(files))
 
@@ -559,6 +570,7 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     for ep in new_eps:
         ep.videos = {key: ep.videos[key] for key in info.video_keys}
     result.reencoded.sort(key=lambda r: (r["episode"], r["camera"]))
+    result.retimed.sort(key=lambda r: (r["episode"], r["camera"]))
     return result
 
 
