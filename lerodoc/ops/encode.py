@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from lerodoc import formats, video
 from lerodoc.dataset import Dataset, VideoSpan
 from lerodoc.errors import LerodocError, VerificationError
-from lerodoc.formats import v21, v30
+from lerodoc.formats import v21
 from lerodoc.formats.jsonl import write_json
 from lerodoc.ops import rewrite
 from lerodoc.ops.derive import derive
