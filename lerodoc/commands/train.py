@@ -65,6 +65,11 @@ def pi05(
                                                          rich_help_panel=PERF)] = False,
     fsdp: Annotated[bool, typer.Option("--fsdp", help="Shard parameters, gradients and optimizer state (FSDP2) "
                                        "instead of DDP.", rich_help_panel=PERF)] = False,
+    fsdp_reshard: Annotated[bool, typer.Option("--fsdp-reshard/--fsdp-keep-gathered",
+                                               help="With --fsdp: free each layer's gathered parameters after "
+                                               "forward and gather again in backward, or keep them (ZeRO-2: one "
+                                               "gather per step, 6.7 GB more per GPU; the fastest 2-GPU setting "
+                                               "measured, see docs/train.md).", rich_help_panel=PERF)] = True,
     workers: Annotated[int, typer.Option(min=0, help="DataLoader processes decoding video, per GPU.",
                                          rich_help_panel=PERF)] = 8,
     save_every: Annotated[int, typer.Option(min=0, help="Checkpoint every N steps and at the end (0: never).",
@@ -115,7 +120,8 @@ def pi05(
     run = RunConfig(dataset=str(dataset), output=str(output), tokenizer=tokenizer, preset=preset, weights=weights,
                     steps=steps, batch_per_device=batch_per_device, lr=lr, min_lr=min_lr, warmup_steps=warmup_steps,
                     weight_decay=weight_decay, clip=clip, ema=ema, seed=seed, precision=precision, device=device,
-                    compile=compile, gradient_checkpointing=gradient_checkpointing, fsdp=fsdp, workers=workers,
+                    compile=compile, gradient_checkpointing=gradient_checkpointing, fsdp=fsdp, fsdp_reshard=fsdp_reshard,
+                    workers=workers,
                     save_every=save_every, keep=keep, log_every=log_every, data=data,
                     wandb_project=wandb_project if wandb else None, tensorboard=tensorboard)
     if sweep:
