@@ -93,6 +93,18 @@ def test_exported_policy_gives_lerodocs_actions_in_lerobot(run, tmp_path):
     assert config["normalization_mapping"] == {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"}
     assert summary["tokenizer"] == str((policy_dir / "tokenizer").resolve())   # not PaliGemma: a folder beside
 
+    # the checkpoint's own lerobot/ folder is this directory but for where the tokenizer folder lives
+    inside = run / "checkpoints/step-000006/lerobot"
+    for name in ("config.json", "policy_postprocessor.json", "model.safetensors"):
+        assert (inside / name).read_bytes() == (policy_dir / name).read_bytes(), name
+    assert (inside / "model.safetensors").samefile(run / "checkpoints/step-000006/model.safetensors")  # a hard link
+    for path in policy_dir.glob("*.safetensors"):
+        assert (inside / path.name).read_bytes() == path.read_bytes(), path.name
+    pre = (inside / "policy_preprocessor.json").read_text()
+    assert pre == (policy_dir / "policy_preprocessor.json").read_text().replace(
+        summary["tokenizer"], str((run / "tokenizer").resolve()))
+    assert (run / "tokenizer/tokenizer.json").read_bytes() == (policy_dir / "tokenizer/tokenizer.json").read_bytes()
+
     policy = Policy.load(run)
     images, state, tasks, noise = observation(policy)
     ours = policy.predict(images, state, tasks, noise=noise)

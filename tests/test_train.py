@@ -56,7 +56,7 @@ def test_tiny_preset_trains_and_writes_a_complete_run(dataset, tokenizer, tmp_pa
     assert summary["steps"] == 80 and summary["max_token_len"] % 8 == 0
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000040", "step-000080"]
     last = run / "checkpoints/step-000080"
-    assert {p.name for p in last.iterdir()} == {"model.safetensors", "optimizer.pt", "trainer.json"}
+    assert {p.name for p in last.iterdir()} == {"model.safetensors", "optimizer.pt", "trainer.json", "lerobot"}
     trainer = json.loads((last / "trainer.json").read_text())
     assert trainer["step"] == 80 and set(trainer["norm_stats"]["norm_stats"]) == {"actions", "state"}
     assert (run / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,6 +6,7 @@
         ema.safetensors        with --ema
         optimizer.pt           AdamW state (full, unsharded)
         trainer.json           step, config, norm stats: everything to resume or to deploy
+        lerobot/               the lerobot PI05 policy directory of this checkpoint (lerodoc.pi05.export)
 
 A checkpoint is written into `.step-000100.partial` and renamed when complete, so an interrupted save never
 looks done; the oldest complete ones beyond `keep` are then removed.
@@ -29,7 +30,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 
 from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json, write_text
-from lerodoc.pi05 import weights as layout
+from lerodoc.pi05 import export, weights as layout
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -76,6 +77,7 @@ def save(output: Path, step: int, model: torch.nn.Module, optimizer: torch.optim
         write_json(partial / "trainer.json", {"step": step, "run": setup.run.to_json(),
                                               "model": asdict(config),
                                               "norm_stats": json.loads((output / "norm_stats.json").read_text())})
+        export.checkpoint_policy(partial, output)   # partial/lerobot: the lerobot policy of this checkpoint
         shutil.rmtree(final, ignore_errors=True)
         os.replace(partial, final)
         for _, old in complete(output)[:-keep]:

@@ -11,7 +11,9 @@
                                     holds google/paligemma-3b-pt-224's tokenizer files: the processor names that)
     DIR/lerodoc.json                where it came from: the lerodoc model shapes, run and step
 
-so `PI05Policy.from_pretrained(DIR)` and `make_pre_post_processors(config, pretrained_path=DIR)` run it, as
+Every checkpoint also holds one, CHECKPOINT/lerobot/ (model.safetensors a hard link to the checkpoint's, the
+tokenizer folder RUN/tokenizer): `lerodoc export lerobot` makes a self-contained copy. Either way
+`PI05Policy.from_pretrained(DIR)` and `make_pre_post_processors(config, pretrained_path=DIR)` run it, as
 `lerobot-record --policy.path=DIR` does. lerobot's PI05Policy builds gemma_2b/gemma_300m: only the full preset's
 shapes load there as they are.
 
@@ -208,15 +210,73 @@ def bpe_merges(pieces: list[tuple[str, float, int]], P) -> list[list[str]]:
 # ------------------------------------------------------------------------------------------------ export
 
 
+def deployable(trainer: dict) -> bool:
+    """lerobot's PI05 processor always puts the state in the prompt: a run without it cannot deploy there."""
+    data = trainer["run"]["data"]
+    stats = trainer["norm_stats"]["norm_stats"]
+    return bool(data.get("state_key") and data.get("state_in_prompt") and "state" in stats)
+
+
+def write_tokenizer(trainer: dict, folder: Path) -> tuple[str, Path]:
+    """(the name the tokenizer step loads, the run's SentencePiece model): PaliGemma's repo when that is the run's
+    tokenizer and the hub cache holds its tokenizer files; else `folder`, written unless it is there already."""
+    from lerodoc.hub import locate
+    run = trainer["run"]
+    model_file = locate("tokenizer", run["tokenizer"])
+    if run["tokenizer"] == "paligemma" and paligemma_in_cache():
+        return PALIGEMMA, model_file
+    if not (folder / "tokenizer.json").is_file():
+        partial = folder.parent / f".{folder.name}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        tok, tok_config = tokenizer_files(model_file, run["data"]["max_token_len"])
+        write_json(partial / "tokenizer.json", tok)
+        write_json(partial / "tokenizer_config.json", tok_config)
+        shutil.copyfile(model_file, partial / "tokenizer.model")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.replace(partial, folder)
+    return str(folder.resolve()), model_file
+
+
+def write_policy(folder: Path, trainer: dict, tokenizer_name: str, device: str) -> None:
+    """config.json, the pre/post-processor files and their stats into `folder` (the caller puts
+    model.safetensors there)."""
+    from safetensors.torch import save_file
+    model, data, stats = trainer["model"], trainer["run"]["data"], trainer["norm_stats"]["norm_stats"]
+    config = policy_config(model, data, len(stats["state"]["q01"]), device)
+    pre, post = processors(config, data, tokenizer_name)
+    write_json(folder / "config.json", config)
+    write_json(folder / f"{PREPROCESSOR}.json", pre)
+    write_json(folder / f"{POSTPROCESSOR}.json", post)
+    tensors = stats_tensors(stats)
+    save_file(tensors, str(folder / NORMALIZER_STATE))
+    save_file({k: v for k, v in tensors.items() if k.startswith(ACTION + ".")}, str(folder / UNNORMALIZER_STATE))
+
+
+def checkpoint_policy(checkpoint: Path, run_folder: Path, device: str = "cuda") -> None:
+    """Give a checkpoint being written its lerobot policy: CHECKPOINT/lerobot/ with the config and processors and
+    model.safetensors as a hard link to the checkpoint's; the tokenizer folder is RUN/tokenizer, written once.
+    Nothing for a run that cannot deploy with lerobot (no state in the prompt)."""
+    trainer = json.loads((checkpoint / "trainer.json").read_text())
+    if not deployable(trainer):
+        return
+    tokenizer_name, _ = write_tokenizer(trainer, Path(run_folder) / "tokenizer")
+    folder = checkpoint / "lerobot"
+    folder.mkdir()
+    write_policy(folder, trainer, tokenizer_name, device)
+    try:
+        os.link(checkpoint / "model.safetensors", folder / "model.safetensors")
+    except OSError:   # a file system without hard links
+        shutil.copyfile(checkpoint / "model.safetensors", folder / "model.safetensors")
+    write_json(folder / "lerodoc.json", {"step": trainer["step"], "model": trainer["model"],
+                                         "data": trainer["run"]["data"]})
+
+
 def export_lerobot(source: Path, output: Path, *, device: str = "cuda") -> dict:
     """Write the lerobot policy directory `output` for a run or checkpoint `source`; returns a summary."""
-    from lerodoc.hub import locate
-
     folder = find_checkpoint(Path(source))
     trainer = json.loads((folder / "trainer.json").read_text())
-    run, model, stats = trainer["run"], trainer["model"], trainer["norm_stats"]["norm_stats"]
-    data = run["data"]
-    if not data.get("state_key") or not data.get("state_in_prompt") or "state" not in stats:
+    if not deployable(trainer):
         raise LerodocError("was trained without the state in the prompt; lerobot's PI05 processor always puts "
                            "the state there", file=folder / "trainer.json", field="data.state_in_prompt",
                            hint="train with a state feature and without --no-state-in-prompt to deploy with lerobot")
@@ -226,36 +286,21 @@ def export_lerobot(source: Path, output: Path, *, device: str = "cuda") -> dict:
     partial = output.parent / f".{output.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    state_dim = len(stats["state"]["q01"])
-    config = policy_config(model, data, state_dim, device)
-    model_file = locate("tokenizer", run["tokenizer"])
-    if run["tokenizer"] == "paligemma" and paligemma_in_cache():
-        tokenizer_name, tokenizer_dir = PALIGEMMA, None
-    else:
-        tokenizer_dir = output.resolve() / "tokenizer"
-        tokenizer_name = str(tokenizer_dir)
-        (partial / "tokenizer").mkdir()
-        tok, tok_config = tokenizer_files(model_file, data["max_token_len"])
-        write_json(partial / "tokenizer/tokenizer.json", tok)
-        write_json(partial / "tokenizer/tokenizer_config.json", tok_config)
-        shutil.copyfile(model_file, partial / "tokenizer/tokenizer.model")
-    pre, post = processors(config, data, tokenizer_name)
-    write_json(partial / "config.json", config)
-    write_json(partial / f"{PREPROCESSOR}.json", pre)
-    write_json(partial / f"{POSTPROCESSOR}.json", post)
-    from safetensors.torch import save_file
-    tensors = stats_tensors(stats)
-    save_file(tensors, str(partial / NORMALIZER_STATE))
-    save_file({k: v for k, v in tensors.items() if k.startswith(ACTION + ".")}, str(partial / UNNORMALIZER_STATE))
+    tokenizer_name, model_file = write_tokenizer(trainer, partial / "tokenizer")
+    if tokenizer_name != PALIGEMMA:
+        tokenizer_name = str(output.resolve() / "tokenizer")   # where the folder is once renamed
+    write_policy(partial, trainer, tokenizer_name, device)
     shutil.copyfile(folder / "model.safetensors", partial / "model.safetensors")
     write_json(partial / "lerodoc.json", {"checkpoint": str(folder.resolve()), "step": trainer["step"],
-                                          "model": model, "data": data, "tokenizer": str(model_file)})
+                                          "model": trainer["model"], "data": trainer["run"]["data"],
+                                          "tokenizer": str(model_file)})
     if output.exists():
         output.rmdir()
     os.replace(partial, output)
+    model, data = trainer["model"], trainer["run"]["data"]
     return {"output": str(output), "checkpoint": str(folder), "step": trainer["step"],
-            "cameras": list(data["cameras"]), "state_dim": state_dim, "action_dim": model["action_dim"],
-            "chunk_size": model["action_horizon"], "tokenizer": tokenizer_name,
+            "cameras": list(data["cameras"]), "state_dim": len(trainer["norm_stats"]["norm_stats"]["state"]["q01"]),
+            "action_dim": model["action_dim"], "chunk_size": model["action_horizon"], "tokenizer": tokenizer_name,
             "lerobot_shapes": is_full(model)}
 
 
