@@ -449,10 +449,15 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
 
     files: list[VideoFile] = []
     numbers = tuple(ep.index for ep in new_eps)
-    for key in info.video_keys:
-        clips = tuple(_clip_of(p.dataset, p.episode, key) for p in picks)
-        batches = [(clips[i:i + 64], numbers[i:i + 64], info.fps, to == "v3.0") for i in range(0, len(clips), 64)]
-        facts = [f for part in pmap(clip_facts, batches, workers=workers) for f in part]
+    clips_of = {key: tuple(_clip_of(p.dataset, p.episode, key) for p in picks) for key in info.video_keys}
+    # The clips' headers, read by `workers` processes: a contiguous batch each, so clips of one file stay together.
+    every = [(c, n) for key in info.video_keys for c, n in zip(clips_of[key], numbers)]
+    size = max(16, -(-len(every) // max(workers, 1)))
+    batches = [(tuple(c for c, _ in every[i:i + size]), tuple(n for _, n in every[i:i + size]), info.fps,
+                to == "v3.0") for i in range(0, len(every), size)]
+    all_facts = [f for part in pmap(clip_facts, batches, workers=workers) for f in part]
+    for k, key in enumerate(info.video_keys):
+        clips, facts = clips_of[key], all_facts[k * len(numbers):(k + 1) * len(numbers)]
         if to == "v3.0":
             files += video_files(key, numbers, clips, facts, tuple(_clip_bytes(p.dataset, p.episode, key)
                                                                    for p in picks),
