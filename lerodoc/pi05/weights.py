@@ -99,11 +99,13 @@ def locate_weights(spec: str) -> tuple[Path, Path | None]:
     try:
         folder = Path(snapshot_download(spec, allow_patterns=POLICY_FILES))
     except LocalEntryNotFoundError as exc:
-        raise HubError(f"policy {spec} is not in the Hugging Face cache and the hub cannot be reached ({exc})",
-                       file=spec, hint="download it once online, or pass the policy folder") from None
+        raise HubError(f"is no local file or folder, and as a hub policy (owner/name) it is neither in the Hugging "
+                       f"Face cache nor reachable ({' '.join(str(exc).split())[:300]})", file=spec,
+                       hint="check the path; or fetch the policy once where the hub is reachable") from None
     except (HfHubHTTPError, OSError, ValueError) as exc:
-        raise HubError(f"could not fetch policy {spec}: {' '.join(str(exc).split())[:300]}", file=spec,
-                       hint="check the repo id (owner/name) and HF_TOKEN for private repos") from None
+        raise HubError(f"is no local file or folder, and fetching it as a hub policy (owner/name) failed: "
+                       f"{' '.join(str(exc).split())[:300]}", file=spec,
+                       hint="check the path, or the repo id and HF_TOKEN for a private repo") from None
     if not (folder / "model.safetensors").is_file():
         raise LerodocError("has no model.safetensors", file=spec, hint="pass a lerobot policy repo")
     return folder / "model.safetensors", folder if (folder / "config.json").is_file() else None
