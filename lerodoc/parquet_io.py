@@ -181,14 +181,15 @@ def column_matrix(column: pa.ChunkedArray | pa.Array, num_rows: int) -> np.ndarr
 
 
 def _canonical_parts(array: pa.Array):
-    """Byte strings that identify an array's values, the same for list and fixed_size_list storage."""
+    """Byte strings (or buffers) that identify an array's values, the same for list and fixed_size_list
+    storage."""
     kind = array.type
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
         lengths = array.value_lengths()
         if lengths.null_count:
             yield repr([i for i, v in enumerate(lengths.to_pylist()) if v is None]).encode()
             lengths = lengths.drop_null()
-        yield to_numpy(lengths).astype(np.int64).tobytes()
+        yield memoryview(to_numpy(lengths).astype(np.int64))
         yield from _canonical_parts(array.flatten())
     elif pa.types.is_struct(kind):
         for i in range(kind.num_fields):
@@ -201,7 +202,8 @@ def _canonical_parts(array: pa.Array):
             yield len(data).to_bytes(8, "little") + data
     else:
         yield str(kind).encode()
-        yield np.ascontiguousarray(to_numpy(array)).tobytes()
+        values = np.ascontiguousarray(to_numpy(array))
+        yield values.tobytes() if values.dtype == object else memoryview(values)   # hashed without a copy
 
 
 def column_digests(table: pa.Table) -> dict[str, str]:

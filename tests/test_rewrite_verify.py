@@ -1,0 +1,42 @@
+"""rewrite's read-back check: one digest per column of each written file, and a clear error naming the
+first episode whose written rows differ from the planned ones."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lerodoc.errors import VerificationError
+from lerodoc.ops import rewrite
+from tests.fixtures.factory import make_dataset
+
+
+def test_a_written_value_that_differs_is_named_by_episode(tmp_path, monkeypatch):
+    fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=3, lengths=[20, 30, 25])
+    real_writer = pq.ParquetWriter
+
+    class Corrupting(real_writer):        # writes episode 1's action column shifted by one
+        def write_table(self, table, row_group_size=None):
+            if table.column("episode_index")[0].as_py() == 1:
+                action = table.column("action").combine_chunks()
+                values = action.flatten().to_numpy().copy()
+                values[0] += 1
+                table = table.set_column(table.column_names.index("action"), table.schema.field("action"),
+                                         pa.FixedSizeListArray.from_arrays(pa.array(values), action.type.list_size)
+                                         if pa.types.is_fixed_size_list(action.type) else
+                                         pa.ListArray.from_arrays(action.offsets, pa.array(values)))
+            super().write_table(table, row_group_size=row_group_size)
+    monkeypatch.setattr(rewrite.pq, "ParquetWriter", Corrupting)
+    from lerodoc.ops.convert import convert
+    with pytest.raises(VerificationError) as error:
+        convert(fixture.root, tmp_path / "out", workers=1)
+    assert error.value.episode == 1 and "action" in str(error.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_clean_convert_passes_the_check(tmp_path):
+    fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=3, lengths=[20, 30, 25])
+    from lerodoc.ops.convert import convert
+    report = convert(fixture.root, tmp_path / "out", workers=1)
+    assert report.frames == 75
