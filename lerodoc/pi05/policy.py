@@ -78,6 +78,8 @@ class Policy:
         if missing:
             raise LerodocError(f"the observation lacks camera(s) {', '.join(missing)}",
                                hint=f"the policy sees {', '.join(spec.cameras)}")
+        if spec.state_key and state is None:
+            raise LerodocError(f"the observation lacks the state; the policy was trained with {spec.state_key}")
         state = None if state is None else np.asarray(state, np.float32).reshape(len(tasks), -1)
         normalised = None
         if spec.state_key:
