@@ -245,9 +245,10 @@ def read_back(path: Path, counts: list[int], digests: list[str], fps: int) -> li
     return written
 
 
-def link(clips: list[Clip], out: Path, fps: int, episodes: list[int]) -> list[Written] | None:
-    """Reuse a whole file that holds exactly `clips`, by hard link (a copy across file systems); each clip's
-    window is re-read from the file's sample tables. None when the tables cannot be read that way."""
+def linkable(clips: list[Clip], fps: int, episodes: list[int]) -> list[Written] | None:
+    """Where `clips` lie in their one source file, when that whole file can be reused as it is: the clips tile
+    it, its sample tables can be read, its time base is on the k/fps grid and its tags are UTF-8. None when not
+    (the clips are then joined anew by `concat`)."""
     source = clips[0].path
     try:
         track = mp4.read_track(source)
@@ -260,11 +261,19 @@ def link(clips: list[Clip], out: Path, fps: int, episodes: list[int]) -> list[Wr
         return None      # the clips do not tile the file
     if not strict_tags(source):
         return None      # tags that are not UTF-8: written anew by concat's remux
-    link_or_copy(source, out)
     tb = Fraction(1, track.timescale)
     return [Written(float(track.pts[p.start:p.stop].min() * tb),
                     float((track.pts[p.start:p.stop] + track.delta[p.start:p.stop]).max() * tb),
                     p.stop - p.start, "") for p in parts]
+
+
+def link(clips: list[Clip], out: Path, fps: int, episodes: list[int]) -> list[Written] | None:
+    """Reuse a whole file that holds exactly `clips`, by hard link (a copy across file systems); each clip's
+    window is re-read from the file's sample tables. None when it cannot be (`linkable`)."""
+    written = linkable(clips, fps, episodes)
+    if written is not None:
+        link_or_copy(clips[0].path, out)
+    return written
 
 
 def starts_on_keyframe(clip: Clip, fps: int, episode: int | None = None) -> bool:

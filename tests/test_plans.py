@@ -86,6 +86,10 @@ def test_merge_dry_run_plan_matches_the_merge(tmp_path):
     assert report.reencoded_clips == plan["reencode"] == []
     assert planned_episodes(plan) == actual_episodes(tmp_path / "out")
     assert planned_files(plan) == actual_files(tmp_path / "out")
+    # a file planned as a link is the source's file (a second name for it); every other file is new
+    linked = {f["file"] for f in plan["files"] if f["action"] == "link"}
+    assert linked, "B's last file holds exactly its last episode: the plan reuses it"
+    assert {rel for rel in planned_files(plan) if (tmp_path / "out" / rel).stat().st_nlink > 1} == linked
 
 
 def test_repair_dry_run_plan_matches_the_repair(tmp_path):

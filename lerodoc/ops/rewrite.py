@@ -239,13 +239,15 @@ def clip_facts(args: tuple[tuple[video.Clip, ...], tuple[int, ...], int, bool]
 
 def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ...],
                 facts: list[tuple[bool, tuple, bool]], sizes: tuple[int, ...], cap_bytes: float, chunks_size: int,
-                whole: tuple[tuple[int, int], ...] = ()) -> list[VideoFile]:
+                fps: int, whole: tuple[tuple[int, int], ...] = ()) -> list[VideoFile]:
     """A camera's v3.0 files, named chunk/file in order: each `whole` run that needs no re-encode and no
-    re-timing is one source file reused; other clips are joined up to `cap_bytes`, a new file starting where
-    two neighbours' signatures differ or either is re-encoded (its parameters are the encoder's)."""
+    re-timing and whose file can be reused as it is (`video.linkable`) is that source file; other clips are
+    joined up to `cap_bytes`, a new file starting where two neighbours' signatures differ or either is
+    re-encoded (its parameters are the encoder's)."""
     reencoded = {i for i, (keyframe, _, _) in enumerate(facts) if not keyframe}
     retimed = {i for i, (_, _, on_grid) in enumerate(facts) if not on_grid} - reencoded
-    whole = tuple((a, b) for a, b in whole if not (reencoded | retimed) & set(range(a, b)))
+    whole = tuple((a, b) for a, b in whole if not (reencoded | retimed) & set(range(a, b))
+                  and video.linkable(list(clips[a:b]), fps, list(episodes[a:b])) is not None)
     groups = file_groups(list(sizes), cap_bytes, whole, joinable=lambda a, b: not {a, b} & reencoded
                          and facts[a][1] == facts[b][1])
     out, chunk, file = [], 0, 0
@@ -287,7 +289,7 @@ def write_videos(args: tuple[VideoJob, int]) -> list[tuple[str, video.Written]]:
     written, where the clip landed) per episode."""
     job, fps = args
     facts = clip_facts((job.clips, job.episodes, fps, True))
-    files = video_files(job.key, job.episodes, job.clips, facts, job.sizes, job.cap_bytes, job.chunks_size,
+    files = video_files(job.key, job.episodes, job.clips, facts, job.sizes, job.cap_bytes, job.chunks_size, fps,
                         job.whole_files)
     root = Path(job.out_root)
     return [(str(root / vf.path), w) for vf in files for w in write_video_file(vf, root, fps)]
@@ -460,7 +462,7 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
         if to == "v3.0":
             files += video_files(key, numbers, clips, facts, tuple(_clip_bytes(p.dataset, p.episode, key)
                                                                    for p in picks),
-                                 caps_mb[1] * MB, info.chunks_size, _whole_files(picks, key))
+                                 caps_mb[1] * MB, info.chunks_size, info.fps, _whole_files(picks, key))
         else:
             files += [VideoFile(key, v21.video_file(layout, key, n), (n,), (clip,), reencode=() if keyframe else (0,),
                                 retime=() if on_grid or not keyframe else (0,))
