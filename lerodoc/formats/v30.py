@@ -114,8 +114,12 @@ def _episode_stats(table: pa.Table) -> list[dict]:
         feature, name = column[len("stats/"):].rsplit("/", 1)
         dtype = np.int64 if name == "count" else np.float64
         regular = regular_rows(table.column(column), dtype)   # the common case, without Python lists
+        if regular is not None and (regular.ndim > 1 or name == "count"):   # rows of one or more dimensions
+            for row, value in zip(stats, regular.reshape(len(regular), -1) if name == "count" else regular):
+                row.setdefault(feature, {})[name] = value
+            continue
         if regular is not None:
-            rows = list(regular.reshape(len(regular), -1) if name == "count" else regular)
+            rows = list(regular)
         else:
             values = table.column(column).to_pylist()
             try:
