@@ -17,7 +17,7 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.ops.derive import derive
-from lerodoc.parquet_io import column_matrix, from_numpy
+from lerodoc.parquet_io import column_matrix, from_numpy, read_schema
 from lerodoc.staging import staged_edit
 
 
@@ -111,6 +111,8 @@ def write_metadata(ds: Dataset, out: Path | None, *, in_place: bool = False, for
     if ds.version == "v2.0":
         raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
                            hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
+    for data_file in ds.data_files():   # kept as they are: their footers must at least read
+        read_schema(ds.path(data_file))
     module = formats.module(ds.version)
     meta = {formats.INFO_PATH, module.TASKS_PATH} | module.stats_files(ds.root)
     if ds.version != "v3.0":
