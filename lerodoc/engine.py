@@ -3,7 +3,7 @@
 A unit is what the process pool already runs, so both engines call the same function on the same
 arguments and return the results in unit order: outputs are the same bit for bit. The units are
 
-- convert and merge (`ops.rewrite.write`): one output data file (-> v3.0) or one source data file
+- convert and merge (`ops.rewrite.execute`): one output data file (-> v3.0) or one source data file
   (-> v2.1), and one camera's clips (-> v3.0) or 16 episodes' clips (-> v2.1);
 - quantiles: one data file's episodes (per-episode stats), then one tally pass of the dataset's radix
   selection over a run of data files (`lerodoc.quantiles.Selection`: counts travel, rows do not);

@@ -31,21 +31,11 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json, write_text
 from lerodoc.pi05 import export, weights as layout
+from lerodoc.pi05.runs import complete, path_of
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
-def path_of(output: Path, step: int) -> Path:
-    return output / "checkpoints" / f"step-{step:06d}"
-
-
-def complete(output: Path) -> list[tuple[int, Path]]:
-    """(step, folder) of every complete checkpoint, oldest first."""
-    found = []
-    for folder in (output / "checkpoints").glob("step-*"):
-        if (folder / "trainer.json").is_file() and folder.name[5:].isdigit():
-            found.append((int(folder.name[5:]), folder))
-    return sorted(found)
 
 
 def _is_main() -> bool:

@@ -34,6 +34,7 @@ import numpy as np
 
 from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json
+from lerodoc.pi05 import runs
 
 PALIGEMMA = "google/paligemma-3b-pt-224"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -46,10 +47,9 @@ UNNORMALIZER_STATE = f"{POSTPROCESSOR}_step_0_unnormalizer_processor.safetensors
 
 def find_checkpoint(source: Path) -> Path:
     """`source` is a checkpoint folder (holds trainer.json) or a run folder (its newest complete checkpoint)."""
-    from lerodoc.pi05 import checkpoint
     if (source / "trainer.json").is_file():
         return source
-    found = checkpoint.complete(source)
+    found = runs.complete(source)
     if not found:
         raise LerodocError("is neither a checkpoint (no trainer.json) nor a run with a complete checkpoint",
                            file=source, hint="pass RUN or RUN/checkpoints/step-N of `lerodoc train pi05`")

@@ -26,7 +26,7 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json
 from lerodoc.hub import locate
-from lerodoc.pi05 import checkpoint, preflight
+from lerodoc.pi05 import checkpoint, preflight, runs
 from lerodoc.pi05.distributed import Processes, all_sum, parallelise, shutdown, start_processes
 from lerodoc.pi05.data import DataSpec, Frames, Tokenizer, TrainingBatches, load_frames, longest_prompt
 from lerodoc.pi05.model import PI05, PI05Config, flops_per_sample
@@ -448,7 +448,7 @@ def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
     tracker.close(log.rows)
     if procs.main:
         plot_losses(output / "metrics.jsonl", output / "loss.png")
-    return log.summary() | {"output": str(output), "checkpoint": str(checkpoint.path_of(output, run.steps)) if run.save_every else None,
+    return log.summary() | {"output": str(output), "checkpoint": str(runs.path_of(output, run.steps)) if run.save_every else None,
                             "params": model.num_params(), "rank": procs.rank, "world_size": procs.world,
                             "global_batch": G, "max_token_len": run.data.max_token_len}
 
