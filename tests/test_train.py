@@ -52,6 +52,7 @@ def test_tiny_preset_trains_and_writes_a_complete_run(dataset, tokenizer, tmp_pa
     summary = json.loads(proc.stdout)
     curve = losses(run)
     assert len(curve) == 80 and all(np.isfinite(curve))
+    print(f"observed: last 10 steps' mean loss = {np.mean(curve[-10:]) / np.mean(curve[:10]):.2f} x the first 10's")
     assert np.mean(curve[-10:]) < 0.7 * np.mean(curve[:10]), curve
     assert summary["steps"] == 80 and summary["max_token_len"] % 8 == 0
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000040", "step-000080"]
