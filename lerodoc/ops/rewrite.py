@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -24,8 +24,8 @@ from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import (column_digests, column_matrix, conform, from_numpy, numpy_dtype, open_parquet,
-                                read_parquet, read_schema)
+from lerodoc.parquet_io import (column_digests, column_matrix, conform, from_numpy, iter_batches, numpy_dtype,
+                                open_parquet, read_parquet, read_schema)
 from lerodoc.links import link_or_copy
 from lerodoc.stats import column_stats
 
@@ -123,34 +123,42 @@ def renumber(rows: pa.Table, block: list[RowPiece]) -> tuple[pa.Table, set[str]]
     return rows, changed
 
 
+CHECK_BYTES = 16 << 20   # planned rows digested together: per-episode overhead vanishes, memory stays small
+
+
 def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
     """Worker: copy pieces into their output files (one row group per episode), then read them back.
 
-    Consecutive pieces are handled as one block: one cast, one renumbering, one checksum per column.
+    Consecutive pieces are handled as one block: one cast, one renumbering. Blocks are digested in runs of
+    about CHECK_BYTES (one digest per column per run, whatever the episode count) for the read-back check.
     """
     pieces, schema = args
-    results, planned, cache, writers = [], {}, {}, {}
+    results, runs, cache, writers = [], {}, {}, {}
+    pending: list[tuple[list[RowPiece], pa.Table]] = []     # planned blocks of one file, not yet digested
+    held = 0
+
+    def digest_pending() -> None:
+        if pending:
+            runs.setdefault(pending[0][0][0].out_file, []).append(
+                ([block for block, _ in pending], sum(out.num_rows for _, out in pending),
+                 column_digests(pa.concat_tables([out for _, out in pending]))))
+            pending.clear()
     try:
         for block in _blocks(pieces):
-            first, n = block[0], sum(p.length for p in block)
+            first = block[0]
             if first.link:     # an unchanged whole file: the same bytes, so nothing to check either
                 link_or_copy(Path(first.src_file), Path(first.out_file))
                 results += [{"episode": p.episode, "changed": [], "stats": {}} for p in block]
                 continue
-            if first.src_file not in cache:
-                cache.clear()
-                cache[first.src_file] = read_parquet(first.src_file, episode=first.source_episode)
-            table = cache[first.src_file]
-            if first.src_row + n > table.num_rows:
-                raise LerodocError(f"holds {table.num_rows} rows, but the episodes need rows "
-                                   f"{first.src_row}..{first.src_row + n - 1}",
-                                   file=first.src_file, episode=block[-1].source_episode)
-            rows = _cast(table.slice(first.src_row, n), schema, first)
-            out, changed = renumber(rows, block)
+            out, changed = _planned(block, schema, cache)
+            if pending and (pending[0][0][0].out_file != first.out_file or held >= CHECK_BYTES):
+                digest_pending()
+                held = 0
+            pending.append((block, out))
+            held += out.nbytes
             if first.out_file not in writers:
                 Path(first.out_file).parent.mkdir(parents=True, exist_ok=True)
                 writers[first.out_file] = pq.ParquetWriter(first.out_file, schema, use_dictionary=False)
-            planned.setdefault(first.out_file, []).append((block, out))
             offset = 0
             for piece in block:
                 episode_rows = out.slice(offset, piece.length)
@@ -159,11 +167,27 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
                 stats_of = out.column_names if piece.all_stats else sorted(changed)
                 results.append({"episode": piece.episode, "changed": sorted(changed),
                                 "stats": _numeric_stats(episode_rows.select(stats_of), schema)})
+        digest_pending()
     finally:
         for writer in writers.values():
             writer.close()
-    _check_written(planned)
+    _check_written(runs, schema)
     return results
+
+
+def _planned(block: list[RowPiece], schema: pa.Schema, cache: dict) -> tuple[pa.Table, set[str]]:
+    """A block's rows as they are written (cast to `schema`, renumbered) and the columns the renumbering
+    changed; `cache` holds the last source file read."""
+    first, n = block[0], sum(p.length for p in block)
+    if first.src_file not in cache:
+        cache.clear()
+        cache[first.src_file] = read_parquet(first.src_file, episode=first.source_episode)
+    table = cache[first.src_file]
+    if first.src_row + n > table.num_rows:
+        raise LerodocError(f"holds {table.num_rows} rows, but the episodes need rows "
+                           f"{first.src_row}..{first.src_row + n - 1}",
+                           file=first.src_file, episode=block[-1].source_episode)
+    return renumber(_cast(table.slice(first.src_row, n), schema, first), block)
 
 
 def _cast(rows: pa.Table, schema: pa.Schema, piece: RowPiece) -> pa.Table:
@@ -186,27 +210,50 @@ def _numeric_stats(rows: pa.Table, schema: pa.Schema) -> dict:
     return stats
 
 
-def _check_written(planned: dict[str, list[tuple[list[RowPiece], pa.Table]]]) -> None:
-    """Re-read every written file: it holds the planned rows, in order (the source's values, renumbered where
-    planned; unchanged columns share the source's arrays). One digest per column of the whole file, not per
-    block, so the cost does not grow with the episode count; on a difference, block by block to name the
-    first episode whose rows differ."""
-    for out_file, entries in planned.items():
-        table = read_parquet(out_file)
-        rows = sum(out.num_rows for _, out in entries)
-        if table.num_rows != rows:
-            raise VerificationError(f"holds {table.num_rows} rows, expected {rows}", file=out_file)
-        if column_digests(table) == column_digests(pa.concat_tables([out for _, out in entries])):
-            continue
-        offset = 0
-        for block, out in entries:
-            written, wanted = column_digests(table.slice(offset, out.num_rows)), column_digests(out)
-            offset += out.num_rows
-            bad = [c for c in wanted if written.get(c) != wanted[c]]
-            if bad:
-                raise VerificationError(f"written values differ from the source in {bad}", file=out_file,
-                                        episode=block[0].episode)
-        raise VerificationError("written values differ from the source", file=out_file)
+def _check_written(runs: dict[str, list[tuple[list[list[RowPiece]], int, dict]]], schema: pa.Schema) -> None:
+    """Re-read every written file, a run of blocks at a time: each run holds its planned rows (the source's
+    values, renumbered where planned), by one digest per column. Where a run differs, its blocks are planned
+    again from their sources to name the first episode whose rows differ."""
+    for out_file, file_runs in runs.items():
+        tables = _row_runs(out_file, [rows for _, rows, _ in file_runs])
+        for (blocks, rows, digests), written in zip(file_runs, tables):
+            if written.num_rows != rows:
+                raise VerificationError(f"holds fewer rows than the {rows} planned at episode "
+                                        f"{blocks[0][0].episode}", file=out_file, episode=blocks[0][0].episode)
+            if column_digests(written) == digests:
+                continue
+            offset, cache = 0, {}
+            for block in blocks:
+                out, _ = _planned(block, schema, cache)
+                got, wanted = column_digests(written.slice(offset, out.num_rows)), column_digests(out)
+                offset += out.num_rows
+                bad = [c for c in wanted if got.get(c) != wanted[c]]
+                if bad:
+                    raise VerificationError(f"written values differ from the source in {bad}", file=out_file,
+                                            episode=block[0].episode)
+            raise VerificationError("written values differ from the source", file=out_file,
+                                    episode=blocks[0][0].episode)
+        extra = next(tables).num_rows
+        if extra:
+            raise VerificationError(f"holds {extra} rows more than planned", file=out_file)
+
+
+def _row_runs(path: str, counts: list[int]) -> Iterator[pa.Table]:
+    """The rows of a parquet file as consecutive tables of the given row counts, then one of the rows left
+    over; read a batch at a time, so the memory of one run is reused for the next."""
+    batches, left = iter_batches(open_parquet(path, streaming=True), path), None
+    for n in counts + [None]:
+        parts, have = [], 0
+        while n is None or have < n:
+            if left is None:
+                left = next(batches, None)
+                if left is None:
+                    break
+            take = left.num_rows if n is None else min(n - have, left.num_rows)
+            parts.append(left.slice(0, take))
+            have += take
+            left = left.slice(take) if take < left.num_rows else None
+        yield pa.Table.from_batches(parts) if parts else pa.table({})
 
 
 @dataclass(frozen=True)
