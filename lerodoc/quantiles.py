@@ -21,6 +21,7 @@ import numpy as np
 
 DIGIT_BITS = 8
 BUCKETS = 1 << DIGIT_BITS
+KEY_MAX = np.uint64(np.iinfo(np.uint64).max)
 Chunks = Callable[[], Iterable[np.ndarray]]   # each call re-reads the data from the start
 
 
@@ -97,16 +98,6 @@ def transpose_into(rows: np.ndarray, matrix: np.ndarray, block: int = 256) -> No
         rows[:, start:start + block] = matrix[start:start + block].T
 
 
-def gather(chunks: Callable[[], Iterable[np.ndarray]], count: int, width: int, dtype) -> np.ndarray:
-    """All rows `chunks()` yields ((n, width) matrices) as one (width, count) array (the gathered copy may be
-    sorted in place)."""
-    rows, start = np.empty((width, count), dtype=dtype), 0
-    for chunk in chunks():
-        transpose_into(rows[:, start:start + len(chunk)], chunk)
-        start += len(chunk)
-    return rows
-
-
 def quantiles(chunks: Chunks, levels: list[float], *, count: int, width: int, dtype=np.float64,
               budget: int = 64 << 20, collect: int = 1 << 16, threads: int = 2,
               fill: Callable[[np.ndarray, int, int], None] | None = None) -> tuple[np.ndarray, int]:
@@ -165,15 +156,21 @@ def key_slices(matrices: Iterable[np.ndarray], rows: int = 1 << 17) -> Iterable[
 
 
 class Tally:
-    """What one pass saw of some of the rows: bucket counts per (target, channel, digit) and the keys of the
-    ranges small enough to gather. Tallies of disjoint parts of the data add up to the tally of the whole."""
+    """What one pass saw of some of the rows: bucket counts per (target, channel, digit), the keys of the
+    ranges small enough to gather, and the smallest and largest key counted (on the first pass, and where
+    the last digit left a range whole, as repeated values do): a range whose two are equal holds one value,
+    found whatever its size. Tallies of disjoint parts of the data add up to the tally of the whole."""
 
     def __init__(self, targets: int, width: int):
         self.counts = np.zeros((targets, width, BUCKETS), dtype=np.int64)
+        self.low = np.full((targets, width), KEY_MAX, dtype=np.uint64)
+        self.high = np.zeros((targets, width), dtype=np.uint64)
         self.gathered: dict[tuple[int, int], list[np.ndarray]] = {}
 
     def add(self, other: "Tally") -> "Tally":
         self.counts += other.counts
+        np.minimum(self.low, other.low, out=self.low)
+        np.maximum(self.high, other.high, out=self.high)
         for at, parts in other.gathered.items():
             self.gathered.setdefault(at, []).extend(parts)
         return self
@@ -196,6 +193,7 @@ class Selection:
         self.size = np.full((targets, width), -1, dtype=np.int64)     # values inside the prefix range (-1: all)
         self.result = np.full((targets, width), np.nan)
         self.done = np.zeros((targets, width), dtype=bool)
+        self.stuck = np.zeros((targets, width), dtype=bool)          # the last digit did not split the range
         self.fixed = 0
         self.passes = 0
 
@@ -218,6 +216,9 @@ class Selection:
             bucket = channel * BUCKETS + ((keys >> shift) & np.uint64(BUCKETS - 1)).astype(np.int64)
             if fixed == 0:       # nothing fixed yet: every target counts the same first digit (copied in narrow)
                 tally.counts[0] += np.bincount(bucket.ravel(), minlength=width * BUCKETS).reshape(width, BUCKETS)
+                if len(keys):
+                    np.minimum(tally.low[0], keys.min(axis=0), out=tally.low[0])
+                    np.maximum(tally.high[0], keys.max(axis=0), out=tally.high[0])
                 continue
             high = keys >> np.uint64(64 - fixed)
             for t in range(targets):
@@ -229,6 +230,10 @@ class Selection:
                 counting = inside & ~gather[t] & ~self.done[t]
                 if counting.any() and fixed < 64:
                     tally.counts[t] += np.bincount(bucket[counting], minlength=width * BUCKETS).reshape(width, BUCKETS)
+                    cols = np.nonzero(counting.any(axis=0) & self.stuck[t])[0]   # only where ties are likely
+                    part, mask = keys[:, cols], counting[:, cols]
+                    tally.low[t, cols] = np.minimum(tally.low[t, cols], np.where(mask, part, KEY_MAX).min(axis=0))
+                    tally.high[t, cols] = np.maximum(tally.high[t, cols], np.where(mask, part, 0).max(axis=0))
         return tally
 
     def narrow(self, tally: Tally) -> None:
@@ -236,7 +241,11 @@ class Selection:
         counts, gather = tally.counts, self.gathering
         if self.fixed == 0:
             counts[1:] = counts[0]
+            tally.low[1:], tally.high[1:] = tally.low[0], tally.high[0]
         self.passes += 1
+        single = ~self.done & ~gather & (tally.low == tally.high)   # the range holds one repeated value
+        self.result[single] = key_floats(tally.low[single])
+        self.done |= single
         for t, c in zip(*np.nonzero(gather)):
             keys = np.sort(np.concatenate(tally.gathered.get((int(t), int(c)), [])))
             rank = self.ranks[t] - self.below[t, c]
@@ -254,5 +263,6 @@ class Selection:
                 bucket = int(np.searchsorted(cumulative, self.ranks[t] - self.below[t, c], side="right"))
                 self.below[t, c] += cumulative[bucket - 1] if bucket else 0
                 self.size[t, c] = counts[t, c, bucket]
+                self.stuck[t, c] = self.size[t, c] == cumulative[-1]
                 self.prefix[t, c] |= np.uint64(bucket) << shift
         self.fixed += DIGIT_BITS
