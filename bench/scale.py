@@ -80,9 +80,11 @@ def build(work: Path, episodes: int, frames: int) -> tuple[Path, Path]:
 
 def run_case(name: str, fn, engine) -> dict:
     start = time.perf_counter()
-    fn(engine)
+    report = fn(engine)
     wall = time.perf_counter() - start
     row = {"case": name, "seconds": round(wall, 3)}
+    if hasattr(report, "passes"):
+        row["passes"] = report.passes
     if isinstance(engine, TimedRay) and engine.units:
         seconds = [s for s, _ in engine.units]
         first_start = min(end - s for s, end in engine.units)
