@@ -43,7 +43,8 @@ def visible(root: Path) -> dict[str, bytes]:
 
 
 def tokenizer_model() -> bytes:
-    spm = pytest.importorskip("sentencepiece")
+    require(importable("sentencepiece"), "lerodoc's train extra (sentencepiece) is not installed")
+    import sentencepiece as spm
     out = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(["pick up the red cube", "open the drawer"] * 20),
                                    model_writer=out, vocab_size=30, model_type="char", minloglevel=2)

@@ -10,8 +10,10 @@ import pytest
 
 from tests.fixtures.factory import make_dataset
 from tests.fixtures.identity import decode_identity
+from tests.helpers import importable, require
 
-torch = pytest.importorskip("torch")
+require(importable("torch"), "lerodoc's train extra (torch) is not installed")
+import torch  # noqa: E402
 
 from lerodoc.dataset import Dataset  # noqa: E402
 from lerodoc.pi05.data import (DataSpec, TrainingBatches, batch_rows, load_frames, normalise,  # noqa: E402
