@@ -534,8 +534,10 @@ def side_by_side(work: Path, only: list[str] | None) -> dict:
         rows.append({"name": case.name, "base": case.base, "codes": sorted(codes),
                      "subjects": sorted(case.subjects), "cells": cells})
     versions = {"lerodoc": lerodoc_version(), **{p: peer_version(p) for p in peers}}
+    import platform
     return {"date": date.today().isoformat(), "versions": versions, "rows": rows,
-            "command": "python -m bench.peers --work DIR"}
+            "device": f"{platform.machine()} CPU x{os.cpu_count()}, {platform.platform()}, Python "
+                      f"{platform.python_version()}", "command": " ".join(["python3 -m bench.peers", *sys.argv[1:]])}
 
 
 def clean_cell(report, run: Run) -> dict:
