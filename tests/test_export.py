@@ -17,10 +17,11 @@ import pytest
 
 from tests.fixtures.factory import make_dataset
 from tests.fixtures.tokenizer import train_tokenizer
-from tests.helpers import run_cli
+from tests.helpers import importable, require, run_cli
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("sentencepiece")
+require(importable("torch") and importable("sentencepiece"), "lerodoc's train extra is not installed")
+
+import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ORACLE = REPO / "tests/lerobot_oracle"
@@ -40,10 +41,7 @@ def lerobot_pi(tmp: Path):
     the repository on PYTHONPATH (bench.lerobot_pi05). Fails under CI, skips elsewhere, when it lacks them."""
     python = str(venv_with_pi())
     if not python:
-        message = "the reference venv lacks lerobot[pi] (transformers): scripts/lerobot-venv.sh installs it"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        require(False, "the reference venv lacks lerobot[pi] (transformers): scripts/lerobot-venv.sh installs it")
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf"), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
            "OMP_NUM_THREADS": "1"}
 

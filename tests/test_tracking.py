@@ -3,26 +3,20 @@ writes event files that the tensorboard package reads back as metrics.jsonl's va
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 
 import pytest
 
 from tests.fixtures.factory import make_dataset
 from tests.fixtures.tokenizer import train_tokenizer
-from tests.helpers import run_cli
+from tests.helpers import importable, require, run_cli
 
-pytest.importorskip("torch")
-pytest.importorskip("sentencepiece")
+require(importable("torch") and importable("sentencepiece"), "lerodoc's train extra is not installed")
 
 
 def needs(package: str) -> None:
     """The dev extra installs wandb and tensorboard: under CI a missing one fails the test."""
-    if importlib.util.find_spec(package) is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{package} is not installed (pip install -e '.[dev]')")
-        pytest.skip(f"{package} is not installed")
+    require(importable(package), f"{package} is not installed (pip install -e '.[dev]')")
 
 
 def test_wandb_offline_and_tensorboard_mirror_the_metrics(tmp_path):
