@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, InPlaceOpt, JsonOpt, WorkersOpt
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, EngineName, EngineOpt, ForceOpt, InPlaceOpt, JsonOpt,
+                             RayAddressOpt, WorkersOpt)
 
 
 def quantiles(
@@ -23,6 +24,8 @@ def quantiles(
     budget_mb: Annotated[int, typer.Option(help="Memory for holding values; larger data is selected exactly "
                                            "in passes.", rich_help_panel="Performance")] = 512,
     workers: WorkersOpt = DEFAULT_WORKERS,
+    engine: EngineOpt = EngineName.pool,
+    ray_address: RayAddressOpt = None,
     force: ForceOpt = False,
     json: JsonOpt = False,
 ) -> None:
@@ -35,9 +38,11 @@ def quantiles(
 
     Example: lerodoc quantiles data/pusht --in-place
     """
+    from lerodoc.engine import make as make_engine
     from lerodoc.ops.quantiles import quantiles as compute_quantiles
     report = compute_quantiles(dataset, output, in_place=in_place, features=features or None, workers=workers,
-                               budget=budget_mb << 17, openpi_path=openpi_norm_stats, force=force)
+                               budget=budget_mb << 17, openpi_path=openpi_norm_stats, force=force,
+                               engine=make_engine(engine.value, ray_address))
     if json:
         render.print_json(report.to_json())
         return
