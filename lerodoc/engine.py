@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 from typing import Callable, Iterable, TypeVar
 
 from lerodoc.errors import LerodocError
@@ -49,8 +50,9 @@ class RayEngine:
             import ray
         except ImportError:
             raise LerodocError("--engine ray needs Ray, which is not installed",
-                               hint="pip install 'lerodoc[scale]' (or pip install ray)") from None
+                               hint="pip install 'lerodoc[scale]', or pip install ray") from None
         if not ray.is_initialized():
+            _reachable(self.address)
             try:
                 ray.init(address=self.address, include_dashboard=False, logging_level="ERROR",
                          log_to_driver=False, configure_logging=True)
@@ -105,6 +107,18 @@ def _call(fn: Callable, batch: bytes) -> bytes:
     """Task body: fn over a batch of units. Arguments and results cross as pickles, as they do to and from the
     process pool (Ray's own serialisers rebuild some objects differently, e.g. an Arrow list's child field name)."""
     return pickle.dumps([fn(item) for item in pickle.loads(batch)], protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _reachable(address: str | None, timeout: float = 10.0) -> None:
+    """A host:port address answers, or a clear error now (Ray itself retries for minutes)."""
+    if not address or "://" in address or ":" not in address or address == "auto":
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as exc:
+        raise LerodocError(f"cannot join the Ray cluster at {address}: {exc}",
+                           hint="check --ray-address (host:6379 of `ray start --head`, or ray://host:10001)") from None
 
 
 def _cancel(ray, refs: list) -> None:
