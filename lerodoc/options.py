@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
+from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -50,3 +54,44 @@ class Target(str, Enum):
 
 SameVersionOpt = Annotated[Optional[Target], typer.Option("--to", help="Version to write (default: the dataset's "
                                                           "own; v2.0 becomes v2.1).")]
+
+
+@dataclass(frozen=True)
+class Writes:
+    """The options every command that writes a dataset with `-o OUT | --in-place` shares (see `writes`)."""
+    in_place: InPlaceOpt = False
+    dry_run: DryRunOpt = False
+    workers: WorkersOpt = DEFAULT_WORKERS
+    force: ForceOpt = False
+    json: JsonOpt = False
+
+    def to_op(self) -> dict:
+        """The keyword arguments the ops take (everything but --json, which only the command renders)."""
+        return {k: v for k, v in asdict(self).items() if k != "json"}
+
+
+def group(options: type, name: str):
+    """A decorator giving a command a group of options declared once, as the fields of the dataclass `options`
+    (Annotated Typer options with defaults): the command takes one parameter `name` of that type, and its command
+    line gets the fields' options after its own."""
+    shared_hints = typing.get_type_hints(options, include_extras=True)
+    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                annotation=shared_hints[f.name]) for f in fields(options)]
+
+    def decorate(command):
+        hints = typing.get_type_hints(command, include_extras=True)
+        own = [p.replace(annotation=hints[p.name]) for p in inspect.signature(command).parameters.values()
+               if p.name != name]
+
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            values = options(**{f.name: kwargs.pop(f.name) for f in fields(options) if f.name in kwargs})
+            return command(*args, **{name: values}, **kwargs)
+        wrapper.__signature__ = inspect.Signature(own + shared, return_annotation=None)
+        wrapper.__annotations__ = {p.name: p.annotation for p in own + shared}
+        return wrapper
+    return decorate
+
+
+# the writing commands' shared options: `def cmd(..., w: Writes = Writes())` under @writes
+writes = group(Writes, "w")

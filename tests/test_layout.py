@@ -168,3 +168,27 @@ def test_private_imports_are_found(tmp_path):
                                "d.py": "from .a import _hidden\n"})
     assert sorted(analyse(root)[1]) == ["pkg.b:1 imports pkg.a._hidden", "pkg.c:2 uses pkg.a._hidden",
                                         "pkg.d:1 imports pkg.a._hidden"]
+
+
+def repeated_blocks(root: Path, size: int = 6) -> list[list[str]]:
+    """Places (file:line) that share `size` or more consecutive identical code lines with another place.
+    Lines are compared stripped; blank lines, comments, imports and lone docstring quotes do not count."""
+    places: dict[tuple[str, ...], list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        numbered = [(n, line.strip()) for n, line in enumerate(path.read_text().splitlines(), 1)]
+        code = [(n, s) for n, s in numbered if s and not s.startswith(("#", "import ", "from ")) and s != '"""']
+        for k in range(len(code) - size + 1):
+            window = tuple(s for _, s in code[k:k + size])
+            places.setdefault(window, []).append(f"{path.relative_to(root.parent)}:{code[k][0]}")
+    return [p for p in places.values() if len(p) > 1]
+
+
+def test_no_repeated_block_of_six_lines():
+    assert repeated_blocks(PACKAGE) == []
+
+
+def test_a_repeated_block_is_found(tmp_path):
+    body = "".join(f"    x{i} = f({i})\n" for i in range(6))
+    root = _package(tmp_path, {"a.py": "def f(v):\n    return v\n\n\ndef g():\n" + body,
+                               "b.py": "def h():\n" + body + "    return x0\n"})
+    assert repeated_blocks(root) == [["pkg/a.py:6", "pkg/b.py:2"]]

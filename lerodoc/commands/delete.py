@@ -7,21 +7,17 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
-                             SameVersionOpt, WorkersOpt)
+from lerodoc.options import DatasetArg, OptionalOutput, SameVersionOpt, Writes, writes
 
 
+@writes
 def delete(
     dataset: DatasetArg,
     episodes: Annotated[list[str], typer.Option("--episodes", "-e", help="Episodes to delete: N, N-M or N,M-K "
                                                 "(repeatable).")],
     output: OptionalOutput = None,
-    in_place: InPlaceOpt = False,
     to: SameVersionOpt = None,
-    dry_run: DryRunOpt = False,
-    workers: WorkersOpt = DEFAULT_WORKERS,
-    force: ForceOpt = False,
-    json: JsonOpt = False,
+    w: Writes = Writes(),
 ) -> None:
     """Delete episodes: the rest are renumbered 0..N-1, videos reused or cut by stream copy, stats recomputed.
 
@@ -32,17 +28,17 @@ def delete(
     """
     from lerodoc.ops.merge import format_ranges
     from lerodoc.ops.delete import delete as delete_episodes
-    with render.progress(not json and not dry_run) as track:
-        report = delete_episodes(dataset, output, episodes, in_place=in_place, to=to.value if to else None,
-                                 workers=workers, force=force, dry_run=dry_run, progress=track)
-    if json:
-        render.print_json({**report.to_json(), "dry_run": dry_run})
+    with render.progress(not w.json and not w.dry_run) as track:
+        report = delete_episodes(dataset, output, episodes, to=to.value if to else None, progress=track,
+                                 **w.to_op())
+    if w.json:
+        render.print_json({**report.to_json(), "dry_run": w.dry_run})
         return
     source = report.sources[0]
     for clip in report.reencoded_clips:
         render.out.print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
-    verb = "would delete" if dry_run else "deleted"
+    verb = "would delete" if w.dry_run else "deleted"
     render.out.print(f"{verb} episodes {format_ranges(source.excluded)} of {source.path}: {report.episodes} episodes, "
                      f"{report.frames} frames, {report.tasks} tasks remain ({report.to_version})"
-                     + ("; dry run, nothing written" if dry_run else
+                     + ("; dry run, nothing written" if w.dry_run else
                         f" at {report.output} ({render.human_bytes(report.bytes_copied)}, {report.seconds:.2f} s)"))

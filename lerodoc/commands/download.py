@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,7 +11,7 @@ import typer
 from lerodoc import render
 from lerodoc.errors import ExitCode
 from lerodoc.hub import SOURCES, Fetched, fetch_asset, fetch_dataset
-from lerodoc.options import JsonOpt
+from lerodoc.options import JsonOpt, group
 
 app = typer.Typer(no_args_is_help=True, help="Download a dataset, the tokenizer or the pi0.5 weights, and verify them.")
 
@@ -21,6 +22,17 @@ SourceOpt = Annotated[str, typer.Option("--source", "-s", help=f"Where from: {' 
                                         "(modelscope needs lerodoc's hub extra).")]
 RepoOpt = Annotated[Optional[str], typer.Option("--repo", help="Take the files from this repository instead of "
                                                 "the asset's usual one.")]
+
+
+
+@dataclass(frozen=True)
+class Asset:
+    """The options of `download tokenizer` and `download weights`."""
+    repo: RepoOpt = None
+    revision: RevisionOpt = None
+    output: OutputDirOpt = None
+    source: SourceOpt = "hf"
+    json: JsonOpt = False
 
 
 def _source(value: str) -> str:
@@ -63,13 +75,10 @@ def dataset(
 
 
 @app.command()
+@group(Asset, "a")
 def tokenizer(
     name: Annotated[str, typer.Argument(help="Known tokenizer: paligemma.")] = "paligemma",
-    repo: RepoOpt = None,
-    revision: RevisionOpt = None,
-    output: OutputDirOpt = None,
-    source: SourceOpt = "hf",
-    json: JsonOpt = False,
+    a: Asset = Asset(),
 ) -> None:
     """Download the tokenizer and check that it loads as a SentencePiece model.
 
@@ -78,17 +87,15 @@ def tokenizer(
 
     Example: lerodoc download tokenizer paligemma
     """
-    _show(fetch_asset("tokenizer", name, repo=repo, revision=revision, output=output, source=_source(source)), json)
+    _show(fetch_asset("tokenizer", name, repo=a.repo, revision=a.revision, output=a.output,
+                       source=_source(a.source)), a.json)
 
 
 @app.command()
+@group(Asset, "a")
 def weights(
     name: Annotated[str, typer.Argument(help="Known weights: pi05_base.")] = "pi05_base",
-    repo: RepoOpt = None,
-    revision: RevisionOpt = None,
-    output: OutputDirOpt = None,
-    source: SourceOpt = "hf",
-    json: JsonOpt = False,
+    a: Asset = Asset(),
 ) -> None:
     """Download model.safetensors (and config.json) and check that the header matches the file size.
 
@@ -96,4 +103,5 @@ def weights(
 
     Example: lerodoc download weights pi05_base
     """
-    _show(fetch_asset("weights", name, repo=repo, revision=revision, output=output, source=_source(source)), json)
+    _show(fetch_asset("weights", name, repo=a.repo, revision=a.revision, output=a.output,
+                       source=_source(a.source)), a.json)

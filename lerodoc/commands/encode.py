@@ -8,8 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
-                             WorkersOpt)
+from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
 
 
 class Codec(str, Enum):
@@ -18,6 +17,7 @@ class Codec(str, Enum):
     hevc = "hevc"
 
 
+@writes
 def encode(
     dataset: DatasetArg,
     output: OptionalOutput = None,
@@ -34,11 +34,7 @@ def encode(
                                                   "the encoder's own otherwise).")] = None,
     cameras: Annotated[list[str], typer.Option("--cameras", help="Only these cameras (repeatable; default: all)."
                                                )] = [],
-    in_place: InPlaceOpt = False,
-    dry_run: DryRunOpt = False,
-    workers: WorkersOpt = DEFAULT_WORKERS,
-    force: ForceOpt = False,
-    json: JsonOpt = False,
+    w: Writes = Writes(),
 ) -> None:
     """Encode image features (frames stored in the parquet) as video features, or --reencode videos.
 
@@ -49,12 +45,12 @@ def encode(
     Example: lerodoc encode DATASET -o OUT --reencode --gop 10 --crf 23
     """
     from lerodoc.ops.encode import encode as run
-    with render.progress(not json and not dry_run) as track:
+    with render.progress(not w.json and not w.dry_run) as track:
         report = run(dataset, output, reencode=reencode, codec=codec.value if codec else None, gop=gop, crf=crf,
-                     pix_fmt=pix_fmt, preset=preset, cameras=cameras, in_place=in_place, dry_run=dry_run,
-                     workers=workers, force=force, progress=track)
-    if json:
-        render.print_json({**report.to_json(), "dry_run": dry_run})
+                     pix_fmt=pix_fmt, preset=preset, cameras=cameras, progress=track,
+                     **w.to_op())
+    if w.json:
+        render.print_json({**report.to_json(), "dry_run": w.dry_run})
         return
     if report.mode == "reencode":
         rows = [[f["camera"], f["file"], f["frames"], "re-encode" if f["changed"] else "keep", f["why"],

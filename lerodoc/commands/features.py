@@ -7,21 +7,17 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
-                             WorkersOpt)
+from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
 
 
+@writes
 def features(
     dataset: DatasetArg,
     output: OptionalOutput = None,
     drop: Annotated[list[str], typer.Option("--drop", help="A feature or camera to remove (repeatable).")] = [],
     rename: Annotated[list[str], typer.Option("--rename", help="OLD=NEW: a feature or camera to rename "
                                               "(repeatable).")] = [],
-    in_place: InPlaceOpt = False,
-    dry_run: DryRunOpt = False,
-    workers: WorkersOpt = DEFAULT_WORKERS,
-    force: ForceOpt = False,
-    json: JsonOpt = False,
+    w: Writes = Writes(),
 ) -> None:
     """Drop or rename features and cameras; info.json, stats, video folders and episodes metadata follow.
 
@@ -30,10 +26,9 @@ def features(
     Example: lerodoc features DATASET -o OUT --drop observation.images.wrist --rename action=action.joints
     """
     from lerodoc.ops.features import edit_features
-    report = edit_features(dataset, output, drop=drop, rename=rename, in_place=in_place, dry_run=dry_run,
-                           workers=workers, force=force)
-    if json:
-        render.print_json({**report.to_json(), "dry_run": dry_run})
+    report = edit_features(dataset, output, drop=drop, rename=rename, **w.to_op())
+    if w.json:
+        render.print_json({**report.to_json(), "dry_run": w.dry_run})
         return
     rows = ([[n, "dropped", "-"] for n in report.dropped] + [[n, "camera dropped", "-"] for n in report.cameras_dropped]
             + [[o, "renamed", n] for o, n in report.renamed.items()]

@@ -8,19 +8,15 @@ import typer
 
 from lerodoc import render
 from lerodoc.errors import ExitCode
-from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
-                             WorkersOpt)
+from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
 
 
+@writes
 def repair(
     dataset: DatasetArg,
     output: OptionalOutput = None,
-    in_place: InPlaceOpt = False,
     drop_broken: Annotated[bool, typer.Option(help="Drop episodes whose rows cannot be found or read.")] = False,
-    workers: WorkersOpt = DEFAULT_WORKERS,
-    force: ForceOpt = False,
-    dry_run: DryRunOpt = False,
-    json: JsonOpt = False,
+    w: Writes = Writes(),
 ) -> None:
     """Repair DATASET into -o OUTPUT (or --in-place): metadata rebuilt from the data and video files.
 
@@ -32,11 +28,10 @@ def repair(
     Example: lerodoc repair data/broken -o data/fixed
     """
     from lerodoc.ops.repair import repair as repair_dataset
-    report = repair_dataset(dataset, output, in_place=in_place, workers=workers, force=force,
-                            drop_broken=drop_broken, dry_run=dry_run)
-    if json:
+    report = repair_dataset(dataset, output, drop_broken=drop_broken, **w.to_op())
+    if w.json:
         render.print_json(report.to_json())
-    elif dry_run:
+    elif w.dry_run:
         render.print_plan(report.plan)
         return
     else:

@@ -7,23 +7,19 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
-                             WorkersOpt)
+from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
 
 SpecOpt = "SPEC: feature, feature[28:42], feature[3,5], feature[name,glob*]; repeat to concatenate."
 
 
+@writes
 def select(
     dataset: DatasetArg,
     output: OptionalOutput = None,
     state: Annotated[list[str], typer.Option("--state", help=f"Channels of observation.state. {SpecOpt}")] = [],
     action: Annotated[list[str], typer.Option("--action", help=f"Channels of action. {SpecOpt}")] = [],
     keep_source: Annotated[bool, typer.Option(help="Keep the features the channels came from.")] = False,
-    dry_run: DryRunOpt = False,
-    in_place: InPlaceOpt = False,
-    workers: WorkersOpt = DEFAULT_WORKERS,
-    force: ForceOpt = False,
-    json: JsonOpt = False,
+    w: Writes = Writes(),
 ) -> None:
     """Build observation.state and action by concatenating slices of existing features.
 
@@ -34,8 +30,8 @@ def select(
     """
     from lerodoc.ops.select import select as select_channels
     report = select_channels(dataset, output, state=state, action=action, keep_source=keep_source,
-                             dry_run=dry_run, in_place=in_place, workers=workers, force=force)
-    if json:
+                             **w.to_op())
+    if w.json:
         render.print_json(report.to_json())
         return
     render.out.print(render.table(
@@ -46,7 +42,7 @@ def select(
         render.err.print(f"[yellow]warning:[/] {warning}")
     if report.dropped:
         render.out.print(f"dropped source features: {', '.join(report.dropped)}")
-    if dry_run:
+    if w.dry_run:
         render.print_plan(report.plan)
     else:
         render.out.print(f"written to {report.output} ({report.seconds:.2f} s)")

@@ -8,10 +8,10 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
-                             WorkersOpt)
+from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
 
 
+@writes
 def tasks(
     dataset: DatasetArg,
     output: OptionalOutput = None,
@@ -19,11 +19,7 @@ def tasks(
     from_file: Annotated[Optional[Path], typer.Option("--from", exists=True, dir_okay=False,
                                                       help='A JSON file: {"old text": "new text", ...} or a list '
                                                            "of texts by task_index.")] = None,
-    in_place: InPlaceOpt = False,
-    dry_run: DryRunOpt = False,
-    workers: WorkersOpt = DEFAULT_WORKERS,
-    force: ForceOpt = False,
-    json: JsonOpt = False,
+    w: Writes = Writes(),
 ) -> None:
     """Edit task strings: the tasks file, every episode's tasks and the frames' task_index follow.
 
@@ -33,10 +29,9 @@ def tasks(
     Example: lerodoc tasks DATASET -o OUT --set 'pick up the cube=pick the red cube'
     """
     from lerodoc.ops.tasks import edit_tasks
-    report = edit_tasks(dataset, output, set_=set_, from_file=from_file, in_place=in_place, dry_run=dry_run,
-                        workers=workers, force=force)
-    if json:
-        render.print_json({**report.to_json(), "dry_run": dry_run})
+    report = edit_tasks(dataset, output, set_=set_, from_file=from_file, **w.to_op())
+    if w.json:
+        render.print_json({**report.to_json(), "dry_run": w.dry_run})
         return
     render.out.print(render.table("tasks", ["task_index", "task", "was"],
                                   [[i, t, " | ".join(o for o, n in report.renamed.items() if n == t) or "-"]
