@@ -20,21 +20,14 @@ from lerodoc.ops.merge import merge
 from lerodoc.ops.quantiles import quantiles
 from lerodoc.ops.validate import validate
 from tests.fixtures.factory import make_dataset
-from tests.helpers import run_cli
-
-try:
-    import ray
-except ImportError:       # CI installs the dev extra, which has Ray: there a missing Ray fails these tests
-    ray = None
-    if os.environ.get("CI") == "true":
-        raise
+from tests.helpers import importable, require, run_cli
 
 
 @pytest.fixture(scope="module")
 def cluster():
     """One local Ray cluster (2 CPUs) for the whole module: starting Ray takes seconds."""
-    if ray is None:
-        pytest.skip("Ray is not installed (pip install 'lerodoc[scale]')")
+    require(importable("ray"), "Ray is not installed (the dev extra has it; pip install 'lerodoc[scale]')")
+    import ray
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
