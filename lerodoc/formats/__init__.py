@@ -70,7 +70,6 @@ def load_problems(root: Path) -> list[str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lerodoc import video
     from lerodoc.formats.hf import CAST_ON_LOAD, schema_problems
 
     root = Path(root)
@@ -86,7 +85,10 @@ def load_problems(root: Path) -> list[str]:
         problems += [f"{path.relative_to(root)}: {code} {text}" for code, _, text in schema_problems(features, schema)
                      if code not in CAST_ON_LOAD]
     fps = info.get("fps")
-    for path in sorted(root.glob("videos/**/*.mp4")) if isinstance(fps, (int, float)) and fps > 0 else []:
+    videos = sorted(root.glob("videos/**/*.mp4")) if isinstance(fps, (int, float)) and fps > 0 else []
+    if videos:
+        from lerodoc import video   # PyAV: loaded only for a dataset with videos
+    for path in videos:
         try:
             time_base = video.time_base(path)
         except LerodocError as exc:

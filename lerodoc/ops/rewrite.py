@@ -11,13 +11,12 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lerodoc import video
 from lerodoc.dataset import Dataset, Episode, VideoSpan
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21, v30
@@ -28,6 +27,9 @@ from lerodoc.parquet_io import (column_digests, column_matrix, conform, from_num
                                 open_parquet, read_parquet, read_schema)
 from lerodoc.links import link_or_copy
 from lerodoc.stats import column_stats
+
+if TYPE_CHECKING:   # lerodoc.video (PyAV) is imported where clips are handled: no rewrite without videos loads it
+    from lerodoc import video
 
 TARGETS = ("v2.1", "v3.0")
 MB = 1 << 20
@@ -279,6 +281,7 @@ def clip_facts(args: tuple[tuple[video.Clip, ...], tuple[int, ...], int, bool]
     """Worker: per clip, whether it starts on a keyframe (else it is re-encoded); with `signatures`, what must
     be equal for it to be joined to its neighbour (`video.signature`); and whether its time base places frames
     on the k/fps grid (else its packets are re-timed onto it: `video.concat`)."""
+    from lerodoc import video
     clips, episodes, fps, signatures = args
     return [(video.starts_on_keyframe(c, fps, e), video.signature(c.path, e) if signatures else None,
              video.fits_grid(video.time_base(c.path, e), fps)) for c, e in zip(clips, episodes)]
@@ -291,6 +294,7 @@ def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ..
     re-timing and whose file can be reused as it is (`video.linkable`) is that source file; other clips are
     joined up to `cap_bytes`, a new file starting where two neighbours' signatures differ or either is
     re-encoded (its parameters are the encoder's)."""
+    from lerodoc import video
     reencoded = {i for i, (keyframe, _, _) in enumerate(facts) if not keyframe}
     retimed = {i for i, (_, _, on_grid) in enumerate(facts) if not on_grid} - reencoded
     whole = tuple((a, b) for a, b in whole if not (reencoded | retimed) & set(range(a, b))
@@ -309,6 +313,7 @@ def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ..
 
 def write_video_file(vf: VideoFile, root: Path, fps: int) -> list[video.Written]:
     """Write one planned file under `root`; returns where each clip landed."""
+    from lerodoc import video
     out = root / vf.path
     out.parent.mkdir(parents=True, exist_ok=True)
     if vf.reencode == (0,) and len(vf.clips) == 1:
@@ -389,6 +394,7 @@ def _group_by_size(sizes: list[int], cap: int) -> list[list[int]]:
 
 
 def _clip_of(ds: Dataset, ep: Episode, key: str) -> video.Clip:
+    from lerodoc import video
     span = ep.videos[key]
     path = ds.path(span.file)
     if ds.version == "v3.0":
