@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import read_json, read_jsonl, stats_from_json, stats_to_json, write_json, write_jsonl
@@ -50,8 +52,50 @@ def read_episode_stats(root: Path) -> dict[int, dict]:
     path = root / EPISODES_STATS_PATH
     if not path.is_file():
         return {}
+    regular = _regular_episode_stats(path)
+    if regular is not None:
+        return regular
     return {int(r["episode_index"]): stats_from_json(r["stats"], path, int(r["episode_index"]))
             for r in read_jsonl(path, {"episode_index": int})}
+
+
+def _regular_episode_stats(path: Path) -> dict[int, dict] | None:
+    """The common case of episodes_stats.jsonl read in one pass by pyarrow's JSON reader: every line holds
+    `episode_index` and the same features and stats, each stat numbers of one shape for all episodes. Each
+    feature.stat becomes one array, a row per episode (the arrays `stats_from_json` gives, without a Python
+    object per value). None for anything else, which the line-by-line reader handles and names."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    from lerodoc.parquet_io import regular_rows, to_numpy
+    try:
+        table = pj.read_json(path, read_options=pj.ReadOptions(use_threads=False,
+                                                               block_size=max(1 << 20, path.stat().st_size + 1)))
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+    if "episode_index" not in table.column_names or "stats" not in table.column_names or not table.num_rows:
+        return None
+    index, stats = table.column("episode_index").combine_chunks(), table.column("stats").combine_chunks()
+    if index.null_count or not pa.types.is_integer(index.type) or stats.null_count \
+            or not pa.types.is_struct(stats.type):
+        return None
+    columns = {}
+    for feature in stats.type:
+        by_stat = stats.field(feature.name)
+        if by_stat.null_count or not pa.types.is_struct(feature.type):
+            return None
+        for stat in feature.type:
+            values = regular_rows(by_stat.field(stat.name), np.int64 if stat.name == "count" else np.float64)
+            if values is None:
+                return None
+            columns[feature.name, stat.name] = values.reshape(len(values), 1) if values.ndim == 1 else values
+    out: dict[int, dict] = {}
+    for row, episode in enumerate(to_numpy(index).tolist()):
+        episode_stats: dict[str, dict] = {}
+        for (feature, stat), values in columns.items():
+            episode_stats.setdefault(feature, {})[stat] = values[row]
+        out[episode] = episode_stats
+    return out
 
 
 def read_dataset_stats(root: Path) -> dict | None:
