@@ -4,7 +4,10 @@
     python -m bench.convert --parquet-only [--episodes 681] [--frames 305425]
 
 Prints wall times (each tool started as a fresh process, as a user runs it; the median of --rounds
-alternating runs for the copies and lerodoc, one run of lerobot's converter) and the ratios.
+alternating runs for the copies and lerodoc, one run of lerobot's converter) and the ratios, and the CPU
+seconds (user + system, all processes) of each side. lerodoc's modules are byte-compiled first, as `pip install`
+does (lerobot's venv has its bytecode from its install): an editable checkout run with PYTHONDONTWRITEBYTECODE
+would otherwise compile every module on every start.
 
 --parquet-only converts many small files instead: a v2.1 dataset of numeric features only, one parquet
 file per episode (by default the field report's 681 episodes, 305,425 frames x 199 dims, 240 MiB),
@@ -13,6 +16,7 @@ generated with `bench.dataset.numeric_v30` and written as v2.1 by lerodoc (per-e
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import resource
@@ -24,6 +28,7 @@ import time
 
 from pathlib import Path
 
+import lerodoc
 from bench.dataset import numeric_v30, parser, seed_dataset, tile_v21, work_dir
 from bench.quantiles import SEED_DIMS, provenance
 from lerodoc.dataset import Dataset
@@ -65,6 +70,7 @@ def main() -> None:
     print(f"dataset: {len(ds.episodes)} episodes x {args.cameras} cameras, {ds.total_frames} frames, "
           f"{size / 2**20:.0f} MiB (v2.1, {codec})")
 
+    compileall.compile_dir(Path(lerodoc.__file__).parent, quiet=1)   # as an installed package runs
     lerodoc_cmd = [sys.executable, "-m", "lerodoc", "convert", str(src), "-o", str(work / "lerodoc_v30"), "--json"]
     tools = {
         "copy (shutil.copytree)": lambda: shutil.copytree(src, work / "copy"),
@@ -102,7 +108,7 @@ def main() -> None:
     summary = {"provenance": provenance(command), "parquet_only": args.parquet_only,
                "episodes": len(ds.episodes), "cameras": args.cameras, "frames": ds.total_frames, "bytes": size,
                "seconds": results, "runs": runs, "cpu_seconds": cpu, "lerodoc_over_copy": ours / copy,
-               "lerodoc_best": min(runs["lerodoc convert"])}
+               "lerodoc_best": min(runs["lerodoc convert"]), "lerodoc_bytecode": "compiled before timing"}
     if "lerobot 0.6.1 convert_dataset_v21_to_v30" in results:
         summary["lerobot_over_lerodoc"] = results["lerobot 0.6.1 convert_dataset_v21_to_v30"] / ours
         summary["lerobot_over_lerodoc_best"] = results["lerobot 0.6.1 convert_dataset_v21_to_v30"] / min(

@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
+from lerodoc.formats.jsonl import stats_from_json
+from lerodoc.formats.v21 import read_episode_stats
 from lerodoc.ops.convert import convert
 from lerodoc.ops.rewrite import _group_by_size
 from tests.fixtures.factory import make_dataset
@@ -179,3 +182,63 @@ def test_cli_converts_and_reports_json(tmp_path):
     assert report["to_version"] == "v3.0" and report["frames"] == fixture.total_frames
     again = run_cli("convert", fixture.root, "-o", tmp_path / "out", check=False)
     assert again.returncode == 3 and "already exists" in again.stderr
+
+
+def _line_by_line_stats(root: Path) -> dict:
+    path = root / "meta/episodes_stats.jsonl"
+    return {row["episode_index"]: stats_from_json(row["stats"]) for row in map(json.loads, path.read_text().splitlines())}
+
+
+def _assert_same_stats(got: dict, want: dict) -> None:
+    assert list(got) == list(want)
+    for episode, by_feature in want.items():
+        assert list(got[episode]) == list(by_feature)
+        for feature, by_stat in by_feature.items():
+            assert list(got[episode][feature]) == list(by_stat)
+            for stat, value in by_stat.items():
+                mine = got[episode][feature][stat]
+                assert (mine.dtype, mine.shape, mine.tobytes()) == (value.dtype, value.shape, value.tobytes()), \
+                    (episode, feature, stat)
+
+
+def test_episode_stats_read_in_one_pass_are_the_line_by_line_arrays(tmp_path):
+    """episodes_stats.jsonl read column-wise (pyarrow) gives the arrays of each line's stats_from_json, bit for
+    bit; lines that are not regular (a scalar beside lists, ragged values) fall back and still agree; a bad value
+    is still named by episode."""
+    fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=3)
+    _assert_same_stats(read_episode_stats(fixture.root), _line_by_line_stats(fixture.root))
+    path = fixture.root / "meta/episodes_stats.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    feature = next(iter(rows[0]["stats"]))
+    rows[1]["stats"][feature]["count"] = rows[1]["stats"][feature]["count"][0]     # a scalar among lists
+    rows[2]["stats"][feature]["min"] = rows[2]["stats"][feature]["min"][:1]         # ragged
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _assert_same_stats(read_episode_stats(fixture.root), _line_by_line_stats(fixture.root))
+    rows[2]["stats"][feature]["max"] = "high"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(LerodocError) as error:
+        read_episode_stats(fixture.root)
+    assert error.value.episode == rows[2]["episode_index"] and error.value.field == f"{feature}.max"
+
+
+def test_column_digests_do_not_depend_on_chunking():
+    """The read-back check digests planned rows (episode blocks) and re-read rows (parquet batches): the same
+    values must give the same digest however they are chunked, and one changed value must not."""
+    import pyarrow as pa
+
+    from lerodoc.parquet_io import column_digests
+    rng = np.random.default_rng(0)
+    values = rng.random(600, dtype=np.float32)
+    table = pa.table({"state": pa.FixedSizeListArray.from_arrays(pa.array(values), 3),
+                      "listed": pa.ListArray.from_arrays(pa.array(np.arange(0, 601, 3, dtype=np.int32)),
+                                                         pa.array(values)),
+                      "index": pa.array(np.arange(200)), "gaps": pa.array([1.0, None] * 100),
+                      "text": pa.array([str(i) for i in range(200)])})
+    rechunked = pa.concat_tables([table.slice(0, 7), table.slice(7, 0), table.slice(7, 150), table.slice(157)])
+    assert rechunked.column("state").num_chunks == 4
+    digests = column_digests(table)
+    assert column_digests(rechunked) == digests and digests["state"] == digests["listed"]
+    changed = values.copy()
+    changed[100] = np.nextafter(changed[100], np.float32(2))
+    table = table.set_column(0, "state", pa.FixedSizeListArray.from_arrays(pa.array(changed), 3))
+    assert column_digests(table)["state"] != digests["state"]
