@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from typing import Callable, Iterable, TypeVar
 
 T = TypeVar("T")
@@ -29,6 +28,7 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
             if progress:
                 progress(1)
         return results
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait   # only when a pool runs
     with ProcessPoolExecutor(max_workers=min(workers, len(items))) as pool:
         futures = [pool.submit(fn, item) for item in items]
         pending = set(futures)
