@@ -321,20 +321,16 @@ def reencode(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Wri
                 except READ_ERRORS as exc:
                     raise LerodocError(f"cannot seek in the video ({reason(exc)})", file=clip.path,
                                        episode=episode) from None
-            n = 0
-            for packet in _demux_checked(src.demux(stream), clip.path, episode):
-                for frame in _decode_checked(packet, clip.path, episode):
-                    if frame.pts is None or (lo is not None and frame.pts <= lo):
-                        continue
-                    if hi is not None and frame.pts > hi:
-                        break
-                    frame.pts, frame.time_base = n, Fraction(1, fps)
-                    frame.pict_type = av.video.frame.PictureType.NONE
-                    for p in ostream.encode(frame):
-                        dst.mux(p)
-                    n += 1
-            for p in ostream.encode(None):
-                dst.mux(p)
+
+            def window():
+                for packet in _demux_checked(src.demux(stream), clip.path, episode):
+                    for frame in _decode_checked(packet, clip.path, episode):
+                        if frame.pts is None or (lo is not None and frame.pts <= lo):
+                            continue
+                        if hi is not None and frame.pts > hi:
+                            break
+                        yield frame
+            n = mux_encoded(dst, ostream, enumerate(window()), fps)
     probe_ = probe(out, count_packets=True)
     if probe_.frames != n:
         raise VerifyError(f"re-encoded clip holds {probe_.frames} frames, expected {n}", out)
@@ -410,15 +406,21 @@ def encode_frames(frames, out: Path, fps: int, settings: EncodeSettings, width: 
     with av.open(str(out), "w", format="mp4") as dst:
         stream = dst.add_stream(settings.encoder, rate=fps, options=settings.options())
         stream.width, stream.height, stream.pix_fmt = width, height, settings.pix_fmt
-        n = 0
-        for k, frame in frames:
-            frame.pts, frame.time_base = k, Fraction(1, fps)
-            frame.pict_type = av.video.frame.PictureType.NONE
-            for packet in stream.encode(frame):
-                dst.mux(packet)
-            n += 1
-        for packet in stream.encode(None):
+        return mux_encoded(dst, stream, frames, fps)
+
+
+def mux_encoded(dst, stream, frames, fps: int) -> int:
+    """Encode (k, frame) pairs, frame k shown at k/fps, with `stream` (the encoder picks the frame types), mux
+    the packets into `dst` and flush the encoder; returns how many frames went in."""
+    n = 0
+    for k, frame in frames:
+        frame.pts, frame.time_base = k, Fraction(1, fps)
+        frame.pict_type = av.video.frame.PictureType.NONE
+        for packet in stream.encode(frame):
             dst.mux(packet)
+        n += 1
+    for packet in stream.encode(None):
+        dst.mux(packet)
     return n
 
 
