@@ -17,7 +17,6 @@ generated with `bench.dataset.numeric_v30` and written as v2.1 by lerodoc (per-e
 from __future__ import annotations
 
 import compileall
-import json
 import os
 import resource
 import shutil
@@ -30,7 +29,8 @@ from pathlib import Path
 
 import lerodoc
 from bench.dataset import numeric_v30, parser, seed_dataset, tile_v21, work_dir
-from bench.quantiles import SEED_DIMS, provenance
+from bench.quantiles import SEED_DIMS
+from bench.results import provenance, write_results
 from lerodoc.dataset import Dataset
 from tests.lerobot_oracle import convert_with_lerobot
 
@@ -121,11 +121,7 @@ def main() -> None:
               f"(user + system, all processes): lerodoc {min(cpu['lerodoc convert']):.2f}, lerobot "
               f"{cpu['lerobot 0.6.1 convert_dataset_v21_to_v30'][0]:.2f}: {summary['lerobot_over_lerodoc_cpu']:.1f}x")
     print(f"lerodoc takes {summary['lerodoc_over_copy']:.2f}x the time of copying the bytes (bar: <= 2x)")
-    text = json.dumps(summary, indent=2)
-    (work / "bench_convert.json").write_text(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    write_results(summary, work / "bench_convert.json", args.out)
     print(f"results in {work / 'bench_convert.json'}" + (f" and {args.out}" if args.out else ""))
 
 

@@ -23,10 +23,8 @@ the issue's bars are >= 5x for the stream-copy operations and >= 2x for encoding
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -46,6 +44,7 @@ from lerodoc.formats.hf import schema_for
 from lerodoc.parallel import default_workers, pmap
 from lerodoc.parquet_io import read_parquet
 from tests.fixtures.factory import make_dataset
+from bench.results import provenance
 from tests.lerobot_oracle import lerobot_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,21 +98,6 @@ def lerobot_version() -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-def provenance(args: argparse.Namespace) -> dict:
-    import pyarrow
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
-    return {"git_commit": commit, "python": platform.python_version(), "av": av.__version__,
-            "pyarrow": pyarrow.__version__, "numpy": np.__version__, "lerobot": lerobot_version(),
-            "cpus_available": default_workers(), "load_average_at_start": os.getloadavg(),
-            "machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "device": "cpu",
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": "python3 -m bench.edit " + " ".join(sys.argv[1:])}
-
-
 def run(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
     """Wall seconds of the command (a fresh process) and its stdout."""
     start = time.perf_counter()
@@ -137,7 +121,7 @@ def main() -> None:
     args = p.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-bench-edit-"))
     work.mkdir(parents=True, exist_ok=True)
-    started, where = time.perf_counter(), provenance(args)
+    started, where = time.perf_counter(), provenance("python3 -m bench.edit " + " ".join(sys.argv[1:]), av=av.__version__, lerobot=lerobot_version())
 
     cameras = tuple(f"observation.images.cam{c}" for c in range(args.cameras))
     src = work / "videos"

@@ -17,10 +17,7 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -33,6 +30,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from bench.dataset import numeric_v30
+from bench.results import provenance, write_results
 from tests.lerobot_oracle import quantiles_with_lerobot
 
 SEED_DIMS = {"observation.state": 163, "action": 16, "observation.velocity": 14, "observation.ts": 1}
@@ -51,23 +49,6 @@ def _tree_pss_kib(pid: int) -> int:
         except (OSError, StopIteration):
             continue
     return total
-
-
-def provenance(command: str) -> dict:
-    """Git commit, library versions, machine and load: what a results file needs to be read later."""
-    import pyarrow
-
-    from lerodoc.parallel import default_workers
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parents[1],
-                                capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
-    return {"git_commit": commit, "python": platform.python_version(), "pyarrow": pyarrow.__version__,
-            "numpy": np.__version__, "cpus_available": default_workers(), "load_average_at_start": os.getloadavg(),
-            "machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "device": "cpu",
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": command}
 
 
 def run_lerodoc(root: Path, *args: str) -> tuple[float, dict, int, float]:
@@ -157,11 +138,7 @@ def main() -> None:
                              "bar_mib": 2048}
         print(f"{args.memory_frames} frames x 37 dims: {seconds:.1f} s (bar: <= 60 s), CPU {cpu:.1f} s, "
               f"{report['passes']} passes, peak {peak_kib / 1024:.0f} MiB summed PSS (bar: < 2048 MiB)")
-    text = json.dumps(summary, indent=2)
-    (work / "bench_quantiles.json").write_text(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    write_results(summary, work / "bench_quantiles.json", args.out)
     print(f"results in {work / 'bench_quantiles.json'}" + (f" and {args.out}" if args.out else ""))
 
 

@@ -21,11 +21,9 @@ one fresh process each, like for like). Results and provenance go to --out.
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -36,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.dataset import numeric_v30
+from bench.results import provenance
 from lerodoc.dataset import Dataset
 from lerodoc.engine import RayEngine
 from lerodoc.ops.convert import convert
@@ -159,22 +158,6 @@ def against_lerobot(work: Path, v21: Path, episodes: int) -> dict:
             "lerobot_seconds_per_episode": lerobot / episodes, "lerodoc_seconds_per_episode": ours / episodes}
 
 
-def provenance() -> dict:
-    import pyarrow
-    import ray
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"git_commit": commit, "python": platform.python_version(), "ray": ray.__version__,
-            "pyarrow": pyarrow.__version__, "numpy": np.__version__, "cpus": os.cpu_count(),
-            "load_average_at_start": load, "machine": platform.machine(),
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": "python3 -m bench.scale " + " ".join(sys.argv[1:])}
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--episodes", type=int, default=10_000)
@@ -186,7 +169,8 @@ def main() -> None:
     args = p.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-bench-scale-"))
     work.mkdir(parents=True, exist_ok=True)
-    meta = provenance()
+    import ray
+    meta = provenance("python3 -m bench.scale " + " ".join(sys.argv[1:]), ray=ray.__version__)
     v30, v21 = build(work, args.episodes, args.frames)
     ds = Dataset.open(v21)
     size = sum(p.stat().st_size for p in v21.rglob("*") if p.is_file())

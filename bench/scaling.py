@@ -36,8 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
+
+from bench.results import git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +69,6 @@ BASELINE = "after"
 
 def worker(spec: dict) -> None:
     """One run under torchrun: warm-up, timed steps, optional profile; rank 0 writes spec['result']."""
-    import numpy as np
     import torch
     import torch.distributed as dist
 
@@ -234,13 +234,7 @@ def summarise(prof, trace: Path, steps: int) -> dict:
 
 def provenance(commit: str | None) -> dict:
     import torch
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                    check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            commit = None
-    return {"git_commit": commit, "torch": torch.__version__, "cuda": torch.version.cuda,
+    return {"git_commit": commit or git_commit(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None,
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "gpus": torch.cuda.device_count(), "cpus": os.cpu_count(), "python": platform.python_version(),
