@@ -49,6 +49,7 @@ def train_tiny(work: Path) -> None:
     lerodoc("train", "pi05", work / "merged_selected", "-o", work / "run_tiny", "--preset", "tiny", "--tokenizer",
             tokenizer, "--steps", "40", "--batch-per-device", "8", "--lr", "1e-3", "--save-every", "20",
             "--workers", "2")
+    lerodoc("export", "lerobot", work / "run_tiny", "-o", work / "policy_tiny", "--device", "cpu")
 
 
 def main() -> None:
@@ -81,6 +82,8 @@ def main() -> None:
     lerodoc("tasks", work / "merged_v30", "-o", work / "merged_retasked", "--set", "pick up the cube=grasp the cube")
     lerodoc("features", work / "merged_v30", "-o", work / "merged_one_camera", "--drop", "observation.images.wrist",
             "--rename", "observation.images.top=observation.images.front")
+    lerodoc("encode", work / "merged_v30", "-o", work / "merged_wrist_gop10", "--reencode", "--gop", "10",
+            "--cameras", "observation.images.wrist")
     train_tiny(work)
     print(f"\ndone under {work}:"
           f"\n  part_a_v30, part_a_back_v21  A converted to v3.0 and back to v2.1"
@@ -92,8 +95,11 @@ def main() -> None:
           f"\n  merged_without_0, merged_split/{{train,val}}, merged_retasked, merged_one_camera"
           f"\n                               episode 0 deleted; split 80/20; a task text edited; the wrist camera"
           f"\n                               dropped and the top one renamed (all by stream copy)"
-          f"\n  run_tiny                     pi0.5 (tiny preset) trained on merged_selected: checkpoints,"
-          f"\n                               metrics.jsonl, loss.png (skipped without torch)")
+          f"\n  merged_wrist_gop10           the wrist camera re-encoded with a keyframe every 10 frames"
+          f"\n  run_tiny, policy_tiny        pi0.5 (tiny preset) trained on merged_selected: checkpoints,"
+          f"\n                               metrics.jsonl, loss.png; exported as a lerobot PI05 policy"
+          f"\n                               (skipped without torch)"
+          f"\n  not run here (they need the network): lerodoc download dataset|tokenizer|weights, lerodoc push")
     lerodoc("report", work / "merged_v30", "-o", work / "report.html", "--videos")
     print(f"\nthe report of the merged sample, one self-contained page to open in a browser: {work / 'report.html'}")
 
