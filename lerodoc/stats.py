@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc.dataset import Dataset, Stats
+from lerodoc.engine import TASKS_PER_CPU
 from lerodoc.errors import LerodocError
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_matrix, iter_batches, open_parquet, read_parquet
@@ -316,9 +317,12 @@ def dataset_quantiles(files: list[Path], features: list[str], specs: dict, count
     which send back their tallies (bucket counts, and the few values of nearly-found ranks), never rows."""
     out: Stats = {}
     passes = 0
+    if engine is None:   # rows per file, from the footers (the same for every group)
+        sizes = [open_parquet(f).metadata.num_rows for f in files]
+        starts = np.cumsum([0] + sizes)
     for group in groups_of(features, specs):
         if engine is not None:
-            runs = _file_runs([str(f) for f in files], 4 * engine.cpus)
+            runs = _file_runs([str(f) for f in files], TASKS_PER_CPU * engine.cpus)
 
             def one_pass(selection, group=group, runs=runs):
                 tallies = pmap(tally_files, [(run, group, selection) for run in runs], engine=engine)
@@ -327,9 +331,6 @@ def dataset_quantiles(files: list[Path], features: list[str], specs: dict, count
             passes = max(passes, used)
             out.update(group.split(dict(zip(QUANTILES, values))))
             continue
-
-        sizes = [open_parquet(f).metadata.num_rows for f in files]
-        starts = np.cumsum([0] + sizes)
 
         def fill(matrix: np.ndarray, lo: int, hi: int, group=group) -> None:
             with ThreadPoolExecutor(max(1, workers)) as pool:

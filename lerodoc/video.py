@@ -15,8 +15,8 @@ import av
 
 from lerodoc import mp4
 # re-exported: the clip primitives live in lerodoc.clips, which mp4 shares
-from lerodoc.clips import (GRID_TIME_BASE, LEROBOT_TOLERANCE_S, READ_ERRORS, Clip, NotOnKeyframe,  # noqa: F401
-                           Written, fits_grid, grid_deviation, grid_time_base, reason, window_ticks)
+from lerodoc.clips import (READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, grid_deviation,  # noqa: F401
+                           grid_time_base, reason, window_ticks)
 from lerodoc.errors import LerodocError
 from lerodoc.links import link_or_copy
 
@@ -354,7 +354,8 @@ class VerifyError(LerodocError):
 
 # ---------------------------------------------------------------- encoding (lerodoc encode)
 # Lossy encoding with lerobot's settings (its VideoEncoderConfig: libsvtav1, yuv420p, g=2, crf=30, preset 12).
-CODECS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265"}
+# the codecs `lerodoc encode --codec` offers (mpeg4 is only for re-encoding clips of mpeg4 sources)
+CODECS = {c: e for c, e in ENCODERS.items() if c != "mpeg4"}
 
 
 @dataclass(frozen=True)
@@ -438,7 +439,6 @@ def decode_frames(path: Path, fps: int, episode: int | None = None):
 def keyframe_gap(path: Path) -> int:
     """The longest run of frames from one keyframe to the next (the whole file when it has one keyframe):
     from the mp4 sample tables, or by demuxing."""
-    from lerodoc import mp4  # late: mp4 imports this module
     try:
         sync = mp4.read_track(path).sync
     except mp4.Unsupported:

@@ -359,9 +359,6 @@ def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: 
             raise LerodocError("nothing to re-encode: every file already has the settings asked for",
                                file=ds.root / formats.INFO_PATH)
         return
-    if not in_place and out is None:
-        raise LerodocError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
-                           file=ds.root / formats.INFO_PATH)
     changed = {rel for rel, _ in jobs}
     with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=changed | {formats.INFO_PATH}) as tmp:
         work = [replace(job, out=str(tmp / rel)) for rel, job in jobs]

@@ -49,7 +49,7 @@ class FeaturesReport:
         return asdict(self)
 
 
-def parse_rename(value: str, known: dict) -> tuple[str, str]:
+def parse_rename(value: str) -> tuple[str, str]:
     old, sep, new = value.partition("=")
     old, new = old.strip(), new.strip()
     if not sep or not old or not new:
@@ -71,7 +71,7 @@ def plan(ds: Dataset, drop: list[str], rename: list[str]) -> tuple[FeatureEdit, 
     info_file = ds.root / formats.INFO_PATH
     features = dict(ds.info.features)
     report = FeaturesReport(dataset=str(ds.root), output=None)
-    pairs = [parse_rename(v, features) for v in rename]
+    pairs = [parse_rename(v) for v in rename]
     for name in list(drop) + [old for old, _ in pairs]:
         if name not in features:
             raise LerodocError(f"no feature {name!r} (features: {', '.join(features)})", field=name, file=info_file)

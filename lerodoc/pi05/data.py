@@ -101,6 +101,17 @@ def load_frames(dataset: Dataset, spec: DataSpec) -> Frames:
                   episode_end=np.repeat(ends, lengths))
 
 
+def pad_tokens(tokenizer: Tokenizer, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
+    """The prompts' token ids right-padded (and cut) to `length`, and the mask of real tokens: the one form
+    training batches and inference share. Longer prompts are cut (longest_prompt sizes the run's length)."""
+    tokens = np.zeros((len(texts), length), np.int64)
+    lengths = np.zeros(len(texts), np.int64)
+    for i, ids in enumerate(tokenizer.encode(texts)):
+        lengths[i] = min(len(ids), length)
+        tokens[i, :lengths[i]] = ids[:lengths[i]]
+    return tokens, np.arange(length)[None] < lengths[:, None]
+
+
 def prompt_text(task: str, state: np.ndarray | None) -> str:
     """openpi's pi05 prompt; the state (normalised) is digitised into 256 bins over [-1, 1]: 0..255, and -1 below
     -1 (openpi and lerobot's processor do not clip there, so neither does training)."""
@@ -209,15 +220,11 @@ class TrainingBatches(torch.utils.data.IterableDataset):
         rows, chunk, is_pad = rows[part], chunk[part], is_pad[part]
         chunk = np.minimum(chunk, f.episode_end[rows][:, None] - 1)
         texts = [prompt_text(self.tasks[f.task[i]], f.state[i] if self.spec.state_in_prompt else None) for i in rows]
-        tokens = np.zeros((len(rows), self.spec.max_token_len), np.int64)
-        lengths = np.zeros(len(rows), np.int64)
-        for i, ids in enumerate(self.tokenizer.encode(texts)):
-            lengths[i] = min(len(ids), self.spec.max_token_len)  # longer prompts are cut (longest_prompt sizes it)
-            tokens[i, :lengths[i]] = ids[:lengths[i]]
+        tokens, masks = pad_tokens(self.tokenizer, texts, self.spec.max_token_len)
         return {"step": torch.tensor(step),
                 "images": torch.from_numpy(self.images(rows)),
                 "tokens": torch.from_numpy(tokens),
-                "token_masks": torch.from_numpy(np.arange(self.spec.max_token_len)[None] < lengths[:, None]),
+                "token_masks": torch.from_numpy(masks),
                 "actions": torch.from_numpy(f.action[chunk]),
                 "action_is_pad": torch.from_numpy(is_pad),
                 "noise": noise[part], "time": time[part],

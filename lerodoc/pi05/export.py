@@ -34,6 +34,7 @@ import numpy as np
 
 from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json
+from lerodoc.links import link_or_copy
 from lerodoc.pi05 import runs
 
 PALIGEMMA = "google/paligemma-3b-pt-224"
@@ -264,10 +265,7 @@ def checkpoint_policy(checkpoint: Path, run_folder: Path, device: str = "cuda") 
     folder = checkpoint / "lerobot"
     folder.mkdir()
     write_policy(folder, trainer, tokenizer_name, device)
-    try:
-        os.link(checkpoint / "model.safetensors", folder / "model.safetensors")
-    except OSError:   # a file system without hard links
-        shutil.copyfile(checkpoint / "model.safetensors", folder / "model.safetensors")
+    link_or_copy(checkpoint / "model.safetensors", folder / "model.safetensors")
     write_json(folder / "lerodoc.json", {"step": trainer["step"], "model": trainer["model"],
                                          "data": trainer["run"]["data"]})
 

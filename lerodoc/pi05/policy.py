@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from lerodoc.errors import LerodocError
-from lerodoc.pi05.data import DataSpec, Tokenizer, normalise, prompt_text
+from lerodoc.pi05.data import DataSpec, Tokenizer, normalise, pad_tokens, prompt_text
 from lerodoc.pi05.model import GemmaConfig, PI05, PI05Config, SiglipConfig
 
 
@@ -86,15 +86,11 @@ class Policy:
             s = self.norm_stats["state"]
             normalised = normalise(state, np.asarray(s["q01"], np.float32), np.asarray(s["q99"], np.float32))
         texts = [prompt_text(task, normalised[i] if spec.state_in_prompt else None) for i, task in enumerate(tasks)]
-        tokens = np.zeros((len(texts), spec.max_token_len), np.int64)
-        lengths = np.zeros(len(texts), np.int64)
-        for i, ids in enumerate(self.tokenizer.encode(texts)):
-            lengths[i] = min(len(ids), spec.max_token_len)
-            tokens[i, :lengths[i]] = ids[:lengths[i]]
+        tokens, masks = pad_tokens(self.tokenizer, texts, spec.max_token_len)
         pixels = [np.stack([to_image(im, spec.image_size) for im in images[c]]) for c in spec.cameras]
         return dict(images=[torch.from_numpy(p).to(device).permute(0, 3, 1, 2).float() / 127.5 - 1 for p in pixels],
                     image_masks=[None] * len(pixels), tokens=torch.from_numpy(tokens).to(device),
-                    token_masks=torch.from_numpy(np.arange(spec.max_token_len)[None] < lengths[:, None]).to(device))
+                    token_masks=torch.from_numpy(masks).to(device))
 
     @torch.no_grad()
     def predict(self, images: dict, state, tasks: list[str], noise: torch.Tensor | None = None) -> np.ndarray:

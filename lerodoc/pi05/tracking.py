@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 from lerodoc.errors import LerodocError
+from lerodoc.formats.jsonl import write_json
 
 PREFIX = {"loss": "train", "grad_norm": "train", "lr": "train", "step_s": "train", "data_wait_s": "train",
           "samples_per_s": "perf", "data_wait": "perf", "mfu": "perf"}
@@ -49,7 +50,7 @@ class Tracker:
             state_path = output / "tracking.json"
             state = json.loads(state_path.read_text()) if state_path.is_file() else {}
             run_id = state.get("wandb_id") or uuid.uuid4().hex[:8]
-            state_path.write_text(json.dumps(state | {"wandb_id": run_id}))
+            write_json(state_path, state | {"wandb_id": run_id})
             self.wandb = wandb.init(project=wandb_project, dir=str(output), id=run_id, resume="allow",
                                     name=output.name, config=config)
         if tensorboard:

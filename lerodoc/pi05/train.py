@@ -466,7 +466,6 @@ class Metrics:
         self.window_wait = 0.0
         self.rows: list[dict] = []
         self.latest: dict = {}
-        self.skipped = 0     # steps whose gradient norm was not finite: the optimizer left everything untouched
 
     def add(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor, lr: float, waited: float) -> None:
         now = time.perf_counter()
@@ -489,7 +488,6 @@ class Metrics:
         for (step, _, _, lr, waited, seconds), loss, norm in zip(self.pending, losses, norms):
             rows.append({"step": step + 1, "loss": loss, "grad_norm": norm, "lr": lr, "step_s": seconds,
                          "data_wait_s": waited} | ({} if math.isfinite(norm) else {"skipped": True}))
-        self.skipped += sum("skipped" in r for r in rows)
         samples_per_s = self.global_batch * len(rows) / wall
         window = {"samples_per_s": samples_per_s, "data_wait": sum(r["data_wait_s"] for r in rows) / wall,
                   "mfu": samples_per_s * self.flops / self.procs.world / self.peak if self.peak else None}
@@ -515,7 +513,7 @@ class Metrics:
                 "samples_per_s": float(np.mean([w["samples_per_s"] for w in later])) if later else None,
                 "data_wait": float(np.mean([w["data_wait"] for w in later])) if later else None,
                 "mfu": float(np.mean([w["mfu"] for w in later])) if later and self.peak else None,
-                "skipped_steps": self.skipped,
+                "skipped_steps": sum("skipped" in r for r in self.rows),   # non-finite: no update made
                 "flops_per_sample": self.flops}
 
     def live(self, enabled: bool, start: int):

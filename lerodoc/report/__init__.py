@@ -8,6 +8,7 @@ episodes with frames, tasks), and the same facts as JSON.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from html import escape
 from pathlib import Path
@@ -59,18 +60,20 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: int = 3, wor
         tick = progress("frames", len(thumbs)) if progress else None
         data.decode_thumbnails(ds, thumbs, tolerance_s, workers=max(workers, 2), tick=tick)
     from lerodoc.report import plots   # matplotlib loads only once the data is known to be readable
-    counts = [sum(task in ep.tasks for ep in ds.episodes) for task in ds.tasks]
+    per_task = Counter(task for ep in ds.episodes for task in set(ep.tasks))
+    counts = [per_task[task] for task in ds.tasks]
     summary = _summary(ds, counts)
+    findings = verdict.to_json()
     changes = data.task_changes(ds, columns.task_index)
     report = Report(
-        dataset=str(ds.root), output=str(Path(out).absolute()), summary=summary, validate=verdict.to_json(),
+        dataset=str(ds.root), output=str(Path(out).absolute()), summary=summary, validate=findings,
         channels=channels, select=data.select_command(ds, channels),
         episodes={"lengths": [ep.length for ep in ds.episodes], "sampled": [ep.index for ep in sampled]},
         thumbnails=[t.to_json(tolerance_s) for t in thumbs if videos],
         tasks={"episodes_per_task": dict(zip(ds.tasks, counts)), "changes": changes,
                "episodes_with_changes": len({c["episode"] for c in changes})})
     sections = [
-        ("summary", "Summary", _summary_html(summary, verdict.to_json(), videos)),
+        ("summary", "Summary", _summary_html(summary, findings, videos)),
         ("channels", "Channels", _channels_html(features, columns.values, channels, report.select, plots)),
         ("episodes", "Episodes", _episodes_html(ds, sampled, columns, channels, thumbs, videos, tolerance_s, plots)),
         ("tasks", "Tasks", _tasks_html(ds, counts, changes, plots)),
