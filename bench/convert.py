@@ -12,6 +12,8 @@ would otherwise compile every module on every start.
 --parquet-only converts many small files instead: a v2.1 dataset of numeric features only, one parquet
 file per episode (by default the field report's 681 episodes, 305,425 frames x 199 dims, 240 MiB),
 generated with `bench.dataset.numeric_v30` and written as v2.1 by lerodoc (per-episode stats included).
+It also times `bench.parquet_floor` on the same files: pyarrow alone reading them, writing the same output
+files and reading them back, with and without that read-back, the floor under any verified rewrite here.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ from bench.quantiles import SEED_DIMS
 from bench.results import provenance, write_results
 from lerodoc.dataset import Dataset
 from tests.lerobot_oracle import convert_with_lerobot
+
+
+FLOOR = "pyarrow floor: read, write, read back (bench.parquet_floor)"
+FLOOR_UNVERIFIED = "pyarrow floor without the read-back"
 
 
 def children_cpu() -> float:
@@ -79,8 +85,13 @@ def main() -> None:
     }
     outputs = {"copy (shutil.copytree)": work / "copy", "copy (cp -r)": work / "copy",
                "lerodoc convert": work / "lerodoc_v30"}
+    if args.parquet_only:   # the floor under lerodoc: pyarrow's read, write and read-back of the same files
+        for name, extra in ((FLOOR, []), (FLOOR_UNVERIFIED, ["--no-read-back"])):
+            floor_cmd = [sys.executable, "-m", "bench.parquet_floor", str(src), str(work / "floor")] + extra
+            tools[name] = lambda cmd=floor_cmd: subprocess.run(cmd, check=True, capture_output=True)
+            outputs[name] = work / "floor"
     runs: dict[str, list[float]] = {name: [] for name in tools}
-    cpu: dict[str, list[float]] = {"lerodoc convert": []}
+    cpu: dict[str, list[float]] = {name: [] for name in tools if name.startswith(("lerodoc", "pyarrow"))}
     for _ in range(args.rounds):            # alternate the tools; each starts with clean page-cache writeback
         for name, fn in tools.items():
             shutil.rmtree(outputs[name], ignore_errors=True)
@@ -120,6 +131,11 @@ def main() -> None:
               f"of its runs, {summary['lerobot_over_lerodoc_best']:.1f}x on the best (bar: >= {bar}x); CPU seconds "
               f"(user + system, all processes): lerodoc {min(cpu['lerodoc convert']):.2f}, lerobot "
               f"{cpu['lerobot 0.6.1 convert_dataset_v21_to_v30'][0]:.2f}: {summary['lerobot_over_lerodoc_cpu']:.1f}x")
+    if FLOOR in results and "lerobot_over_lerodoc" in summary:
+        summary["lerobot_over_floor"] = results["lerobot 0.6.1 convert_dataset_v21_to_v30"] / results[FLOOR]
+        summary["lerodoc_over_floor"] = ours / results[FLOOR]
+        print(f"the verified pyarrow floor alone is {summary['lerobot_over_floor']:.1f}x faster than lerobot's "
+              f"converter; lerodoc takes {summary['lerodoc_over_floor']:.2f}x the floor's time")
     print(f"lerodoc takes {summary['lerodoc_over_copy']:.2f}x the time of copying the bytes (bar: <= 2x)")
     write_results(summary, work / "bench_convert.json", args.out)
     print(f"results in {work / 'bench_convert.json'}" + (f" and {args.out}" if args.out else ""))

@@ -13,6 +13,14 @@ def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+def _worker_init() -> None:
+    """A pool worker runs pyarrow's decoding and encoding on one thread: the pool already fills the cores,
+    and a thread pool per worker on top of it only adds switching."""
+    import pyarrow
+    pyarrow.set_cpu_count(1)
+    pyarrow.set_io_thread_count(1)
+
+
 def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
          progress: Callable[[int], None] | None = None, engine=None) -> list[R]:
     """[fn(item) for item in items], across `workers` processes; the first error stops the rest.
@@ -29,7 +37,7 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
                 progress(1)
         return results
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait   # only when a pool runs
-    with ProcessPoolExecutor(max_workers=min(workers, len(items))) as pool:
+    with ProcessPoolExecutor(max_workers=min(workers, len(items)), initializer=_worker_init) as pool:
         futures = [pool.submit(fn, item) for item in items]
         pending = set(futures)
         while pending:
