@@ -53,6 +53,11 @@ def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:
         return pq.read_schema(path)
 
 
+def is_list_type(kind: pa.DataType) -> bool:
+    """Whether an Arrow type is a list of any storage: list, large_list or fixed_size_list."""
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+
+
 def numpy_dtype(kind: pa.DataType) -> np.dtype | None:
     """The numpy dtype of a fixed-width integer or float Arrow type, else None."""
     if pa.types.is_floating(kind):
@@ -124,7 +129,7 @@ def regular_rows(column: pa.ChunkedArray | pa.Array, dtype) -> np.ndarray | None
     every row has the same shape; else None. The inverse of `arrow_array`, without a Python object per value."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     shape = [len(array)]
-    while pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+    while is_list_type(array.type):
         if array.null_count:
             return None
         lengths = _list_lengths(array)
@@ -175,7 +180,7 @@ def column_matrix(column: pa.ChunkedArray | pa.Array, num_rows: int) -> np.ndarr
     """A scalar or (fixed-size) list column as an (N, D) array. (Array methods, not pyarrow.compute, whose
     import takes a tenth of a second.)"""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+    if is_list_type(array.type):
         return to_numpy(list_values(array)).reshape(num_rows, -1)
     return to_numpy(array).reshape(num_rows, -1)
 
@@ -184,7 +189,7 @@ def _canonical_parts(array: pa.Array):
     """Byte strings (or buffers) that identify an array's values, the same for list and fixed_size_list
     storage."""
     kind = array.type
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+    if is_list_type(kind):
         lengths = array.value_lengths()
         if lengths.null_count:
             yield repr([i for i, v in enumerate(lengths.to_pylist()) if v is None]).encode()
@@ -228,7 +233,7 @@ def _numeric_streams(kind: pa.DataType, chunks: list[pa.Array]) -> Iterator | No
     """`_canonical_parts` of the chunks combined, yielded chunk by chunk, for a numeric column or (nested)
     lists of numbers with no null at any level; None for anything else."""
     levels, leaf = [], kind
-    while pa.types.is_list(leaf) or pa.types.is_large_list(leaf) or pa.types.is_fixed_size_list(leaf):
+    while is_list_type(leaf):
         levels.append(leaf)
         leaf = leaf.value_type
     if numpy_dtype(leaf) is None:
@@ -295,14 +300,12 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     table = table.select(schema.names)
     for name in schema.names:
         kind, target = table.schema.field(name).type, schema.field(name).type
-        listed = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
-        if listed and not (pa.types.is_list(target) or pa.types.is_large_list(target)
-                           or pa.types.is_fixed_size_list(target)):
+        if is_list_type(kind) and not is_list_type(target):
             column = table.column(name).combine_chunks()
-            if column.null_count or len(column) and (to_numpy(column.value_lengths()) != 1).any():
+            if column.null_count or len(column) and (_list_lengths(column) != 1).any():
                 raise LerodocError("holds lists that are not all of one value, so it cannot become a scalar",
                                    field=name)
-            table = table.set_column(table.column_names.index(name), name, column.flatten())
+            table = table.set_column(table.column_names.index(name), name, list_values(column))
     try:
         return table.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:

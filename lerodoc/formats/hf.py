@@ -11,6 +11,8 @@ import json
 
 import pyarrow as pa
 
+from lerodoc.parquet_io import is_list_type
+
 ARROW = {"float16": pa.float16(), "float32": pa.float32(), "float64": pa.float64(), "int8": pa.int8(),
          "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(), "uint8": pa.uint8(),
          "uint16": pa.uint16(), "uint32": pa.uint32(), "uint64": pa.uint64(), "bool": pa.bool_(),
@@ -72,7 +74,7 @@ CAST_ON_LOAD = frozenset({"LAY035"})   # problems the `datasets` cast resolves b
 def list_levels(kind: pa.DataType) -> tuple[list[int | None], pa.DataType]:
     """The list sizes around a column's values (None for variable-length) and the value type."""
     sizes = []
-    while pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+    while is_list_type(kind):
         sizes.append(kind.list_size if pa.types.is_fixed_size_list(kind) else None)
         kind = kind.value_type
     return sizes, kind

@@ -16,7 +16,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import dtype_name
 from lerodoc.ops import derive
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import read_parquet, to_numpy
+from lerodoc.parquet_io import is_list_type, read_parquet, to_numpy
 
 
 @dataclass
@@ -49,14 +49,9 @@ class Flatten:
         return table
 
 
-def _is_list(kind: pa.DataType) -> bool:
-    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
-
-
 def _flattenable(kind: pa.DataType) -> bool:
     """Variable-length lists, and fixed-size lists of one item (which should be scalars)."""
-    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or \
-        (pa.types.is_fixed_size_list(kind) and kind.list_size == 1)
+    return is_list_type(kind) and (not pa.types.is_fixed_size_list(kind) or kind.list_size == 1)
 
 
 def list_lengths(args: tuple[str, list[tuple[int, int, int]], list[str]]) -> dict[str, list[tuple[int, int, int]]]:
@@ -78,7 +73,7 @@ def plan(ds: Dataset, columns: list[str] | None, workers: int) -> tuple[Flatten,
     candidates = [n for n in ds.info.data_keys if n in schema.names and _flattenable(schema.field(n).type)]
     chosen = candidates if columns is None else list(columns)
     for name in chosen:
-        if name not in schema.names or not _is_list(schema.field(name).type):
+        if name not in schema.names or not is_list_type(schema.field(name).type):
             raise LerodocError(f"{name!r} is not a list column of this dataset (list columns: "
                                f"{', '.join(candidates) or 'none'})", field=name)
     by_file: dict[str, list[tuple[int, int, int]]] = {}

@@ -23,8 +23,8 @@ from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import (column_digests, column_matrix, conform, from_numpy, iter_batches, numpy_dtype,
-                                open_parquet, read_parquet, read_schema)
+from lerodoc.parquet_io import (column_digests, column_matrix, conform, from_numpy, is_list_type, iter_batches,
+                                numpy_dtype, open_parquet, read_parquet, read_schema)
 from lerodoc.links import link_or_copy
 from lerodoc.stats import column_stats
 
@@ -205,7 +205,7 @@ def _numeric_stats(rows: pa.Table, schema: pa.Schema) -> dict:
     stats = {}
     for name in rows.column_names:
         kind = schema.field(name).type
-        if pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind):
+        if is_list_type(kind):
             kind = kind.value_type
         if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
             stats[name] = column_stats(column_matrix(rows.column(name), rows.num_rows).astype("float64"))
