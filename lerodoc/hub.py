@@ -208,43 +208,47 @@ def check_safetensors(path: Path) -> str:
 
 
 @contextmanager
-def hub_errors(repo: str, a: Asset | None = None):
-    """Turn huggingface_hub's and the network's exceptions into one-paragraph HubErrors about `repo`."""
+def hub_errors(repo: str, a: Asset | None = None, *, taken_as: str = ""):
+    """Turn huggingface_hub's and the network's exceptions into one-paragraph HubErrors about `repo`.
+    `taken_as` opens each message when `repo` was only one reading of what the user typed (a path or a hub id)."""
     import httpx2
     from huggingface_hub import errors
 
     retry = f"`{download_command(a)} --source modelscope`" if a else "--source modelscope"
+
+    def fail(message: str, hint: str) -> HubError:
+        return HubError(taken_as + message, file=repo, hint=hint)
+
     try:
         yield
+    except errors.HFValidationError as exc:
+        raise LerodocError(f"{taken_as}is not a valid repository id ({exc})", file=repo,
+                           hint="check the id: owner/name") from None
     except errors.GatedRepoError:
-        raise HubError("is gated: your account has not accepted its licence, or no token was sent", file=repo,
-                       hint=f"accept it on the repository page and set HF_TOKEN (or `hf auth login`), or use {retry}"
-                       ) from None
+        raise fail("is gated: your account has not accepted its licence, or no token was sent",
+                   f"accept it on the repository page and set HF_TOKEN (or `hf auth login`), or use {retry}"
+                   ) from None
     except errors.RepositoryNotFoundError:
-        raise HubError("no such repository, or it is private", file=repo,
-                       hint="check the id (datasets and models are separate); set HF_TOKEN for a private one"
-                       ) from None
+        raise fail("no such repository, or it is private",
+                   "check the id (datasets and models are separate); set HF_TOKEN for a private one") from None
     except errors.RevisionNotFoundError:
-        raise HubError("no such revision", file=repo, hint="check --revision") from None
+        raise fail("no such revision", "check --revision") from None
     except errors.RemoteEntryNotFoundError:
-        raise HubError("the repository lacks a requested file", file=repo,
-                       hint="pass --repo with a repository that holds it") from None
+        raise fail("the repository lacks a requested file", "pass --repo with a repository that holds it") from None
     except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled) as exc:
         if offline():
-            raise HubError("is not in the cache and downloads are off (HF_HUB_OFFLINE=1)", file=repo,
-                           hint="unset HF_HUB_OFFLINE where huggingface.co, an HF_ENDPOINT mirror or ModelScope "
-                                f"({retry}) is reachable, or copy HF_HOME from a machine that has it") from None
+            raise fail("is not in the cache and downloads are off (HF_HUB_OFFLINE=1)",
+                       "unset HF_HUB_OFFLINE where huggingface.co, an HF_ENDPOINT mirror or ModelScope "
+                       f"({retry}) is reachable, or copy HF_HOME from a machine that has it") from None
         cause = exc.__cause__ or exc.__context__ or exc
-        raise HubError(f"the hub failed or could not be reached ({type(cause).__name__}); what arrived so far is "
-                       "kept", file=repo, hint=f"run the same command again to resume, set HF_ENDPOINT to a mirror, "
-                                               f"or use {retry}") from None
+        raise fail(f"the hub failed or could not be reached ({type(cause).__name__}); what arrived so far is kept",
+                   f"run the same command again to resume, set HF_ENDPOINT to a mirror, or use {retry}") from None
     except errors.HfHubHTTPError as exc:
-        raise HubError(f"the hub answered {exc.response.status_code}; what arrived so far is kept", file=repo,
-                       hint="run the same command again to resume") from None
+        raise fail(f"the hub answered {exc.response.status_code}; what arrived so far is kept",
+                   "run the same command again to resume") from None
     except (httpx2.HTTPError, OSError) as exc:
-        raise HubError(f"download failed ({type(exc).__name__}: {exc}); what arrived so far is kept", file=repo,
-                       hint=f"run the same command again to resume, set HF_ENDPOINT to a mirror, or use {retry}"
-                       ) from None
+        raise fail(f"download failed ({type(exc).__name__}: {exc}); what arrived so far is kept",
+                   f"run the same command again to resume, set HF_ENDPOINT to a mirror, or use {retry}") from None
 
 
 def _modelscope_fetch(repo: str, repo_type: str, revision: str | None, local_dir: Path,

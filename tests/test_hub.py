@@ -234,3 +234,26 @@ def test_modelscope_tokenizer_from_the_mirror_is_found_offline(tmp_path, hub, en
     found = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env, "HF_HUB_OFFLINE": "1"},
                            capture_output=True, text=True, check=True).stdout.strip()
     assert Path(found) == path and path.read_bytes() == tok
+
+
+def test_weights_hub_policy_is_fetched_and_hub_failures_are_hub_errors(tmp_path, hub, env):
+    """--weights owner/name of a lerobot policy repo downloads its config and weights through huggingface_hub; a
+    repo the hub lacks, or an id the hub refuses, is one LerodocError paragraph from lerodoc.hub.hub_errors."""
+    hub.add("model", "someone/policy", {"model.safetensors": weights_file(), "config.json": b'{"type": "pi05"}',
+                                        "README.md": b"not fetched"})
+    show = ("import sys; from lerodoc.errors import LerodocError; from lerodoc.pi05.weights import locate_weights\n"
+            "try: print(*locate_weights(sys.argv[1]), sep='|')\n"
+            "except LerodocError as e: print(e.render()); sys.exit(int(e.exit_code))")
+    def locate(spec: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", show, spec], capture_output=True, text=True,
+                              env={**os.environ, **env})
+
+    found = locate("someone/policy")
+    assert found.returncode == 0, found.stderr
+    weights, folder = found.stdout.strip().split("|")
+    assert Path(weights).read_bytes() == weights_file() and not (Path(folder) / "README.md").exists()
+    missing = locate("someone/other")
+    assert missing.returncode == ExitCode.NETWORK and "Traceback" not in missing.stderr
+    assert "someone/other" in missing.stdout and "is no local file or folder" in missing.stdout
+    bad = locate("./not-here")
+    assert bad.returncode == ExitCode.BAD_INPUT and "not a valid repository id" in bad.stdout

@@ -89,23 +89,14 @@ def locate_weights(spec: str) -> tuple[Path, Path | None]:
     """(model.safetensors, the lerobot policy folder holding it or None) that `--weights spec` names: a file, a
     folder, a known name (lerodoc.hub.locate), or a hub id `owner/name` of a lerobot policy, taken from the
     Hugging Face cache or downloaded (config, weights and processors only; HF_HUB_OFFLINE is honoured)."""
-    from lerodoc.hub import ASSETS, HubError, locate
+    from lerodoc.hub import ASSETS, hub_errors, locate
     path = Path(spec).expanduser()
     if path.exists() or spec in ASSETS or spec.count("/") != 1:
         found = locate("weights", spec)
         return found, found.parent if path.is_dir() and (path / "config.json").is_file() else None
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
-    try:
+    with hub_errors(spec, taken_as="is no local file or folder; as a hub policy (owner/name): "):
         folder = Path(snapshot_download(spec, allow_patterns=POLICY_FILES))
-    except LocalEntryNotFoundError as exc:
-        raise HubError(f"is no local file or folder, and as a hub policy (owner/name) it is neither in the Hugging "
-                       f"Face cache nor reachable ({' '.join(str(exc).split())[:300]})", file=spec,
-                       hint="check the path; or fetch the policy once where the hub is reachable") from None
-    except (HfHubHTTPError, OSError, ValueError) as exc:
-        raise HubError(f"is no local file or folder, and fetching it as a hub policy (owner/name) failed: "
-                       f"{' '.join(str(exc).split())[:300]}", file=spec,
-                       hint="check the path, or the repo id and HF_TOKEN for a private repo") from None
     if not (folder / "model.safetensors").is_file():
         raise LerodocError("has no model.safetensors", file=spec, hint="pass a lerobot policy repo")
     return folder / "model.safetensors", folder if (folder / "config.json").is_file() else None
