@@ -59,6 +59,12 @@ VARIANTS = {
     # FSDP2, one unit per layer, bf16 parameters gathered, fp32 gradients reduce-scattered, the optimizer on the shard
     "fsdp": dict(fsdp=True),
     "fsdp_zero2": dict(fsdp=True, fsdp_reshard=False),   # gathered parameters kept from forward to backward
+    "pnorm": dict(grad_norm="per_tensor"),      # the clip's norm by one reduction per gradient
+    # the step on a high-priority stream: its kernels' blocks are scheduled before NCCL's (normal priority)
+    "prio": dict(stream_priority=-1),
+    "pnorm_prio": dict(grad_norm="per_tensor", stream_priority=-1),
+    "p2pce": dict(env={"NCCL_P2P_USE_CUDA_MEMCPY": "1"}),   # NCCL's peer copies by the copy engines
+    "cdt": dict(env={"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}),   # inductor tunes its kernels' launch
 }
 # weak scaling of a variant with no 1-GPU run of its own is taken against this one (same mode)
 BASELINE = "after"
@@ -74,6 +80,7 @@ def worker(spec: dict) -> None:
 
     settings = dict(VARIANTS[spec["variant"]])
     os.environ.update(settings.pop("env", {}))
+    priority = settings.pop("stream_priority", 0)
     from lerodoc.pi05 import train as T
     from lerodoc.pi05.data import DataSpec
     from lerodoc.pi05.model import flops_per_sample
@@ -115,6 +122,12 @@ def worker(spec: dict) -> None:
         if dist.is_initialized():
             dist.barrier()
 
+    if cuda and priority:   # every step, sync and flush on one stream of that priority
+        from contextlib import ExitStack
+        stack = ExitStack()
+        high = torch.cuda.Stream(device=procs.device, priority=priority)
+        high.wait_stream(torch.cuda.current_stream(procs.device))
+        stack.enter_context(torch.cuda.stream(high))
     for i in range(spec["warmup"]):
         step(i)
     log.flush()
@@ -344,9 +357,12 @@ def main() -> None:
             print(out[-3000:], flush=True)
         entry["run_s"] = time.perf_counter() - t
         report["runs"].append(entry)
-        one = {(r["mode"], r["variant"]): r for r in report["runs"] if r["world"] == 1 and "samples_per_s_per_gpu" in r}
+        one = {(r["mode"], r["variant"], r["batch_per_gpu"]): r for r in report["runs"]
+               if r["world"] == 1 and "samples_per_s_per_gpu" in r}
         for r in report["runs"]:
-            base = one.get((r["mode"], r["variant"])) or one.get((r["mode"], BASELINE))
+            batch_ = r.get("batch_per_gpu")
+            base = one.get((r["mode"], r["variant"], batch_)) or one.get((r["mode"], BASELINE, batch_)) \
+                or one.get((r["mode"], BASELINE, args.batch))
             if base and "samples_per_s_per_gpu" in r:
                 r["weak_scaling"] = r["samples_per_s_per_gpu"] / base["samples_per_s_per_gpu"]
                 r["weak_scaling_against"] = f"{base['mode']}:{base['variant']}:1 at batch {base['batch_per_gpu']}"
