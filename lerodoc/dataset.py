@@ -109,6 +109,13 @@ class Dataset:
         """Data parquet files in row order."""
         return list(dict.fromkeys(ep.data_file for ep in self.episodes))
 
+    def episodes_by_data_file(self) -> dict[str, list[Episode]]:
+        """Each data file (relative path, in row order) -> its episodes, in row order."""
+        by_file: dict[str, list[Episode]] = {}
+        for ep in self.episodes:
+            by_file.setdefault(ep.data_file, []).append(ep)
+        return by_file
+
     def video_files(self, key: str) -> list[str]:
         return list(dict.fromkeys(ep.videos[key].file for ep in self.episodes if key in ep.videos))
 

@@ -289,9 +289,8 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
     channel blocks or radix selection over the files. With an `engine` (`lerodoc.engine`) the rows never
     leave the workers: episodes per file and the dataset quantiles by tally passes on the cluster.
     """
-    by_file: dict[str, list[tuple[int, int, int]]] = {}
-    for ep in ds.episodes:
-        by_file.setdefault(str(ds.path(ep.data_file)), []).append((ep.index, ep.data_row, ep.length))
+    by_file = {str(ds.path(f)): [(ep.index, ep.data_row, ep.length) for ep in eps]
+               for f, eps in ds.episodes_by_data_file().items()}
     groups = groups_of(features, ds.info.features)
     held = ds.total_frames * sum(g.width * np.dtype(g.dtype).itemsize for g in groups)
     if engine is None and held <= budget * 8:

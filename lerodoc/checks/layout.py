@@ -19,6 +19,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import schema_problems
 from lerodoc.formats.info import INDEX_FEATURES
+from lerodoc.formats.model import Episode
 
 CODES = {
     "LAY001": (ERROR, "a metadata file (or the dataset folder) is missing",
@@ -203,25 +204,19 @@ def _outline(names: object) -> str:
 
 # ---------------------------------------------------------------- data files and their schemas
 
-def _episodes_by_file(ctx: Context) -> dict[str, list[int]]:
-    by_file: dict[str, list[int]] = {}
-    for ep in ctx.dataset.episodes:
-        by_file.setdefault(ep.data_file, []).append(ep.index)
-    return by_file
-
-
-def _only_episode(episodes: list[int]) -> int | None:
-    return episodes[0] if len(episodes) == 1 else None
+def _only_episode(episodes: list[Episode]) -> int | None:
+    return episodes[0].index if len(episodes) == 1 else None
 
 
 def _data_file_findings(ctx: Context) -> list[Finding]:
-    out, by_file = [], _episodes_by_file(ctx)
+    out, by_file = [], ctx.dataset.episodes_by_data_file()
     for path, data in data_files(ctx).items():
         if data.ok or data.error == "missing" and _stray_for(ctx, path):
             continue   # a misplaced file is reported by _placement
         episodes = by_file.get(path, [])
         where = dict(file=path, episode=_only_episode(episodes))
-        span = f"episode {episodes[0]}" if len(episodes) == 1 else f"episodes {episodes[0]}..{episodes[-1]}"
+        span = f"episode {episodes[0].index}" if len(episodes) == 1 else \
+            f"episodes {episodes[0].index}..{episodes[-1].index}"
         if data.error == "missing":
             out.append(_finding("LAY030", f"{path} ({span}) does not exist", **where))
         else:
@@ -235,7 +230,7 @@ def _schemas(ctx: Context) -> list[Finding]:
     for data in data_files(ctx).values():
         if data.ok:
             groups.setdefault(data.schema.remove_metadata().to_string(), []).append(data)
-    by_file, out = _episodes_by_file(ctx), []
+    by_file, out = ctx.dataset.episodes_by_data_file(), []
     for files in groups.values():
         first = files[0]
         others = f" (and {len(files) - 1} more files with this schema)" if len(files) > 1 else ""
@@ -296,7 +291,7 @@ def _placement(ctx: Context) -> list[Finding]:
         if stray:
             placed.add(stray)
             out.append(_finding("LAY041", f"data file {stray} belongs at {path}, where the episodes look for it",
-                                file=stray, episode=_only_episode(_episodes_by_file(ctx).get(path, []))))
+                                file=stray, episode=_only_episode(ds.episodes_by_data_file().get(path, []))))
     for key in ds.info.video_keys:
         first_episode = {}
         for ep in ds.episodes:
