@@ -16,7 +16,7 @@ from lerodoc import formats
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.model import Episode, Stats, VideoSpan  # noqa: F401  (re-exported)
-from lerodoc.parquet_io import read_parquet, read_schema
+from lerodoc.parquet_io import open_parquet, read_row_groups, read_schema
 
 @dataclass
 class Dataset:
@@ -159,11 +159,20 @@ def stat_size(spec: dict, stat: str) -> int | None:
     return int(small[0]) if small else None
 
 
-def read_rows(path: Path, start: int, length: int, columns: list[str] | None = None,
+def read_rows(path: Path | str, start: int, length: int, columns: list[str] | None = None,
               episode: int | None = None) -> pa.Table:
-    """Rows [start, start+length) of a parquet file, with a clear error for a bad file."""
-    table = read_parquet(path, columns, episode)
-    if start + length > table.num_rows:
-        raise LerodocError(f"holds {table.num_rows} rows but the metadata puts rows "
+    """Rows [start, start+length) of a parquet file, reading only the row groups that hold them (an episode's
+    own group where the file has one per episode, as lerodoc and lerobot write them), with a clear error for
+    a bad file."""
+    file = open_parquet(path, episode, streaming=True)
+    groups, first, offset = [], 0, 0
+    for group in range(file.metadata.num_row_groups):
+        rows = file.metadata.row_group(group).num_rows
+        if offset + rows > start and offset < start + length:
+            first = offset if not groups else first
+            groups.append(group)
+        offset += rows
+    if start + length > offset:
+        raise LerodocError(f"holds {offset} rows but the metadata puts rows "
                            f"{start}..{start + length - 1} there", file=path, episode=episode)
-    return table.slice(start, length)
+    return read_row_groups(file, path, groups, columns, episode).slice(start - first, length)

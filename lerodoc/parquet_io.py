@@ -47,6 +47,14 @@ def iter_batches(file: pq.ParquetFile, path: Path | str, columns: list[str] | No
         yield from file.iter_batches(batch_size=batch_size, columns=columns)
 
 
+def read_row_groups(file: pq.ParquetFile, path: Path | str, groups: list[int], columns: list[str] | None = None,
+                    episode: int | None = None) -> pa.Table:
+    """Row groups `groups` of a parquet `file` opened from `path` (only `columns` if given); an unreadable file
+    is a clear error."""
+    with _readable(path, episode):
+        return file.read_row_groups(groups, columns=columns)
+
+
 def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:
     """A parquet file's Arrow schema from its footer; an unreadable file is a clear error."""
     with _readable(path, episode):

@@ -242,3 +242,27 @@ def test_column_digests_do_not_depend_on_chunking():
     changed[100] = np.nextafter(changed[100], np.float32(2))
     table = table.set_column(0, "state", pa.FixedSizeListArray.from_arrays(pa.array(changed), 3))
     assert column_digests(table)["state"] != digests["state"]
+
+
+def test_read_rows_reads_only_the_row_groups_that_hold_them(tmp_path):
+    """An episode's rows come from the row groups that hold them (sliced where a group holds more): a
+    damaged group elsewhere in the file is never read, and rows past the file's end are a clear error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lerodoc.dataset import read_rows
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"index": pa.array(np.arange(10)), "x": pa.array(np.arange(10) * 0.5)}), path,
+                   row_group_size=4, compression="none")
+    column = pq.ParquetFile(path).metadata.row_group(2).column(0)      # rows 8..9: overwrite its page header
+    data = bytearray(path.read_bytes())
+    data[column.data_page_offset:column.data_page_offset + 16] = b"\xff" * 16
+    path.write_bytes(bytes(data))
+    with pytest.raises(LerodocError, match="cannot read parquet"):
+        read_rows(path, 0, 10, episode=0)
+    assert read_rows(path, 3, 3, ["index"]).column("index").to_pylist() == [3, 4, 5]   # across two groups
+    assert read_rows(path, 4, 4).to_pydict() == {"index": [4, 5, 6, 7], "x": [2.0, 2.5, 3.0, 3.5]}
+    assert read_rows(path, 2, 0, ["x"]).num_rows == 0
+    with pytest.raises(LerodocError, match=r"holds 10 rows but the metadata puts rows 8\.\.10 there") as error:
+        read_rows(path, 8, 3, episode=7)
+    assert error.value.episode == 7

@@ -27,10 +27,9 @@ from pathlib import Path
 
 import av
 import numpy as np
-import pyarrow.parquet as pq
 
 from lerodoc import formats, video
-from lerodoc.dataset import Dataset, VideoSpan
+from lerodoc.dataset import Dataset, VideoSpan, read_rows
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21
 from lerodoc.formats.jsonl import write_json
@@ -128,27 +127,6 @@ class ImageJob:
     settings: video.EncodeSettings
 
 
-def read_column(path: str, start: int, length: int, column: str, episode: int):
-    """Rows [start, start + length) of one column, reading only the row groups that hold them."""
-    try:
-        pf = pq.ParquetFile(path)
-        groups, first, offset = [], None, 0
-        for g in range(pf.metadata.num_row_groups):
-            n = pf.metadata.row_group(g).num_rows
-            if offset + n > start and offset < start + length:
-                groups.append(g)
-                first = offset if first is None else first
-            offset += n
-        table = pf.read_row_groups(groups, columns=[column])
-    except (OSError, ValueError, KeyError) as exc:
-        raise LerodocError(f"cannot read column {column} ({exc})", file=path, episode=episode, field=column) from None
-    values = table.column(column).slice(start - (first or 0), length)
-    if len(values) != length:
-        raise LerodocError(f"holds {len(values)} rows for the episode, expected {length}", file=path,
-                           episode=episode, field=column)
-    return values
-
-
 def decode_image(value, job: ImageJob, i: int) -> av.VideoFrame:
     """One stored image (datasets' Image struct {bytes, path}) as an RGB frame."""
     data = value.get("bytes") if isinstance(value, dict) else value
@@ -172,7 +150,7 @@ def decode_image(value, job: ImageJob, i: int) -> av.VideoFrame:
 
 def encode_episode(job: ImageJob) -> dict:
     """Worker: encode one camera of one episode into its own mp4; check its frames and their times."""
-    column = read_column(job.data_file, job.row, job.length, job.key, job.episode)
+    column = read_rows(job.data_file, job.row, job.length, [job.key], job.episode).column(job.key)
     samples = set(sample_positions(job.length))
     sources: dict[int, np.ndarray] = {}
 
