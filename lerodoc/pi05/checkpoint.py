@@ -64,10 +64,10 @@ def save(output: Path, step: int, model: torch.nn.Module, optimizer: torch.optim
             save_file({k: v.detach().cpu().contiguous() for k, v in ema.state_dict().items()},
                       str(partial / "ema.safetensors"))
         torch.save(optim, partial / "optimizer.pt")
-        write_json(partial / "trainer.json", {"step": step, "run": setup.run.to_json(),
-                                              "model": asdict(config),
-                                              "norm_stats": json.loads((output / "norm_stats.json").read_text())})
-        export.checkpoint_policy(partial, output)   # partial/lerobot: the lerobot policy of this checkpoint
+        trainer = {"step": step, "run": setup.run.to_json(), "model": asdict(config),
+                   "norm_stats": json.loads((output / "norm_stats.json").read_text())}
+        write_json(partial / "trainer.json", trainer)
+        export.checkpoint_policy(partial, output, trainer)   # partial/lerobot: the lerobot policy of this checkpoint
         shutil.rmtree(final, ignore_errors=True)
         os.replace(partial, final)
         for _, old in complete(output)[:-keep]:

@@ -24,8 +24,6 @@ model's normaliser rules, BOS added), read from the model's protobuf with senten
 from __future__ import annotations
 
 import base64
-import json
-import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -36,6 +34,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json
 from lerodoc.links import link_or_copy
 from lerodoc.pi05 import runs
+from lerodoc.staging import staged_output
 
 PALIGEMMA = "google/paligemma-3b-pt-224"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -227,15 +226,11 @@ def write_tokenizer(trainer: dict, folder: Path) -> tuple[str, Path]:
     if run["tokenizer"] == "paligemma" and paligemma_in_cache():
         return PALIGEMMA, model_file
     if not (folder / "tokenizer.json").is_file():
-        partial = folder.parent / f".{folder.name}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
         tok, tok_config = tokenizer_files(model_file, run["data"]["max_token_len"])
-        write_json(partial / "tokenizer.json", tok)
-        write_json(partial / "tokenizer_config.json", tok_config)
-        shutil.copyfile(model_file, partial / "tokenizer.model")
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(partial, folder)
+        with staged_output(folder, force=True) as staged:
+            write_json(staged / "tokenizer.json", tok)
+            write_json(staged / "tokenizer_config.json", tok_config)
+            shutil.copyfile(model_file, staged / "tokenizer.model")
     return str(folder.resolve()), model_file
 
 
@@ -254,11 +249,10 @@ def write_policy(folder: Path, trainer: dict, tokenizer_name: str, device: str) 
     save_file({k: v for k, v in tensors.items() if k.startswith(ACTION + ".")}, str(folder / UNNORMALIZER_STATE))
 
 
-def checkpoint_policy(checkpoint: Path, run_folder: Path, device: str = "cuda") -> None:
-    """Give a checkpoint being written its lerobot policy: CHECKPOINT/lerobot/ with the config and processors and
-    model.safetensors as a hard link to the checkpoint's; the tokenizer folder is RUN/tokenizer, written once.
-    Nothing for a run that cannot deploy with lerobot (no state in the prompt)."""
-    trainer = json.loads((checkpoint / "trainer.json").read_text())
+def checkpoint_policy(checkpoint: Path, run_folder: Path, trainer: dict, device: str = "cuda") -> None:
+    """Give a checkpoint being written (its trainer.json holds `trainer`) its lerobot policy: CHECKPOINT/lerobot/
+    with the config and processors and model.safetensors as a hard link to the checkpoint's; the tokenizer folder
+    is RUN/tokenizer, written once. Nothing for a run that cannot deploy with lerobot (no state in the prompt)."""
     if not deployable(trainer):
         return
     tokenizer_name, _ = write_tokenizer(trainer, Path(run_folder) / "tokenizer")
@@ -273,7 +267,7 @@ def checkpoint_policy(checkpoint: Path, run_folder: Path, device: str = "cuda") 
 def export_lerobot(source: Path, output: Path, *, device: str = "cuda") -> dict:
     """Write the lerobot policy directory `output` for a run or checkpoint `source`; returns a summary."""
     folder = find_checkpoint(Path(source))
-    trainer = json.loads((folder / "trainer.json").read_text())
+    trainer = runs.load_trainer(folder)
     if not deployable(trainer):
         raise LerodocError("was trained without the state in the prompt; lerobot's PI05 processor always puts "
                            "the state there", file=folder / "trainer.json", field="data.state_in_prompt",
@@ -281,20 +275,15 @@ def export_lerobot(source: Path, output: Path, *, device: str = "cuda") -> dict:
     output = Path(output)
     if output.exists() and any(output.iterdir()):
         raise LerodocError("already exists", file=output, hint="choose a new -o folder")
-    partial = output.parent / f".{output.name}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    tokenizer_name, model_file = write_tokenizer(trainer, partial / "tokenizer")
-    if tokenizer_name != PALIGEMMA:
-        tokenizer_name = str(output.resolve() / "tokenizer")   # where the folder is once renamed
-    write_policy(partial, trainer, tokenizer_name, device)
-    shutil.copyfile(folder / "model.safetensors", partial / "model.safetensors")
-    write_json(partial / "lerodoc.json", {"checkpoint": str(folder.resolve()), "step": trainer["step"],
-                                          "model": trainer["model"], "data": trainer["run"]["data"],
-                                          "tokenizer": str(model_file)})
-    if output.exists():
-        output.rmdir()
-    os.replace(partial, output)
+    with staged_output(output, force=output.exists()) as staged:   # an empty folder is taken over
+        tokenizer_name, model_file = write_tokenizer(trainer, staged / "tokenizer")
+        if tokenizer_name != PALIGEMMA:
+            tokenizer_name = str(output.resolve() / "tokenizer")   # where the folder is once renamed
+        write_policy(staged, trainer, tokenizer_name, device)
+        shutil.copyfile(folder / "model.safetensors", staged / "model.safetensors")
+        write_json(staged / "lerodoc.json", {"checkpoint": str(folder.resolve()), "step": trainer["step"],
+                                             "model": trainer["model"], "data": trainer["run"]["data"],
+                                             "tokenizer": str(model_file)})
     model, data = trainer["model"], trainer["run"]["data"]
     return {"output": str(output), "checkpoint": str(folder), "step": trainer["step"],
             "cameras": list(data["cameras"]), "state_dim": len(trainer["norm_stats"]["norm_stats"]["state"]["q01"]),

@@ -5,7 +5,10 @@ The one home of the run folder's layout, for the trainer (lerodoc.pi05.checkpoin
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from lerodoc.errors import LerodocError
 
 
 def path_of(output: Path, step: int) -> Path:
@@ -19,3 +22,13 @@ def complete(output: Path) -> list[tuple[int, Path]]:
         if (folder / "trainer.json").is_file() and folder.name[5:].isdigit():
             found.append((int(folder.name[5:]), folder))
     return sorted(found)
+
+
+def load_trainer(checkpoint: Path) -> dict:
+    """A checkpoint's trainer.json: its step, the run's config, the model's config and the norm stats."""
+    path = Path(checkpoint) / "trainer.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise LerodocError(f"could not be read ({exc})", file=path,
+                           hint="pass a complete checkpoint of `lerodoc train pi05`") from None
