@@ -436,6 +436,27 @@ def decode_frames(path: Path, fps: int, episode: int | None = None):
                     yield round(frame.pts * tb * fps), frame
 
 
+def frames_at(container, stream, targets: list[float], gap_s: float, tolerance_s: float) -> list:
+    """The frame shown at each of `targets` (seconds in the file, ascending): the last one starting at or before
+    it (within `tolerance_s`), or the first decoded when none does; None where nothing decodes. One decode runs
+    forward through the open `container`: it seeks (to the keyframe before a target) only where the target lies
+    more than `gap_s`, the longest keyframe interval, past the last frame decoded, so no seek goes back."""
+    found, frames, shown, ahead = [], None, None, None
+    for target in targets:
+        last = ahead if ahead is not None else shown
+        if frames is None or last is None or target - last.time > gap_s:
+            container.seek(max(0, int(target / stream.time_base)), stream=stream, backward=True)
+            frames, shown, ahead = (f for f in container.decode(stream) if f.time is not None), None, None
+        while ahead is None or ahead.time <= target + tolerance_s:
+            if ahead is not None:
+                shown = ahead
+            ahead = next(frames, None)
+            if ahead is None:
+                break
+        found.append(shown if shown is not None else ahead)
+    return found
+
+
 def keyframe_gap(path: Path) -> int:
     """The longest run of frames from one keyframe to the next (the whole file when it has one keyframe):
     from the mp4 sample tables, or by demuxing."""

@@ -6,7 +6,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lerodoc.checks import ERROR, FAMILIES, Finding, family, open_context, run_checks
+from lerodoc.checks import ERROR, FAMILIES, Context, Finding, family, open_context, run_checks
+from lerodoc.dataset import Dataset
 
 
 @dataclass
@@ -31,11 +32,13 @@ class ValidateReport:
 
 
 def validate(root: Path, *, videos: bool = False, deep: bool = False, tolerance_s: float = 1e-4,
-             engine=None) -> ValidateReport:
+             engine=None, dataset: Dataset | None = None) -> ValidateReport:
     """Run every check family on the dataset at `root`; `engine` (`lerodoc.engine`) reads the data files on a
-    cluster (their bookkeeping columns and per-episode stats come back, not the feature values)."""
+    cluster (their bookkeeping columns and per-episode stats come back, not the feature values). `dataset` is
+    `root` already opened by the caller, used as it is rather than opened again."""
     started = time.perf_counter()
-    ctx = open_context(Path(root), videos=videos or deep, deep=deep, tolerance_s=tolerance_s, engine=engine)
+    options = {"videos": videos or deep, "deep": deep, "tolerance_s": tolerance_s, "engine": engine}
+    ctx = Context(Path(root), dataset, **options) if dataset is not None else open_context(Path(root), **options)
     report = ValidateReport(dataset=str(root), version=ctx.dataset.version if ctx.dataset else None,
                             findings=run_checks(ctx))
     report.seconds = round(time.perf_counter() - started, 3)

@@ -18,6 +18,7 @@ import numpy as np
 
 from lerodoc import __version__
 from lerodoc.dataset import Dataset
+from lerodoc.ops.rewrite import tree_size
 from lerodoc.ops.validate import catalogue, validate
 from lerodoc.report import data, page
 
@@ -49,7 +50,7 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: int = 3, wor
     started = time.perf_counter()
     ds = Dataset.open(root)
     ds.require_columns()
-    verdict = validate(ds.root, videos=videos, tolerance_s=tolerance_s)
+    verdict = validate(ds.root, videos=videos, tolerance_s=tolerance_s, dataset=ds)
     sampled = data.sample_episodes(ds, episodes)
     features = data.channel_features(ds)
     tick = progress("data", len(ds.data_files())) if progress else None
@@ -93,7 +94,7 @@ def _summary(ds: Dataset, counts: list[int]) -> dict:
     frames = ds.total_frames
     return {"version": ds.version, "robot_type": ds.info.robot_type, "fps": ds.info.fps,
             "episodes": len(ds.episodes), "frames": frames, "duration_s": round(frames / ds.info.fps, 3),
-            "size_bytes": data.dataset_size(ds.root), "tasks": len(ds.tasks),
+            "size_bytes": tree_size(ds.root), "tasks": len(ds.tasks),
             "episodes_per_task": dict(zip(ds.tasks, counts)), "cameras": data.cameras(ds)}
 
 

@@ -8,7 +8,6 @@ the first, middle and last row of each sampled episode per camera, decoded only 
 from __future__ import annotations
 
 import io
-import os
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,14 +16,13 @@ from typing import Callable
 
 import numpy as np
 
-from lerodoc import mp4
-from lerodoc.dataset import Dataset, Episode
+from lerodoc.dataset import Dataset, Episode, read_rows
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import INDEX_FEATURES
 from lerodoc.ops.quantiles import channel_table
-from lerodoc.parquet_io import column_matrix, read_parquet
+from lerodoc.parquet_io import column_matrix
 from lerodoc.stats import block_stats, groups_of
-from lerodoc.video import READ_ERRORS, open_video, probe, reason
+from lerodoc.video import READ_ERRORS, frames_at, keyframe_gap, open_video, probe, reason
 
 THUMB_WIDTH = 240   # pixels; thumbnails keep their aspect ratio
 
@@ -65,18 +63,17 @@ def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], worke
         relative, episodes = item
         path = ds.path(relative)
         columns = list(features) + (["task_index"] if has_task else []) + (["timestamp"] if relative in want_time else [])
-        table = read_parquet(path, columns, episodes[0].index)
+        first, last = min(ep.data_row for ep in episodes), max(episodes, key=lambda ep: ep.data_row + ep.length)
+        table = read_rows(path, first, last.data_row + last.length - first, columns, last.index)
         out = []
         for ep in episodes:
-            if ep.data_row + ep.length > table.num_rows:
-                raise LerodocError(f"holds {table.num_rows} rows but the metadata puts rows "
-                                   f"{ep.data_row}..{ep.data_row + ep.length - 1} there", file=path, episode=ep.index)
+            row = ep.data_row - first
             parts = {name: part for g in groups for name, part in
-                     zip(g.names, np.split(g.matrix(table, ep.data_row, ep.length, source=path),
+                     zip(g.names, np.split(g.matrix(table, row, ep.length, source=path),
                                            np.cumsum(g.widths)[:-1], axis=1))}
-            tasks = (column_matrix(table.column("task_index").slice(ep.data_row, ep.length), ep.length)[:, 0]
+            tasks = (column_matrix(table.column("task_index").slice(row, ep.length), ep.length)[:, 0]
                      if has_task else None)
-            times = (column_matrix(table.column("timestamp").slice(ep.data_row, ep.length), ep.length)[:, 0]
+            times = (column_matrix(table.column("timestamp").slice(row, ep.length), ep.length)[:, 0]
                      .astype(np.float64) if ep.index in sampled_ids else None)
             out.append((ep.index, parts, tasks, times))
         if tick:
@@ -160,10 +157,6 @@ def task_changes(ds: Dataset, task_index: dict[int, np.ndarray | None]) -> list[
     return out
 
 
-def dataset_size(root: Path) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(root) for f in files)
-
-
 def cameras(ds: Dataset) -> list[dict]:
     """Per camera, from its first video file's headers: codec, size, pixel format, fps and GOP (the longest
     run of frames between keyframes, from the mp4 sample tables); no frame is decoded."""
@@ -180,10 +173,8 @@ def cameras(ds: Dataset) -> list[dict]:
             except LerodocError as exc:
                 row["error"] = exc.message
             try:
-                flags = mp4.read_track(path).sync
-                sync = np.flatnonzero(flags)
-                row["gop"] = int(np.diff(np.append(sync, len(flags))).max()) if len(sync) else None
-            except mp4.Unsupported:
+                row["gop"] = keyframe_gap(path)
+            except LerodocError:
                 pass
         out.append(row)
     return out
@@ -226,52 +217,41 @@ def thumbnail_plan(ds: Dataset, sampled: list[Episode], timestamps: dict[int, np
 
 def decode_thumbnails(ds: Dataset, thumbs: list[Thumb], tolerance_s: float, workers: int = 1,
                       tick: Callable[[int], None] | None = None) -> None:
-    """Fill each thumb's frame (JPEG) and PTS: the frame shown at its query time, i.e. the last one starting at
-    or before it (within `tolerance_s`), or the first frame when none does. One file per thread; PyAV decodes
-    without the GIL."""
+    """Fill each thumb's frame (JPEG) and PTS: the frame shown at its query time, i.e. the last one starting at or
+    before it (within `tolerance_s`), or the first frame when none does. One file per thread, opened once and
+    decoded forward through its thumbs (`lerodoc.video.frames_at`); PyAV decodes without the GIL."""
     by_file: dict[str, list[Thumb]] = {}
     spans = {(ep.index, key): span for ep in ds.episodes for key, span in ep.videos.items()}
-    for t in thumbs:
+    for t in sorted(thumbs, key=lambda t: t.query):
         by_file.setdefault(spans[(t.episode, t.camera)].file, []).append(t)
 
     def one(item: tuple[str, list[Thumb]]) -> None:
         relative, mine = item
         path = ds.path(relative)
         try:
+            gap_s = keyframe_gap(path) / ds.info.fps
+        except LerodocError:
+            gap_s = 0.0      # unknown: seek to every thumb
+        try:
             with open_video(path) as container:
                 stream = container.streams.video[0]
                 stream.thread_type = "AUTO"
-                for t in sorted(mine, key=lambda t: t.query):
-                    frame = _frame_at(container, stream, t.query, tolerance_s)
+                for t, frame in zip(mine, frames_at(container, stream, [t.query for t in mine], gap_s,
+                                                    tolerance_s)):
                     if frame is None:
                         t.error = "no frame decoded"
                     else:
                         t.pts = float(frame.time) - spans[(t.episode, t.camera)].from_timestamp
                         t.jpeg = _jpeg(frame)
-                    if tick:
-                        tick(1)
         except (READ_ERRORS + (IndexError,)) as exc:
             for t in mine:
                 if t.jpeg is None:
                     t.error = f"cannot decode {relative} ({reason(exc)})"
-                    if tick:
-                        tick(1)
+        if tick:
+            tick(len(mine))
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
         list(pool.map(one, by_file.items()))
-
-
-def _frame_at(container, stream, target: float, tolerance_s: float):
-    """The frame shown at `target` seconds: seek to the keyframe before it and decode forward."""
-    container.seek(max(0, int(target / stream.time_base)), stream=stream, backward=True)
-    best = None
-    for frame in container.decode(stream):
-        if frame.time is None:
-            continue
-        if frame.time > target + tolerance_s:
-            return best or frame
-        best = frame
-    return best
 
 
 def _jpeg(frame) -> bytes:
