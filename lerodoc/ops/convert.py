@@ -79,7 +79,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
         stats = merge_dataset_stats(aggregate([ep.stats for ep in episodes]), ds.stats) if to == "v3.0" else None
         formats.module(to).write_meta(tmp, ds.info, episodes, ds.tasks, stats)
         rewrite.verify(tmp, to, episodes)
-        report.renumbered_episodes, report.reencoded_clips = result.renumbered, result.reencoded
+        report.renumbered_episodes = result.renumbered
         report.retimed_clips = result.retimed
         if result.computed_stats:
             report.warnings.append("source had no per-episode stats: computed them from the parquet for numeric "

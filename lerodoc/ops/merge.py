@@ -227,7 +227,6 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
         formats.module(to).write_meta(tmp, info, new_eps, tasks, stats if to == "v3.0" else None)
         rewrite.verify(tmp, to, new_eps)
         report.episodes, report.frames, report.tasks = len(new_eps), sum(e.length for e in new_eps), len(tasks)
-        report.reencoded_clips = result.reencoded
         report.retimed_clips = result.retimed
         report.bytes_copied = rewrite.tree_size(tmp)
     report.seconds = round(time.perf_counter() - started, 3)

@@ -79,7 +79,6 @@ class VideoJob:
 class Result:
     episodes: list[Episode]
     renumbered: list[int] = field(default_factory=list)        # episodes whose rows got new ids
-    reencoded: list[dict] = field(default_factory=list)        # {"episode", "camera"} cut by re-encoding
     retimed: list[dict] = field(default_factory=list)          # {"episode", "camera"} moved onto the k/fps grid
     computed_stats: list[int] = field(default_factory=list)    # episodes whose stats were computed from rows
 
@@ -433,6 +432,7 @@ class Plan:
 
     @property
     def reencoded(self) -> list[dict]:
+        """{"episode", "camera"} of each clip cut by re-encoding: `execute` re-encodes exactly these."""
         return sorted(({"episode": vf.episodes[i], "camera": vf.key} for vf in self.video_files for i in vf.reencode),
                       key=lambda r: (r["episode"], r["camera"]))
 
@@ -622,13 +622,10 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
                                        file=source.dataset.path(source.episode.videos[vf.key].file),
                                        episode=source.episode.index, field=vf.key,
                                        hint="lerodoc validate --videos names the cause")
-                if clip.reencoded:
-                    result.reencoded.append({"episode": number, "camera": vf.key})
                 if clip.retimed:
                     result.retimed.append({"episode": number, "camera": vf.key})
     for ep in new_eps:
         ep.videos = {key: ep.videos[key] for key in info.video_keys}
-    result.reencoded.sort(key=lambda r: (r["episode"], r["camera"]))
     result.retimed.sort(key=lambda r: (r["episode"], r["camera"]))
     return result
 
