@@ -3,7 +3,8 @@ other file as it is (hard links in the staged tree). The engine of `flatten` and
 
 A transform is a picklable object with `apply(table) -> table` (same rows, same order) and `changed`,
 the output columns whose values it changes or creates; every other output column must keep its
-values exactly, which the workers check by checksum on both sides.
+values exactly, which the workers check by checksum on both sides. A transform whose `identity` is true
+(apply returns every table as it is) leaves the data files as they are: only the metadata is written.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
 @dataclass(frozen=True)
 class Plan:
     """What `derive` writes: each data file transformed (`jobs`, output paths relative to the output root)
-    into `schema`, other files moved (or left out: None), the metadata files rewritten; every other file is
-    kept as it is (a hard link)."""
+    into `schema` (none for an identity transform), other files moved (or left out: None), the metadata files
+    rewritten; every other file is kept as it is (a hard link)."""
     jobs: tuple[FileJob, ...]
     schema: pa.Schema
     moved: tuple[tuple[str, str | None], ...]
@@ -100,6 +101,11 @@ def plan(ds: Dataset, transform: Transform, features: dict, moved: dict[str, str
     for ep in ds.episodes:
         by_file.setdefault(ep.data_file, []).append((ep.index, ep.data_row, ep.length))
     base = read_schema(ds.path(ds.episodes[0].data_file), ds.episodes[0].index)
+    identity = getattr(transform, "identity", False)
+    if identity:   # the data files are kept as they are: their footers must at least read
+        for data_file, eps in by_file.items():
+            read_schema(ds.path(data_file), eps[0][0])
+        by_file = {}
     columns = [name for name, spec in features.items() if spec["dtype"] != "video"]
     moved = moved or {}
     rewritten = set(by_file) | module.stats_files(ds.root) | {formats.INFO_PATH} | set(moved)
@@ -127,7 +133,7 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
         per_episode = {r["episode"]: r["stats"] for part in pmap(rewrite_file, jobs, workers=workers) for r in part}
         for ep in ds.episodes:
             ep.stats = {renamed.get(k, k): v for k, v in ep.stats.items() if renamed.get(k, k) in features}
-            ep.stats.update(per_episode[ep.index])
+            ep.stats.update(per_episode.get(ep.index, {}))
         stats = {renamed.get(k, k): v for k, v in (ds.stats or {}).items() if renamed.get(k, k) in features}
         changed = list(planned.changed)
         if changed:

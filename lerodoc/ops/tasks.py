@@ -1,6 +1,7 @@
 """Edit task strings. Frames keep their task_index, or are re-pointed where two texts become one; the
 tasks file (tasks.parquet / tasks.jsonl), every episode's tasks list and the task_index stats follow.
-The data files go through `ops.derive` (values checksummed; videos and other files kept as they are).
+The data files go through `ops.derive` (values checksummed; videos and other files kept as they are); when
+no task_index moves, they are kept as they are too and only the metadata is written.
 """
 
 from __future__ import annotations
@@ -17,21 +18,24 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.ops.derive import derive
-from lerodoc.parquet_io import column_matrix, from_numpy, read_schema
-from lerodoc.staging import staged_edit
+from lerodoc.parquet_io import column_matrix, from_numpy
 
 
 @dataclass(frozen=True)
 class TaskRemap:
-    """The transform: task_index k becomes task_map[k] (`changed` is empty when no index moves)."""
+    """The transform: task_index k becomes task_map[k]; an `identity` when no index moves (texts renamed only)."""
     task_map: tuple[int, ...]
 
     @property
+    def identity(self) -> bool:
+        return list(self.task_map) == list(range(len(self.task_map)))
+
+    @property
     def changed(self) -> tuple[str, ...]:
-        return () if list(self.task_map) == list(range(len(self.task_map))) else ("task_index",)
+        return () if self.identity else ("task_index",)
 
     def apply(self, table: pa.Table, path: str) -> pa.Table:
-        if not self.changed or "task_index" not in table.column_names:
+        if self.identity or "task_index" not in table.column_names:
             return table
         old = column_matrix(table.column("task_index"), table.num_rows)[:, 0]
         if old.size and (old.min() < 0 or old.max() >= len(self.task_map)):
@@ -104,24 +108,6 @@ def plan(ds: Dataset, mapping: dict[str, str]) -> TasksReport:
     return report
 
 
-def write_metadata(ds: Dataset, out: Path | None, *, in_place: bool = False, force: bool = False) -> Path:
-    """Write `ds`'s metadata (info, tasks, episodes, stats) anew; every data and video file stays as it is
-    (hard links)."""
-    ds.require_complete()
-    if ds.version == "v2.0":
-        raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
-                           hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
-    for data_file in ds.data_files():   # kept as they are: their footers must at least read
-        read_schema(ds.path(data_file))
-    module = formats.module(ds.version)
-    meta = {formats.INFO_PATH, module.TASKS_PATH} | module.stats_files(ds.root)
-    if ds.version != "v3.0":
-        meta.add(module.EPISODES_PATH)   # v3.0's episodes files hold the per-episode stats: in stats_files
-    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=meta) as tmp:
-        module.write_meta(tmp, ds.info, ds.episodes, ds.tasks, ds.stats)
-    return Path(ds.root if in_place else out).absolute()
-
-
 def edit_tasks(src: Path, out: Path | None = None, *, set_: list[str] = (), from_file: Path | None = None,
                in_place: bool = False, dry_run: bool = False, workers: int = 1, force: bool = False) -> TasksReport:
     """Write `src` with its task texts edited."""
@@ -143,11 +129,7 @@ def edit_tasks(src: Path, out: Path | None = None, *, set_: list[str] = (), from
         for ep in ds.episodes:
             ep.tasks = list(dict.fromkeys(mapping.get(t, t) for t in ep.tasks))
         ds.tasks = report.tasks
-        remap = TaskRemap(tuple(report.task_map))
-        if remap.changed:
-            report.output = str(derive(ds, out, remap, dict(ds.info.features), in_place=in_place, force=force,
-                                       workers=workers))
-        else:   # no task_index moves: only the metadata is written, data and videos are the same files
-            report.output = str(write_metadata(ds, out, in_place=in_place, force=force))
+        report.output = str(derive(ds, out, TaskRemap(tuple(report.task_map)), dict(ds.info.features),
+                                   in_place=in_place, force=force, workers=workers))
     report.seconds = round(time.perf_counter() - started, 3)
     return report
