@@ -51,9 +51,7 @@ def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], worke
                  tick: Callable[[int], None] | None = None) -> Columns:
     """Read `features` and task_index from every data file (threads, one file each) and timestamp from the
     files that hold sampled episodes."""
-    by_file: dict[str, list[Episode]] = {}
-    for ep in ds.episodes:
-        by_file.setdefault(ep.data_file, []).append(ep)
+    by_file = ds.episodes_by_data_file()
     want_time = {ep.data_file for ep in sampled}
     sampled_ids = {ep.index for ep in sampled}
     groups = groups_of(features, ds.info.features)
