@@ -59,11 +59,8 @@ VARIANTS = {
     # FSDP2, one unit per layer, bf16 parameters gathered, fp32 gradients reduce-scattered, the optimizer on the shard
     "fsdp": dict(fsdp=True),
     "fsdp_zero2": dict(fsdp=True, fsdp_reshard=False),   # gathered parameters kept from forward to backward
-    "pnorm": dict(grad_norm="per_tensor"),      # the clip's norm by one reduction per gradient
     # the step on a high-priority stream: its kernels' blocks are scheduled before NCCL's (normal priority)
     "prio": dict(stream_priority=-1),
-    "pnorm_prio": dict(grad_norm="per_tensor", stream_priority=-1),
-    "p2pce": dict(env={"NCCL_P2P_USE_CUDA_MEMCPY": "1"}),   # NCCL's peer copies by the copy engines
     "cdt": dict(env={"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}),   # inductor tunes its kernels' launch
 }
 # weak scaling of a variant with no 1-GPU run of its own is taken against this one (same mode)

@@ -33,11 +33,10 @@ def adamw(params):
     return torch.optim.AdamW(params, lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01, fused=True)
 
 
-@pytest.mark.parametrize("per_tensor", [False, True])   # torch's multi-tensor norm, or one reduction per gradient
 @pytest.mark.parametrize("scale", [0.01, 10.0])   # below the clip (untouched) and above it (scaled down)
-def test_fused_clip_equals_torch_clip(scale, per_tensor):
+def test_fused_clip_equals_torch_clip(scale):
     ours, theirs = params_with_grads(0, scale), params_with_grads(0, scale)
-    norm = clip_and_step(adamw(ours), clip=1.0, per_tensor=per_tensor)
+    norm = clip_and_step(adamw(ours), clip=1.0)
     expected = torch.nn.utils.clip_grad_norm_(theirs, 1.0)
     adamw(theirs).step()
     assert float(norm) == pytest.approx(float(expected), rel=1e-6)
@@ -47,13 +46,12 @@ def test_fused_clip_equals_torch_clip(scale, per_tensor):
     assert moved > 1e-3   # the step did update
 
 
-@pytest.mark.parametrize("per_tensor", [False, True])
-def test_non_finite_gradient_skips_the_step(per_tensor):
+def test_non_finite_gradient_skips_the_step():
     params = params_with_grads(1, 1.0)
     params[1].grad[3] = float("nan")
     before = [p.detach().clone() for p in params]
     optimizer = adamw(params)
-    norm = clip_and_step(optimizer, clip=1.0, per_tensor=per_tensor)
+    norm = clip_and_step(optimizer, clip=1.0)
     assert not math.isfinite(float(norm))
     for p, b in zip(params, before):
         assert torch.equal(p.detach(), b)

@@ -68,7 +68,6 @@ class RunConfig:
     ddp_reduce: str = "fp32"              # "bf16": sum bf16-rounded gradients (half the bytes, not exact)
     fsdp_reshard: bool = True             # FSDP2 frees each layer's gathered parameters after forward (False: ZeRO-2)
     pin_workers: bool = True              # each rank's data workers on its own share of the CPUs
-    grad_norm: str = "foreach"            # "per_tensor": one reduction kernel per gradient (bench.scaling compares)
     gradient_checkpointing: bool = False
     fsdp: bool = False
     workers: int = 4
@@ -126,19 +125,16 @@ def make_optimizer(model: torch.nn.Module, run: RunConfig, device: torch.device)
                              fused=device.type in ("cuda", "cpu"))
 
 
-def clip_and_step(optimizer: torch.optim.Optimizer, clip: float, per_tensor: bool = False) -> torch.Tensor:
+def clip_and_step(optimizer: torch.optim.Optimizer, clip: float) -> torch.Tensor:
     """Clip the gradients to norm `clip` and step, without a host sync; returns the norm before clipping.
 
     The clip is torch's (gradients x clip / (norm + 1e-6) when that is below 1) fused into the optimizer's own pass:
     fused AdamW divides each gradient by `grad_scale` as it reads it, so no separate pass rescales them. A
     non-finite norm sets `found_inf`, which makes the step leave parameters, moments and step counts untouched;
-    the metrics flush reports such steps (`Metrics.flush`). `per_tensor` takes the norm with one reduction per
-    gradient instead of torch's multi-tensor kernel (plain tensors only)."""
+    the metrics flush reports such steps (`Metrics.flush`). (One reduction per gradient instead of torch's
+    multi-tensor norm was no faster on an H200: docs/results/scaling_call6_h200x2.json.)"""
     grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    if per_tensor and not any(hasattr(g, "full_tensor") for g in grads):
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads]))
-    else:
-        norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+    norm = torch.nn.utils.get_total_norm(grads, foreach=True)
     if hasattr(norm, "full_tensor"):  # FSDP: a DTensor
         norm = norm.full_tensor()
     norm = norm.float()
@@ -304,7 +300,7 @@ def train_step(step_fn, wrapped: torch.nn.Module, optimizer: torch.optim.Optimiz
     with torch.autocast(procs.device.type, dtype=torch.bfloat16, enabled=bf16 and not run.fsdp):
         loss = step_fn(**inputs, denominator=denominator)
     loss.backward()
-    grad_norm = clip_and_step(optimizer, run.clip, per_tensor=run.grad_norm == "per_tensor")
+    grad_norm = clip_and_step(optimizer, run.clip)
     optimizer.zero_grad(set_to_none=True)
     return loss.detach(), grad_norm
 
