@@ -62,6 +62,8 @@ VARIANTS = {
     # the step on a high-priority stream: its kernels' blocks are scheduled before NCCL's (normal priority)
     "prio": dict(stream_priority=-1),
     "cdt": dict(env={"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}),   # inductor tunes its kernels' launch
+    # the caching allocator maps growing segments instead of caching fixed blocks: less fragmentation
+    "expand": dict(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
 }
 # weak scaling of a variant with no 1-GPU run of its own is taken against this one (same mode)
 BASELINE = "after"
