@@ -106,3 +106,13 @@ def test_ddp_sum_hook_sums_over_ranks():
         mp.spawn(_ddp_rank, args=(_free_port(), out), nprocs=2, join=True)
         grads = dict(out)
     assert grads[0] == grads[1] == [[3.0, 3.0, 3.0]]  # 1 + 2, not their mean 1.5
+
+
+def test_training_processes_default_to_expandable_segments_and_keep_a_users_setting(monkeypatch):
+    from lerodoc.pi05.distributed import CUDA_ALLOCATOR, start_processes
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    start_processes("cpu")
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == CUDA_ALLOCATOR == "expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512")
+    start_processes("cpu")
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:512"
