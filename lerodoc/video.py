@@ -18,7 +18,6 @@ from lerodoc import mp4
 from lerodoc.clips import (READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, grid_deviation,  # noqa: F401
                            grid_time_base, reason, window_ticks)
 from lerodoc.errors import LerodocError
-from lerodoc.links import link_or_copy
 
 ENCODERS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265", "mpeg4": "mpeg4"}
 # Re-encoded clips are lossless in the decoded (YUV) domain, so a cut changes no pixel.
@@ -265,15 +264,6 @@ def linkable(clips: list[Clip], fps: int, episodes: list[int]) -> list[Written] 
     return [Written(float(track.pts[p.start:p.stop].min() * tb),
                     float((track.pts[p.start:p.stop] + track.delta[p.start:p.stop]).max() * tb),
                     p.stop - p.start, "") for p in parts]
-
-
-def link(clips: list[Clip], out: Path, fps: int, episodes: list[int]) -> list[Written] | None:
-    """Reuse a whole file that holds exactly `clips`, by hard link (a copy across file systems); each clip's
-    window is re-read from the file's sample tables. None when it cannot be (`linkable`)."""
-    written = linkable(clips, fps, episodes)
-    if written is not None:
-        link_or_copy(clips[0].path, out)
-    return written
 
 
 def starts_on_keyframe(clip: Clip, fps: int, episode: int | None = None) -> bool:

@@ -97,9 +97,7 @@ def plan(ds: Dataset, transform: Transform, features: dict, moved: dict[str, str
         raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
                            hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
     module = formats.module(ds.version)
-    by_file: dict[str, list[tuple[int, int, int]]] = {}
-    for ep in ds.episodes:
-        by_file.setdefault(ep.data_file, []).append((ep.index, ep.data_row, ep.length))
+    by_file = {f: [(ep.index, ep.data_row, ep.length) for ep in eps] for f, eps in ds.episodes_by_data_file().items()}
     base = read_schema(ds.path(ds.episodes[0].data_file), ds.episodes[0].index)
     identity = getattr(transform, "identity", False)
     if identity:   # the data files are kept as they are: their footers must at least read

@@ -268,6 +268,7 @@ class VideoFile:
     link: bool = False
     reencode: tuple[int, ...] = ()
     retime: tuple[int, ...] = ()       # positions of clips whose packets go onto the k/fps grid (VID005)
+    linked: tuple = ()                 # with `link`: where each clip lies in the reused file (`video.linkable`)
 
     def to_json(self) -> dict:
         action = "link" if self.link else "re-encode" if len(self.reencode) == len(self.clips) else "stream copy"
@@ -296,8 +297,13 @@ def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ..
     from lerodoc import video
     reencoded = {i for i, (keyframe, _, _) in enumerate(facts) if not keyframe}
     retimed = {i for i, (_, _, on_grid) in enumerate(facts) if not on_grid} - reencoded
-    whole = tuple((a, b) for a, b in whole if not (reencoded | retimed) & set(range(a, b))
-                  and video.linkable(list(clips[a:b]), fps, list(episodes[a:b])) is not None)
+    linked = {}
+    for a, b in whole:
+        if not (reencoded | retimed) & set(range(a, b)):
+            written = video.linkable(list(clips[a:b]), fps, list(episodes[a:b]))
+            if written is not None:
+                linked[a] = tuple(written)
+    whole = tuple((a, b) for a, b in whole if a in linked)
     groups = file_groups(list(sizes), cap_bytes, whole, joinable=lambda a, b: not {a, b} & reencoded
                          and facts[a][1] == facts[b][1])
     out, chunk, file = [], 0, 0
@@ -305,7 +311,8 @@ def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ..
         out.append(VideoFile(key, v30.video_file(key, chunk, file), tuple(episodes[i] for i in group),
                              tuple(clips[i] for i in group), link=kind == "link",
                              reencode=tuple(k for k, i in enumerate(group) if i in reencoded),
-                             retime=tuple(k for k, i in enumerate(group) if i in retimed)))
+                             retime=tuple(k for k, i in enumerate(group) if i in retimed),
+                             linked=linked[group[0]] if kind == "link" else ()))
         chunk, file = v30.next_file(chunk, file, chunks_size)
     return out
 
@@ -323,8 +330,11 @@ def write_video_file(vf: VideoFile, root: Path, fps: int) -> list[video.Written]
         scratch.mkdir(parents=True, exist_ok=True)
         video.reencode(clips[i], scratch / f"{vf.episodes[i]}.mp4", fps, vf.episodes[i])
         clips[i] = video.Clip(scratch / f"{vf.episodes[i]}.mp4")
-    written = (video.link(clips, out, fps, list(vf.episodes)) if vf.link else None) \
-        or video.concat(clips, out, fps, list(vf.episodes))
+    if vf.link:     # a whole source file that holds exactly these clips: the same bytes, by hard link
+        link_or_copy(clips[0].path, out)
+        written = list(vf.linked)
+    else:
+        written = video.concat(clips, out, fps, list(vf.episodes))
     shutil.rmtree(scratch, ignore_errors=True)
     return [replace(w, reencoded=True) if i in vf.reencode else w for i, w in enumerate(written)]
 

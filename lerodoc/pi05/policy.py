@@ -11,7 +11,6 @@ action quantiles.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,9 +59,10 @@ class Policy:
         """A checkpoint folder (or a run: its newest); `tokenizer` overrides the run's."""
         from lerodoc.hub import locate
         from lerodoc.pi05.export import find_checkpoint
+        from lerodoc.pi05.runs import load_trainer
         from lerodoc.pi05.weights import load_weights
         folder = find_checkpoint(Path(checkpoint))
-        trainer = json.loads((folder / "trainer.json").read_text())
+        trainer = load_trainer(folder)
         with torch.device("meta"):
             model = PI05(model_config(trainer["model"]))
         load_weights(model, folder / "model.safetensors")
