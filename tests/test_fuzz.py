@@ -6,8 +6,9 @@ half, short of its tail), has seeded bits flipped (anywhere, and in its tail: a 
 a seeded block zeroed and its head zeroed; the JSON files also get valid JSON of the wrong structure (null, a
 wrong top-level type, a missing key, values of the wrong type, a list one element short), and the mp4 an
 encoder tag that is not UTF-8. Every command that reads a dataset (info, validate, validate --videos,
-convert, merge with a clean dataset, repair, flatten, quantiles, select, and repair and quantiles
---in-place) runs on every mutated dataset, and on the clean ones, where each must succeed.
+convert, merge with a clean dataset, repair, flatten, quantiles, select, delete, split, tasks, features,
+encode --reencode, report --videos, and repair and quantiles --in-place) runs on every mutated dataset, and on
+the clean ones, where each must succeed.
 
 A run must end in findings (codes, each error naming a file) or in one paragraph naming a file, with a
 documented exit code; never a traceback or an internal error. A writing command that fails leaves neither
@@ -109,6 +110,8 @@ COMMANDS = {
     "split": (("--into", "a=0.5,b=0.5"), True),
     "tasks": (("--set", "pick up the cube=grasp the cube"), True),
     "features": (("--rename", "action=action.joints"), True),
+    "encode": (("--reencode", "--gop", "5", "-j", "2"), True),
+    "report": (("--videos", "--episodes", "3"), True),
     "repair-inplace": (("-j", "2", "--in-place"), False),
     "quantiles-inplace": (("-j", "2", "--in-place"), False),
 }
@@ -120,6 +123,7 @@ DEFAULT_EXIT_CODES = {0, 3, 4}
 STAGING = re.compile(r"\.lerodoc-(tmp|old)")
 # quantiles -o rewrites only the stats and links the rest as it is; the edits change what the output holds
 LOSSY = {"quantiles", "delete", "split", "tasks", "features"}
+NOT_DATASETS = {"report"}   # writes one HTML file: it must exist after exit 0 and not after a failure
 
 
 # ------------------------------------------------------------------------------------------- mutations
@@ -294,6 +298,7 @@ def build(root: Path) -> tuple[dict[str, Path], list[dict]]:
         if writes:
             args += ["-o", str(out)]
         runs.append({"case": case.__dict__, "args": args, "out": str(out) if writes else None,
+                     "dataset_out": case.command not in NOT_DATASETS,
                      "file": FILE_KINDS[case.version][case.kind], "index": i, "mutated": str(ds),
                      "source": str(source),
                      "expect": both if case.command == "merge" else one})
@@ -339,7 +344,8 @@ def drive(runs_file: str, results_file: str) -> None:
                 traceback.print_exc()
                 code = 1
         results.append({**run, "rc": code, "stdout": out.getvalue()[-200_000:], "stderr": err.getvalue()[-4000:],
-                        "seconds": time.perf_counter() - start, "written": _written(run["out"])})
+                        "seconds": time.perf_counter() - start,
+                        "written": _written(run["out"]) if run["dataset_out"] else None})
     Path(results_file).write_text(json.dumps(results))
 
 
@@ -440,7 +446,7 @@ def problems(result: dict) -> list[str]:
         if rc == 1 and case["command"] != "repair" and exists:
             found.append("exit 1 but the output exists")
         written = result["written"]
-        if rc == 0 and exists and written != result["expect"] and case["command"] not in LOSSY:
+        if rc == 0 and exists and written != result["expect"] and case["command"] not in LOSSY | NOT_DATASETS:
             found.append(f"exit 0 but the output holds {written}, the inputs {result['expect']}")
         left = [p.name for p in out.parent.iterdir() if STAGING.search(p.name)] if out.parent.exists() else []
         if left:

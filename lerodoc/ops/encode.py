@@ -283,6 +283,9 @@ def reencode_file(job: FileJob) -> dict:
 def current_settings(ds: Dataset, key: str, rel: str) -> dict:
     path = ds.path(rel)
     probe = video.probe(path)
+    if not probe.pix_fmt or not probe.width or not probe.height:   # the codec parameters did not parse
+        raise LerodocError("the video's pixel format and size cannot be read from its headers, so it cannot be "
+                           "re-encoded", file=path, field=key, hint="lerodoc validate --videos names the damage")
     info = ds.info.features[key].get("info") or {}
     return {"codec": probe.codec, "pix_fmt": probe.pix_fmt, "gop": video.keyframe_gap(path),
             "frames": probe.frames, "crf": info.get("video.crf")}
