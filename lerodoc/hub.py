@@ -135,7 +135,7 @@ def fetch_asset(kind: str, name: str, *, repo: str | None = None, revision: str 
     files = [a.file, *a.extras]
     if source == "hf":
         from huggingface_hub import hf_hub_download
-        with hub_errors(repo, a):
+        with hub_errors(repo, f"`{download_command(a)} --source modelscope`"):
             paths = [Path(hf_hub_download(repo, f, revision=revision, local_dir=output)) for f in files]
     else:
         root = _modelscope_fetch(repo, "model", revision, output or modelscope_dir(repo), files, a)
@@ -151,7 +151,7 @@ def fetch_dataset(repo: str, *, revision: str | None = None, output: Path | None
     """Download a dataset repository and validate what arrived (unless --include took only part of it)."""
     if source == "hf":
         from huggingface_hub import snapshot_download
-        with hub_errors(repo):
+        with hub_errors(repo, "--source modelscope"):
             root = Path(snapshot_download(repo, repo_type="dataset", revision=revision, local_dir=output,
                                           allow_patterns=include or None))
     else:
@@ -208,13 +208,14 @@ def check_safetensors(path: Path) -> str:
 
 
 @contextmanager
-def hub_errors(repo: str, a: Asset | None = None, *, taken_as: str = ""):
+def hub_errors(repo: str, retry: str | None = None, *, taken_as: str = ""):
     """Turn huggingface_hub's and the network's exceptions into one-paragraph HubErrors about `repo`.
+    `retry` is how the caller's command fetches from ModelScope instead, where it can (the hints offer it);
     `taken_as` opens each message when `repo` was only one reading of what the user typed (a path or a hub id)."""
     import httpx2
     from huggingface_hub import errors
 
-    retry = f"`{download_command(a)} --source modelscope`" if a else "--source modelscope"
+    or_retry = f", or use {retry}" if retry else ""
 
     def fail(message: str, hint: str) -> HubError:
         return HubError(taken_as + message, file=repo, hint=hint)
@@ -226,8 +227,7 @@ def hub_errors(repo: str, a: Asset | None = None, *, taken_as: str = ""):
                            hint="check the id: owner/name") from None
     except errors.GatedRepoError:
         raise fail("is gated: your account has not accepted its licence, or no token was sent",
-                   f"accept it on the repository page and set HF_TOKEN (or `hf auth login`), or use {retry}"
-                   ) from None
+                   f"accept it on the repository page and set HF_TOKEN (or `hf auth login`){or_retry}") from None
     except errors.RepositoryNotFoundError:
         raise fail("no such repository, or it is private",
                    "check the id (datasets and models are separate); set HF_TOKEN for a private one") from None
@@ -238,17 +238,18 @@ def hub_errors(repo: str, a: Asset | None = None, *, taken_as: str = ""):
     except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled) as exc:
         if offline():
             raise fail("is not in the cache and downloads are off (HF_HUB_OFFLINE=1)",
-                       "unset HF_HUB_OFFLINE where huggingface.co, an HF_ENDPOINT mirror or ModelScope "
-                       f"({retry}) is reachable, or copy HF_HOME from a machine that has it") from None
+                       "unset HF_HUB_OFFLINE where huggingface.co or an HF_ENDPOINT mirror"
+                       + (f" or ModelScope ({retry})" if retry else "")
+                       + " is reachable, or copy HF_HOME from a machine that has it") from None
         cause = exc.__cause__ or exc.__context__ or exc
         raise fail(f"the hub failed or could not be reached ({type(cause).__name__}); what arrived so far is kept",
-                   f"run the same command again to resume, set HF_ENDPOINT to a mirror, or use {retry}") from None
+                   f"run the same command again to resume, set HF_ENDPOINT to a mirror{or_retry}") from None
     except errors.HfHubHTTPError as exc:
         raise fail(f"the hub answered {exc.response.status_code}; what arrived so far is kept",
                    "run the same command again to resume") from None
     except (httpx2.HTTPError, OSError) as exc:
         raise fail(f"download failed ({type(exc).__name__}: {exc}); what arrived so far is kept",
-                   f"run the same command again to resume, set HF_ENDPOINT to a mirror, or use {retry}") from None
+                   f"run the same command again to resume, set HF_ENDPOINT to a mirror{or_retry}") from None
 
 
 def _modelscope_fetch(repo: str, repo_type: str, revision: str | None, local_dir: Path,

@@ -37,7 +37,9 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
                 progress(1)
         return results
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait   # only when a pool runs
-    with ProcessPoolExecutor(max_workers=min(workers, len(items)), initializer=_worker_init) as pool:
+    # one pyarrow thread per worker only when the workers fill the cores; fewer items keep pyarrow's threads
+    init = _worker_init if len(items) >= workers else None
+    with ProcessPoolExecutor(max_workers=min(workers, len(items)), initializer=init) as pool:
         futures = [pool.submit(fn, item) for item in items]
         pending = set(futures)
         while pending:

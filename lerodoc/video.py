@@ -7,6 +7,7 @@ durations. Decoding happens only for the rare cut that does not start on a keyfr
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -426,12 +427,13 @@ def decode_frames(path: Path, fps: int, episode: int | None = None):
                     yield round(frame.pts * tb * fps), frame
 
 
-def frames_at(container, stream, targets: list[float], gap_s: float, tolerance_s: float) -> list:
+def frames_at(container, stream, targets: list[float], gap_s: float, tolerance_s: float) -> Iterator:
     """The frame shown at each of `targets` (seconds in the file, ascending): the last one starting at or before
     it (within `tolerance_s`), or the first decoded when none does; None where nothing decodes. One decode runs
     forward through the open `container`: it seeks (to the keyframe before a target) only where the target lies
-    more than `gap_s`, the longest keyframe interval, past the last frame decoded, so no seek goes back."""
-    found, frames, shown, ahead = [], None, None, None
+    more than `gap_s`, the longest keyframe interval, past the last frame decoded, so no seek goes back.
+    Frames are yielded as found, so a decode error later in the file leaves the earlier ones to the caller."""
+    frames, shown, ahead = None, None, None
     for target in targets:
         last = ahead if ahead is not None else shown
         if frames is None or last is None or target - last.time > gap_s:
@@ -443,8 +445,7 @@ def frames_at(container, stream, targets: list[float], gap_s: float, tolerance_s
             ahead = next(frames, None)
             if ahead is None:
                 break
-        found.append(shown if shown is not None else ahead)
-    return found
+        yield shown if shown is not None else ahead
 
 
 def keyframe_gap(path: Path) -> int:

@@ -286,12 +286,14 @@ def _stray_for(ctx: Context, expected: str, key: str | None = None) -> str | Non
 def _placement(ctx: Context) -> list[Finding]:
     """Missing or misplaced referenced files, and files nothing references."""
     ds, out, placed = ctx.dataset, [], set()
+    by_file = None
     for path, data in data_files(ctx).items():
         stray = data.error == "missing" and _stray_for(ctx, path)
         if stray:
             placed.add(stray)
+            by_file = ds.episodes_by_data_file() if by_file is None else by_file
             out.append(_finding("LAY041", f"data file {stray} belongs at {path}, where the episodes look for it",
-                                file=stray, episode=_only_episode(ds.episodes_by_data_file().get(path, []))))
+                                file=stray, episode=_only_episode(by_file.get(path, []))))
     for key in ds.info.video_keys:
         first_episode = {}
         for ep in ds.episodes:

@@ -103,10 +103,9 @@ def pi05(
     """
     from lerodoc.hub import locate
     locate("tokenizer", tokenizer)   # first, before torch and pyarrow load: a missing asset fails in under a second
-    located = None
     if weights:
         from lerodoc.pi05.weights import locate_weights
-        located = locate_weights(weights)   # a hub policy is fetched here, before torch loads
+        locate_weights(weights)   # a hub policy is fetched here, before torch loads (and remembered for the run)
     from lerodoc.pi05.tracking import require
     require(wandb, tensorboard)
     from lerodoc.pi05.data import DataSpec
@@ -126,9 +125,9 @@ def pi05(
                     save_every=save_every, keep=keep, log_every=log_every, data=data,
                     wandb_project=wandb_project if wandb else None, tensorboard=tensorboard)
     if sweep:
-        render_sweep(run_sweep(run, _batches(sweep_batches), located=located), json)
+        render_sweep(run_sweep(run, _batches(sweep_batches)), json)
         return
-    summary = train(run, resume=resume, progress=not json, located=located)
+    summary = train(run, resume=resume, progress=not json)
     if summary["rank"] != 0:
         return
     if json:

@@ -16,7 +16,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import dtype_name
 from lerodoc.ops import derive
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import is_list_type, read_parquet, to_numpy
+from lerodoc.parquet_io import is_list_type, read_parquet, read_schema, to_numpy
 
 
 @dataclass
@@ -69,7 +69,7 @@ def list_lengths(args: tuple[str, list[tuple[int, int, int]], list[str]]) -> dic
 
 def plan(ds: Dataset, columns: list[str] | None, workers: int) -> tuple[Flatten, dict, dict[str, dict]]:
     """What to flatten: (transform, new features, per-column summary); ragged or null lists raise."""
-    schema = read_parquet(ds.path(ds.episodes[0].data_file)).schema
+    schema = read_schema(ds.path(ds.episodes[0].data_file), ds.episodes[0].index)   # the footer alone
     candidates = [n for n in ds.info.data_keys if n in schema.names and _flattenable(schema.field(n).type)]
     chosen = candidates if columns is None else list(columns)
     for name in chosen:

@@ -336,7 +336,7 @@ def write_video_file(vf: VideoFile, root: Path, fps: int) -> list[video.Written]
     else:
         written = video.concat(clips, out, fps, list(vf.episodes))
     shutil.rmtree(scratch, ignore_errors=True)
-    return [replace(w, reencoded=True) if i in vf.reencode else w for i, w in enumerate(written)]
+    return written
 
 
 def write_video_files(args: tuple[tuple[VideoFile, ...], str, int]) -> list[list[video.Written]]:

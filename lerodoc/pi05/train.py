@@ -180,11 +180,9 @@ class Setup:
     weights: Path | None
 
 
-def prepare(run: RunConfig, resume: bool, writes: bool = True, located: tuple[Path, Path | None] | None = None
-            ) -> Setup:
+def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
     """Preflight (before any GPU work) and the data spec: the dataset validates and has usable stats, the
-    tokenizer and weights exist, the run folder is free (or holds the run to resume) when the run `writes`.
-    `located` is what locate_weights(run.weights) returned when the caller already resolved --weights."""
+    tokenizer and weights exist, the run folder is free (or holds the run to resume) when the run `writes`."""
     output = Path(run.output)
     if writes:
         preflight.check_run_folder(output, resume)
@@ -207,7 +205,7 @@ def prepare(run: RunConfig, resume: bool, writes: bool = True, located: tuple[Pa
         data = replace(data, state_key=None, state_in_prompt=False)
     preflight.check_features(dataset, data.action_key, data.state_key, data.cameras)
     tokenizer = Tokenizer(locate("tokenizer", run.tokenizer))
-    weights, policy = located or (locate_weights(run.weights) if run.weights else (None, None))
+    weights, policy = locate_weights(run.weights) if run.weights else (None, None)
     preset = PRESETS.get(run.preset)
     if preset is None:
         raise LerodocError(f"unknown preset {run.preset!r}", hint=f"choose one of {', '.join(PRESETS)}")
@@ -348,19 +346,17 @@ def peak_flops(device: torch.device) -> float | None:
     return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
 
 
-def sweep(run: RunConfig, batches: list[int], steps: int = 8, warmup: int = 3,
-          located: tuple[Path, Path | None] | None = None) -> list[dict]:
+def sweep(run: RunConfig, batches: list[int], steps: int = 8, warmup: int = 3) -> list[dict]:
     """Increasing batches per device until one runs out of memory: median step time, samples/s, peak memory,
     MFU and data wait of each (real data, no checkpoints). The model trains a few steps per batch size."""
     try:
-        return _sweep(run, batches, steps, warmup, located)
+        return _sweep(run, batches, steps, warmup)
     finally:
         shutdown()
 
 
-def _sweep(run: RunConfig, batches: list[int], steps: int, warmup: int,
-           located: tuple[Path, Path | None] | None) -> list[dict]:
-    setup = prepare(run, resume=False, writes=False, located=located)
+def _sweep(run: RunConfig, batches: list[int], steps: int, warmup: int) -> list[dict]:
+    setup = prepare(run, resume=False, writes=False)
     procs = setup.procs
     parts = build(setup)
     flops = flops_per_sample(setup.config, setup.run.data.max_token_len, len(setup.run.data.cameras))
@@ -398,17 +394,16 @@ def _sweep(run: RunConfig, batches: list[int], steps: int, warmup: int,
     return results
 
 
-def train(run: RunConfig, resume: bool = False, progress: bool = True,
-          located: tuple[Path, Path | None] | None = None) -> dict:
+def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
     """Train to `run.steps`; returns a summary (final loss, samples/s, data-wait share, where things are)."""
     try:
-        return _train(run, resume, progress, located)
+        return _train(run, resume, progress)
     finally:
         shutdown()
 
 
-def _train(run: RunConfig, resume: bool, progress: bool, located: tuple[Path, Path | None] | None) -> dict:
-    setup = prepare(run, resume, located=located)
+def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
+    setup = prepare(run, resume)
     run, procs = setup.run, setup.procs
     output = Path(run.output)
     model, ema, wrapped, optimizer, step_fn, bf16 = build(setup)

@@ -16,6 +16,8 @@ Importing this module loads no torch (the CLI resolves --weights before torch st
 
 from __future__ import annotations
 
+import functools
+
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,10 +87,12 @@ def save_weights(model: PI05, path: Path, *, expert_lm_head: bool = True) -> Non
 POLICY_FILES = ["config.json", "model.safetensors", "policy_preprocessor*", "policy_postprocessor*"]
 
 
+@functools.cache
 def locate_weights(spec: str) -> tuple[Path, Path | None]:
     """(model.safetensors, the lerobot policy folder holding it or None) that `--weights spec` names: a file, a
     folder, a known name (lerodoc.hub.locate), or a hub id `owner/name` of a lerobot policy, taken from the
-    Hugging Face cache or downloaded (config, weights and processors only; HF_HUB_OFFLINE is honoured)."""
+    Hugging Face cache or downloaded (config, weights and processors only; HF_HUB_OFFLINE is honoured).
+    Resolved once per process: the command calls it before torch loads, the run's setup again."""
     from lerodoc.hub import ASSETS, hub_errors, locate
     path = Path(spec).expanduser()
     if path.exists() or spec in ASSETS or spec.count("/") != 1:

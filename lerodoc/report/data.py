@@ -11,7 +11,6 @@ import io
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -62,7 +61,7 @@ def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], worke
         path = ds.path(relative)
         columns = list(features) + (["task_index"] if has_task else []) + (["timestamp"] if relative in want_time else [])
         first, last = min(ep.data_row for ep in episodes), max(episodes, key=lambda ep: ep.data_row + ep.length)
-        table = read_rows(path, first, last.data_row + last.length - first, columns, last.index)
+        table = read_rows(path, first, last.data_row + last.length - first, columns, episodes[0].index)
         out = []
         for ep in episodes:
             row = ep.data_row - first
