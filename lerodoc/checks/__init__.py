@@ -22,8 +22,11 @@ def family(name: str) -> Family:
     return importlib.import_module(f"lerodoc.checks.{name}").check
 
 
-def open_context(root: Path, **options) -> Context:
-    """Open the dataset for checking; a dataset that cannot be opened still gets a context."""
+def open_context(root: Path, dataset: Dataset | None = None, **options) -> Context:
+    """Open the dataset for checking (or use `dataset`, `root` already opened); a dataset that cannot be opened
+    still gets a context."""
+    if dataset is not None:
+        return Context(Path(root), dataset, **options)
     try:
         return Context(Path(root), Dataset.open(root), **options)
     except LerodocError as exc:

@@ -24,7 +24,7 @@ def replace_file(path: Path, write) -> None:
 
 
 def write_text(path: Path, text: str) -> None:
-    replace_file(path, lambda tmp: tmp.write_text(text))
+    replace_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_json(path: Path, obj, indent: int = 4) -> None:

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lerodoc.checks import ERROR, FAMILIES, Context, Finding, family, open_context, run_checks
+from lerodoc.checks import ERROR, FAMILIES, Finding, family, open_context, run_checks
 from lerodoc.dataset import Dataset
 
 
@@ -38,7 +38,7 @@ def validate(root: Path, *, videos: bool = False, deep: bool = False, tolerance_
     `root` already opened by the caller, used as it is rather than opened again."""
     started = time.perf_counter()
     options = {"videos": videos or deep, "deep": deep, "tolerance_s": tolerance_s, "engine": engine}
-    ctx = Context(Path(root), dataset, **options) if dataset is not None else open_context(Path(root), **options)
+    ctx = open_context(Path(root), dataset, **options)
     report = ValidateReport(dataset=str(root), version=ctx.dataset.version if ctx.dataset else None,
                             findings=run_checks(ctx))
     report.seconds = round(time.perf_counter() - started, 3)

@@ -18,6 +18,7 @@ import numpy as np
 
 from lerodoc import __version__
 from lerodoc.dataset import Dataset
+from lerodoc.formats.jsonl import write_text
 from lerodoc.ops.rewrite import tree_size
 from lerodoc.ops.validate import catalogue, validate
 from lerodoc.report import data, page
@@ -81,11 +82,8 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: int = 3, wor
     ]
     subtitle = (f"{escape(str(ds.root))} &middot; lerodoc {__version__} &middot; "
                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.partial")
-    partial.write_text(page.document(f"{ds.root.name}: lerodoc report", sections, subtitle), encoding="utf-8")
-    partial.replace(out)   # a report is there whole or not at all
+    # a report is there whole or not at all
+    write_text(Path(out), page.document(f"{ds.root.name}: lerodoc report", sections, subtitle))
     report.seconds = round(time.perf_counter() - started, 3)
     return report
 
