@@ -8,7 +8,7 @@ wrong top-level type, a missing key, values of the wrong type, a list one elemen
 encoder tag that is not UTF-8. Every command that reads a dataset (info, validate, validate --videos,
 convert, merge with a clean dataset, repair, flatten, quantiles, select, delete, split, tasks, features,
 encode --reencode, report --videos, and repair and quantiles --in-place) runs on every mutated dataset, and on
-the clean ones, where each must succeed.
+the clean ones, where each must succeed; so does `train pi05` (tiny, two CPU steps) on datasets with quantiles.
 
 A run must end in findings (codes, each error naming a file) or in one paragraph naming a file, with a
 documented exit code; never a traceback or an internal error. A writing command that fails leaves neither
@@ -471,6 +471,42 @@ def test_fuzz_every_file_kind_every_command(tmp_path):
     datasets = {(r["case"]["version"], r["file"], r["case"]["mutation"]) for r in results}
     print(f"fuzz: {len(results)} runs on {len(datasets)} mutated datasets in {seconds:.1f} s (build {built:.1f} s)")
     assert not bad, f"{len(bad)} of {len(results)} runs broke the rules:\n" + "\n".join(bad[:40])
+
+
+def test_fuzz_train_on_every_mutated_dataset(tmp_path):
+    """`train pi05` (tiny preset, 2 CPU steps, the camera decoded) on every mutated dataset: it trains, or it
+    stops with one paragraph naming the file (and, for a frame it cannot decode, the episode and camera)."""
+    from tests.fixtures.tokenizer import train_tokenizer
+    tokenizer = train_tokenizer(tmp_path / "tokenizer")
+    runs = []
+    for version, kinds in FILE_KINDS.items():
+        clean = tmp_path / f"clean-{version}"
+        make_dataset(clean, version=version, vector_storage="fixed", **TINY)
+        assert run_cli("quantiles", clean, "--in-place").returncode == 0   # train needs q01/q99
+        todo = [("info.json", "none")]
+        for kind, rel in kinds.items():
+            todo += [(kind, m) for m in BYTE_MUTATIONS + (JSON_MUTATIONS if rel.endswith((".json", ".jsonl")) else ())
+                     + (MP4_MUTATIONS if rel.endswith(".mp4") else ()) + (tuple(INFO_EDITS) if kind == "info.json" else ())]
+        for kind, mutation in todo:
+            name = f"{version}-{kind}-{mutation}"
+            ds = tmp_path / "ds" / name
+            shutil.copytree(clean, ds)
+            if mutation != "none":
+                mutate(ds / kinds[kind], mutation, random.Random(f"{SEED}:{name}"))
+            runs.append({"case": {"version": version, "kind": kind, "mutation": mutation, "command": "train"},
+                         "args": ["train", "pi05", str(ds), "-o", str(tmp_path / "runs" / name), "--preset", "tiny",
+                                  "--steps", "2", "--batch-per-device", "2", "--workers", "0", "--device", "cpu",
+                                  "--tokenizer", str(tokenizer), "--camera", CAMERA, "--save-every", "0", "--json"],
+                         "out": None, "dataset_out": False, "file": kinds[kind], "index": len(runs),
+                         "mutated": str(ds), "source": str(ds), "expect": None})
+    results = run_all(tmp_path, runs, shards=2)
+    bad = [f"{r['case']['version']} {r['file']} {r['case']['mutation']}: {problem}\n    {r['stderr'].strip()[-600:]}"
+           for r in results for problem in problems(r)]
+    assert not bad, f"{len(bad)} of {len(results)} runs broke the rules:\n" + "\n".join(bad[:40])
+    trained = [r for r in results if r["rc"] == 0]
+    assert any(r["case"]["mutation"] == "none" for r in trained) and len(trained) < len(results)
+    unseekable = [r for r in results if "cannot seek" in r["stderr"] or "cannot decode the frame" in r["stderr"]]
+    assert all(re.search(r"episode \d+: observation\.images\.top: ", r["stderr"]) for r in unseekable)
 
 
 def test_in_process_runs_end_as_python_m_lerodoc_does(tmp_path):

@@ -239,7 +239,8 @@ class TrainingBatches(torch.utils.data.IterableDataset):
             for c, (file, offset) in enumerate(self.videos[self.frames.episode[row]]):
                 wanted.setdefault(file, []).append((b, c, offset + float(self.frames.timestamp[row])))
         for file, items in wanted.items():
-            decoded = self.reader.read(self.root / file, np.array([t for _, _, t in items]))
+            decoded = self.reader.read(self.root / file, np.array([t for _, _, t in items]),
+                                       [(int(self.frames.episode[rows[b]]), self.spec.cameras[c]) for b, c, _ in items])
             for (b, c, _), image in zip(items, decoded):
                 out[b, c] = image
         return out

@@ -60,8 +60,12 @@ class _Open:
             return target - self.position > FALLBACK_GAP_S
         return bool(np.any((self.keyframes > self.position + 1e-6) & (self.keyframes <= target + 1e-6)))
 
-    def seek(self, target: float) -> None:
-        self.container.seek(max(0, int(target / self.stream.time_base)), stream=self.stream, backward=True)
+    def seek(self, target: float, path: Path) -> None:
+        try:
+            self.container.seek(max(0, int(target / self.stream.time_base)), stream=self.stream, backward=True)
+        except READ_ERRORS as exc:
+            raise LerodocError(f"cannot seek to {target:.4f} s ({reason(exc)})", file=path,
+                               hint="lerodoc validate --videos DATASET names the damage") from None
         self.frames = self.container.decode(self.stream)
         self.pending, self.position, self.last = None, None, None
 
@@ -88,16 +92,22 @@ class FrameReader:
                 self._open.popitem(last=False)[1].container.close()
         return self._open[path]
 
-    def read(self, path: Path, times: np.ndarray) -> np.ndarray:
-        """(len(times), H, W, 3) uint8: for each time (seconds in the file), the frame shown then."""
+    def read(self, path: Path, times: np.ndarray, where: list[tuple[int, str]] | None = None) -> np.ndarray:
+        """(len(times), H, W, 3) uint8: for each time (seconds in the file), the frame shown then. `where` names
+        each time's (episode, camera) for an error about it."""
         order = np.argsort(times, kind="stable")
         out: list[np.ndarray | None] = [None] * len(times)
-        f = self._file(path)
         for i in order:
             target = float(times[i])
-            if f.must_seek(target):
-                f.seek(target)
-            frame = self._decode_to(f, target, path)
+            try:
+                f = self._file(path)
+                if f.must_seek(target):
+                    f.seek(target, path)
+                frame = self._decode_to(f, target, path)
+            except LerodocError as exc:
+                if where is not None and exc.episode is None:
+                    exc.episode, exc.field = where[i]
+                raise
             out[i] = resize_with_pad(frame, self.size) if self.size else frame.to_ndarray(format="rgb24")
         return np.stack(out) if out else np.zeros((0, self.size or 0, self.size or 0, 3), np.uint8)
 
