@@ -37,8 +37,7 @@ def validate(root: Path, *, videos: bool = False, deep: bool = False, tolerance_
     cluster (their bookkeeping columns and per-episode stats come back, not the feature values). `dataset` is
     `root` already opened by the caller, used as it is rather than opened again."""
     started = time.perf_counter()
-    options = {"videos": videos or deep, "deep": deep, "tolerance_s": tolerance_s, "engine": engine}
-    ctx = open_context(Path(root), dataset, **options)
+    ctx = open_context(Path(root), dataset, videos=videos or deep, deep=deep, tolerance_s=tolerance_s, engine=engine)
     report = ValidateReport(dataset=str(root), version=ctx.dataset.version if ctx.dataset else None,
                             findings=run_checks(ctx))
     report.seconds = round(time.perf_counter() - started, 3)

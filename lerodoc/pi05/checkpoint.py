@@ -36,8 +36,6 @@ from lerodoc.pi05.runs import complete, path_of
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
-
-
 def _is_main() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
 

@@ -17,7 +17,6 @@ Importing this module loads no torch (the CLI resolves --weights before torch st
 from __future__ import annotations
 
 import functools
-
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
