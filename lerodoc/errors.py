@@ -56,6 +56,13 @@ class LerodocError(Exception):
                 "field": self.field, "hint": self.hint, "exit_code": int(self.exit_code)}
 
 
+class UsageError(LerodocError):
+    """A command line that cannot be right for this dataset (an episode or a channel it does not hold, a reversed
+    range): exit 2 like Typer's own usage errors, though found only once the dataset is read."""
+
+    exit_code = ExitCode.USAGE
+
+
 class VerificationError(LerodocError):
     """The written output does not match what was read; it is left unpromoted."""
 

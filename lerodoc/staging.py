@@ -14,12 +14,38 @@ from lerodoc.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
 TEMP_SUFFIX = ".lerodoc-tmp"
 
 
+def check_output(out: Path, inputs=(), *, force: bool = False, folder: bool = True) -> Path:
+    """The one rule for an `-o` (returned absolute): never the input itself, a path inside one of `inputs` or one
+    that holds an input, not even with --force (links resolved: that is --in-place's job, where a command has
+    it); an existing file or folder only with --force (an empty folder is taken over); for a file output
+    (`folder=False`) never an existing folder. Raises LerodocError (exit 3) before anything is written."""
+    out = Path(out).absolute()
+    real = Path(os.path.realpath(out))
+    for src in inputs:
+        source = Path(os.path.realpath(src))
+        if real == source or real.is_relative_to(source) or source.is_relative_to(real):
+            relation = ("is the input" if real == source else "is inside the input" if real.is_relative_to(source)
+                        else "holds the input")
+            raise LerodocError(f"-o {relation} {src}: writing there would destroy it", file=out,
+                               hint="choose an -o outside the input" + (" (--force does not change this)"
+                                                                        if force else ""))
+    if out.is_dir() and not out.is_symlink():
+        if not folder:
+            raise LerodocError("is a folder; this command writes a file", file=out,
+                               hint="give a file name for -o (a folder is never replaced by a file)")
+        if not force and any(out.iterdir()):
+            raise LerodocError("output already exists", file=out, hint="choose another -o or pass --force")
+    elif (out.exists() or out.is_symlink()) and not force:
+        raise LerodocError("output already exists", file=out, hint="choose another -o or pass --force")
+    return out
+
+
 def temp_sibling(out: Path) -> Path:
     return out.parent / f".{out.name}{TEMP_SUFFIX}-{os.getpid()}"
 
 
 @contextmanager
-def staged_output(out: Path, *, force: bool = False):
+def staged_output(out: Path, *, force: bool = False, inputs=()):
     """Yield a temp directory beside `out`; promote it to `out` only when the block succeeds.
 
     Any exception (Ctrl-C included) removes the temp directory, so no half-written dataset is left
@@ -27,9 +53,7 @@ def staged_output(out: Path, *, force: bool = False):
     (`formats.load_problems`: a data column its `datasets` cast refuses, a video off the k/fps grid or with
     tags that are not UTF-8) is not promoted either: that is a VerificationError.
     """
-    out = Path(out).absolute()
-    if out.exists() and not force:
-        raise LerodocError("output already exists", file=out, hint="choose another -o or pass --force")
+    out = check_output(out, inputs, force=force)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(out)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -47,11 +71,14 @@ def staged_output(out: Path, *, force: bool = False):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if out.exists():
+    if out.exists() or out.is_symlink():
         old = out.parent / f".{out.name}.lerodoc-old-{os.getpid()}"
         out.rename(old)
         tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:   # a file or a link replaced by --force: unlinked, never followed
+            old.unlink()
     else:
         tmp.rename(out)
 
@@ -67,6 +94,6 @@ def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: b
     if in_place == (out is not None):
         raise LerodocError("give either -o OUTPUT or --in-place")
     target = Path(src) if in_place else Path(out)
-    with staged_output(target, force=force or in_place) as tmp:
+    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,)) as tmp:
         link_tree(Path(src), tmp, set(rewrite))
         yield tmp
