@@ -238,12 +238,54 @@ def test_flops_per_sample_matches_the_research_estimate():
 def test_flops_per_sample_counts_only_the_work_done():
     # the last joint layer: the prefix projects q, k, v only (no o_proj, no MLP) and only the H action rows attend
     c = full()
-    g, P, H = c.vlm, 2 * c.vision.num_patches + 28, c.action_horizon
+    v, g, e, P, H = c.vision, c.vlm, c.expert, 2 * c.vision.num_patches + 28, c.action_horizon
     skipped = P * (g.width * g.num_heads * g.head_dim + 3 * g.width * g.mlp_dim)   # o_proj and the MLP
     skipped += 2 * g.num_heads * g.head_dim * P * (P + H)
+    # backward's one product that is not needed: the input gradient of the layers fed by data, the weight
+    # gradient of the frozen last-layer q_proj (2 of the 6 FLOPs per multiply-accumulate)
+    one_gradient = (2 * v.num_patches * 3 * v.patch_size**2 * v.width + H * c.max_action_dim * e.width + e.width**2
+                    + P * g.width * g.num_heads * g.head_dim)
     done, openpi = flops_per_sample(c, 28, 2), flops_per_sample(c, 28, 2, openpi=True)
-    assert openpi - done == pytest.approx(6 * skipped, rel=1e-9)
+    assert openpi - done == pytest.approx(6 * skipped + 2 * one_gradient, rel=1e-9)
     assert done == pytest.approx(7.64e12, rel=0.01)
+
+
+def counted_flops(config, prompt_len: int, shown: int, masked: int, batch: int = 1) -> int:
+    """torch's own count (FlopCounterMode: every matmul, convolution and attention, forward and backward) of one
+    training step's forward and backward, on the meta device (no memory, no arithmetic: the full preset too).
+    The masked cameras' all-false masks live on the CPU, where embed_prefix's `mask.any()` can read them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    size, H = config.vision.image_size, config.action_horizon
+    with torch.device("meta"):
+        model = PI05(config)
+        images = [torch.empty(batch, 3, size, size) for _ in range(shown + masked)]
+        tokens = torch.zeros(batch, prompt_len, dtype=torch.long)
+        token_masks = torch.ones(batch, prompt_len, dtype=torch.bool)
+        actions = torch.empty(batch, H, config.action_dim)
+        noise, time = torch.empty(batch, H, config.max_action_dim), torch.empty(batch)
+    image_masks = [None] * shown + [torch.zeros(batch, dtype=torch.bool)] * masked
+    counter = FlopCounterMode(display=False)
+    with counter:
+        loss = model(images, image_masks, tokens, token_masks, actions, noise=noise, time=time)
+        loss.backward()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert all(p.grad is not None for p in trainable)   # backward reached every trainable weight
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("preset, prompt_len, shown, masked", [
+    ("tiny", 12, 1, 0), ("tiny", 28, 2, 1), ("full", 28, 2, 1), ("full", 200, 3, 0)])
+def test_flops_per_sample_equals_torchs_flop_counter(preset, prompt_len, shown, masked):
+    """MFU in README and docs/train.md rests on flops_per_sample: it must equal what torch counts for one
+    sample's forward and backward, exactly (both count the same multiply-accumulates as integers; a layer that
+    one of them misses or counts twice would show as a difference of at least one layer's products). The masked
+    camera is skipped by the model, so it counts for nothing."""
+    config = {"tiny": tiny, "full": full}[preset]()
+    counted = counted_flops(config, prompt_len, shown, masked)
+    assert flops_per_sample(config, prompt_len, cameras=shown) == counted
+    if preset == "tiny":   # per sample: two samples cost twice one
+        assert counted_flops(config, prompt_len, shown, masked, batch=2) == 2 * counted
 
 
 def test_weights_round_trip_in_lerobot_layout(model, tmp_path):

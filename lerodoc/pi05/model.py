@@ -448,8 +448,12 @@ def flops_per_sample(config: PI05Config, prompt_len: int, cameras: int, openpi: 
     x 1 (once per sample). Attention counts QK^T and AV: 2 h d per query-key pair, with T = N in SigLIP and
     T = P + H in the joint layers. Embedding lookups and norms are free.
     The work done (default): in the last joint layer the prefix only projects q, k and v (run_layers skips its
-    o_proj and MLP) and only the H action rows attend. `openpi=True` counts that layer's prefix rows in full,
-    as openpi computes them (then drops the result)."""
+    o_proj and MLP) and only the H action rows attend; and backward computes only the gradients it needs, so a
+    layer fed by data that needs no gradient (the patch embedding, action_in_proj, time_mlp_in) costs 4 x its
+    multiply-accumulates (no input gradient), and so does the frozen last-layer q_proj of the prefix (no weight
+    gradient). This equals torch's FlopCounterMode over one training step (tests/test_pi05_model.py).
+    `openpi=True` is the plain 6 x rule with that layer's prefix rows in full, as openpi computes them (then
+    drops the result)."""
     v, g, e = config.vision, config.vlm, config.expert
     N, H = v.num_patches, config.action_horizon
     P = cameras * N + prompt_len
@@ -467,8 +471,12 @@ def flops_per_sample(config: PI05Config, prompt_len: int, cameras: int, openpi: 
     if openpi:
         vlm = P * g.depth * gemma_layer(g)
         joint_attention = g.depth * attention_pair * (P + H) ** 2
-    else:
-        last_prefix = g.width * (g.num_heads + 2 * g.num_kv_heads) * g.head_dim   # q, k, v only
-        vlm = P * ((g.depth - 1) * gemma_layer(g) + last_prefix)
-        joint_attention = attention_pair * (P + H) * ((g.depth - 1) * (P + H) + H)
-    return 6.0 * (vision + vision_attention + vlm + expert + per_sample + joint_attention)
+        return 6.0 * (vision + vision_attention + vlm + expert + per_sample + joint_attention)
+    last_prefix = g.width * (g.num_heads + 2 * g.num_kv_heads) * g.head_dim   # q, k, v only
+    vlm = P * ((g.depth - 1) * gemma_layer(g) + last_prefix)
+    joint_attention = attention_pair * (P + H) * ((g.depth - 1) * (P + H) + H)
+    # one of the two backward products not needed: no input gradient for the layers fed by data (patches, noisy
+    # actions, the time embedding), no weight gradient for the frozen last-layer q_proj of the prefix
+    one_gradient = (cameras * N * 3 * v.patch_size**2 * v.width + H * config.max_action_dim * e.width + e.width**2
+                    + P * g.width * g.num_heads * g.head_dim)
+    return 6.0 * (vision + vision_attention + vlm + expert + per_sample + joint_attention) - 2.0 * one_gradient
