@@ -95,11 +95,11 @@ def rows_by_episode(root: Path) -> dict[int, dict[str, list]]:
 def expect_episodes(fixture, episodes: list[int] | None = None) -> list[dict]:
     """The lerobot oracle's per-episode expectation for `fixture`'s episodes (all, or those listed)."""
     spec = fixture.spec
-    value = f"{spec.dataset_id}*100000 + 1000*s + f + k/100"
+    value = f"({spec.dataset_id}*100000 + 1000*s + f + k/8)"   # factory._vector
     return [{"length": fixture.lengths[e], "task": spec.tasks[e % len(spec.tasks)],
              "identity": {"dataset": spec.dataset_id, "episode": e,
                           "cameras": {key: c for c, key in enumerate(spec.cameras)}},
-             "values": {"observation.state": {"expr": value}, "action": {"expr": value + " + 0.5"}}}
+             "values": {"observation.state": {"expr": value}, "action": {"expr": f"-({value} + 0.5)"}}}
             for e in (range(len(fixture.lengths)) if episodes is None else episodes)]
 
 

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.fixtures import factory
 from tests.fixtures.factory import Fixture, FixtureSpec, make_dataset
 from tests.fixtures.identity import decode_identity
 
@@ -186,3 +187,29 @@ def test_defaults_are_deterministic(tmp_path):
     assert make_dataset(tmp_path / "c", seed=1, cameras=()).lengths != a.lengths
     for name in ("meta/episodes_stats.jsonl", "data/chunk-000/episode_000002.parquet"):
         assert (a.root / name).read_bytes() == (b.root / name).read_bytes()
+
+
+@pytest.mark.parametrize("dataset_id", range(16))
+def test_every_channel_differs_in_float32(dataset_id):
+    """In every row of every dataset id (0..15, the identity's range), the state and action channels all hold
+    different float32 values, and each decodes back to its own channel: a swapped or mis-sliced channel
+    (or state read as action) shows. The episodes and frames are the far corners the fixtures use."""
+    for episode in (0, 1, 99):
+        frames = np.array([0, 1, 59, 999])
+        for dim in (2, 6, 40, 128):
+            state = factory._vector(dataset_id, episode, frames, dim)
+            action = factory._vector(dataset_id, episode, frames, dim, offset=0.5)
+            assert state.dtype == action.dtype == np.float32
+            both = np.concatenate([state, action], axis=1)
+            assert not len(factory.collapsed_channels(both)), (dataset_id, episode, dim)
+            base = dataset_id * 100000 + episode * 1000 + frames[:, None]
+            assert np.array_equal((state.astype(np.float64) - base) * 8, np.broadcast_to(np.arange(dim), state.shape))
+
+
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+def test_fixture_rows_have_distinct_channels(tmp_path, version):
+    """What make_dataset writes, read back: no two channels of a row (state and action together) are equal."""
+    fx = make_dataset(tmp_path / "ds", version=version, dataset_id=15, episodes=2, cameras=())
+    df = _data(fx)
+    both = np.concatenate([np.stack(df["observation.state"]), np.stack(df["action"])], axis=1)
+    assert both.dtype == np.float32 and not len(factory.collapsed_channels(both))

@@ -100,8 +100,8 @@ def test_selected_dataset_loads_in_lerobot_with_the_sliced_values(tmp_path):
     episodes = expect_episodes(fixture)
     value = f"{fixture.spec.dataset_id}*100000 + 1000*s + f"
     for ep in episodes:
-        ep["values"] = {"observation.state": {"expr": value + " + (k + 2)/100"},
-                        "action": {"expr": value + " + k/100 + 0.5"}}
+        ep["values"] = {"observation.state": {"expr": value + " + (k + 2)/8"},
+                        "action": {"expr": f"-({value} + k/8 + 0.5)"}}
     check_with_lerobot(tmp_path / "out", {"fps": 30, "episodes": episodes,
                                           "stats_keys": {"observation.state": ["q01", "q99"]}}, backend="pyav")
 
