@@ -852,7 +852,7 @@ def speed_markdown(s: dict) -> str:
 def catalogue_markdown() -> str:
     proc = subprocess.run([sys.executable, "-m", "lerodoc", "validate", "--list-checks", "--json"],
                           capture_output=True, text=True, cwd=REPO, check=True)
-    rows = json.loads(proc.stdout)
+    rows = json.loads(proc.stdout)["checks"]
     lines = ["| code | family | severity | meaning | fix | repaired by `lerodoc repair` |", "|---|---|---|---|---|---|"]
     for r in rows:
         cells = [r["code"], r["family"], r["severity"], r["meaning"], r["fix"] or "", "yes" if r["repair"] else "no"]

@@ -20,7 +20,7 @@ import pickle
 import socket
 from typing import Callable, Iterable, TypeVar
 
-from lerodoc.errors import LerodocError
+from lerodoc.errors import LerodocError, UsageError
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -135,6 +135,6 @@ def make(engine: str = "pool", address: str | None = None) -> RayEngine | None:
         raise LerodocError(f"unknown engine {engine!r} (choose {', '.join(ENGINES)})")
     if engine == "pool":
         if address:
-            raise LerodocError("--ray-address needs --engine ray")
+            raise UsageError("--ray-address needs --engine ray")
         return None
     return RayEngine(address)

@@ -52,8 +52,9 @@ class LerodocError(Exception):
         return f"{text} ({self.hint})" if self.hint else text
 
     def to_json(self) -> dict:
-        return {"error": self.message, "file": self.file, "episode": self.episode,
-                "field": self.field, "hint": self.hint, "exit_code": int(self.exit_code)}
+        """The `error` of the --json envelope (render.envelope, docs/json.md)."""
+        return {"message": self.message, "file": self.file, "episode": self.episode, "field": self.field,
+                "hint": self.hint}
 
 
 class UsageError(LerodocError):

@@ -346,7 +346,7 @@ warnings.
 
 | | |
 |---|---|
-| format | LeRobot {d['version']} |
+| format | LeRobot {d['codebase_version']} |
 | robot type | {d['robot_type']} |
 | fps | {d['fps']} |
 | episodes | {d['episodes']} |

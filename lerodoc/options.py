@@ -39,7 +39,7 @@ class EngineName(str, Enum):
 
 
 EngineOpt = Annotated[EngineName, typer.Option("--engine", help="Where the work units run: this machine's processes "
-                                               "(pool) or a Ray cluster (ray; pip install 'lerodoc\\[scale]'; see "
+                                               "(pool) or a Ray cluster (ray; pip install 'lerodoc[scale]'; see "
                                                "docs/scale.md).", rich_help_panel="Performance")]
 RayAddressOpt = Annotated[Optional[str], typer.Option("--ray-address", metavar="ADDR", help="With --engine ray: the "
                                                       "cluster to join (host:6379, ray://host:10001).",

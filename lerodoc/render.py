@@ -1,44 +1,230 @@
-"""All terminal output: rich tables and progress on stderr, JSON on stdout."""
+"""All terminal output: tables, messages and progress on stderr/stdout, JSON on stdout; the one place that formats.
+
+Text is printed literally: rich markup is off on both consoles, so a task `the [red] cube` or an option's
+`feature[name,glob*]` prints as typed; style comes only from `message` and the table header. On a terminal, tables
+fit its width by wrapping cells between whole names (a name is never cut); where even whole names cannot fit, each
+row prints as a block of `column: value` lines. Output that is not a terminal (a pipe, a file) is plain full-width
+lines, one per row, so `lerodoc info DS | grep observation.state` finds it.
+
+`--json` output is one envelope (docs/json.md): `{"command", "version", "ok", "exit_code", ...result, "error"?}`.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from contextlib import contextmanager
 from typing import Callable
 
-from rich.console import Console
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderResult
+from rich.markup import escape
+from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-err = Console(stderr=True)
-out = Console()
-
-
-def print_json(payload) -> None:
-    sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+PLAIN_WIDTH = 1 << 16      # the width of output that is not a terminal: lines are never wrapped
 
 
-def table(title: str, columns: list[str], rows: list[list]) -> Table:
-    t = Table(title=title, title_justify="left", show_edge=False, header_style="bold")
-    for name in columns:
-        t.add_column(name, overflow="fold")
-    for row in rows:
-        t.add_row(*["" if v is None else str(v) for v in row])
-    return t
+class _Console(Console):
+    """A console whose width is the terminal's, or unlimited when it writes to a pipe or a file (rich would take
+    the width of another stream's terminal, or 80, and cut piped lines there)."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        if not self.is_terminal:
+            return ConsoleDimensions(PLAIN_WIDTH, 25)
+        return super().size
+
+    @size.setter
+    def size(self, new_size) -> None:
+        Console.size.fset(self, new_size)
+
+
+err = _Console(stderr=True, markup=False, highlight=False, emoji=False)
+out = _Console(markup=False, highlight=False, emoji=False)
+
+QUIET, NORMAL, VERBOSE = 0, 1, 2
+level = NORMAL               # set once by the root options -q / -v
+command: str | None = None   # the command line's command ("info", "train pi05"), named in the JSON envelope
+ENVELOPE = ("command", "version", "ok", "exit_code")
+
+
+def set_level(quiet: bool, verbose: bool) -> None:
+    global level
+    level = QUIET if quiet else VERBOSE if verbose else NORMAL
+
+
+def message(kind: str, text: str, *, style: str = "yellow") -> None:
+    """`kind: text` on stderr, the kind styled (warning, note); nothing under -q (only errors and results)."""
+    if level > QUIET:
+        err.print(Text.assemble((f"{kind}:", style), " ", text), soft_wrap=not err.is_terminal)
+
+
+def warning(text: str) -> None:
+    message("warning", text)
+
+
+def detail(text: str) -> None:
+    """More detail, printed only under -v."""
+    if level >= VERBOSE:
+        err.print(Text(text, style="dim"), soft_wrap=not err.is_terminal)
+
+
+def error(text: str, *, prefix: str = "error:") -> None:
+    """The one-paragraph error, always printed (-q keeps errors)."""
+    err.print(Text.assemble((prefix, "bold red"), " ", text), soft_wrap=not err.is_terminal)
+
+
+def heading(text: str) -> None:
+    out.print(Text(text, style="bold"))
+
+
+# --- JSON ---------------------------------------------------------------------------------------------------------
+
+def envelope(result: dict | None = None, *, exit_code: int = 0, error: dict | None = None) -> dict:
+    """The JSON every `--json` prints, success or failure: the command, lerodoc's version, whether it succeeded
+    (exit 0), its exit code, the command's own result keys, and `error` ({message, file, episode, field, hint})
+    when it failed with one."""
+    from lerodoc import __version__
+    body = {"command": command, "version": __version__, "ok": int(exit_code) == 0, "exit_code": int(exit_code)}
+    clash = [k for k in (result or {}) if k in body or k == "error"]
+    if clash:
+        raise ValueError(f"a --json result may not use the envelope's keys: {clash}")
+    body.update(result or {})
+    if error is not None:
+        body["error"] = error
+    return body
+
+
+def print_json(result: dict, *, exit_code: int = 0) -> None:
+    """A command's result as the JSON envelope on stdout (`exit_code`: the code the command is about to exit
+    with, 1 when it reports findings)."""
+    write_json(envelope(result, exit_code=exit_code))
+
+
+def write_json(body: dict) -> None:
+    sys.stdout.write(json.dumps(body, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+# --- tables -------------------------------------------------------------------------------------------------------
+
+_WORD = re.compile(r"\S+")
+
+
+def _longest_word(text: str) -> int:
+    return max((cell_len(w) for w in _WORD.findall(text)), default=0)
+
+
+def _widest_line(text: str) -> int:
+    return max((cell_len(line) for line in text.split("\n")), default=0)
+
+
+GAP = 2   # spaces between two columns of a terminal table
+
+
+def fit_widths(columns: list[str], rows: list[list[str]], width: int) -> list[int] | None:
+    """The content width of each column so that the table fits `width` characters, or None when it cannot.
+
+    Whole cells when they fit; else every column at least as wide as its longest word (a feature name, a path, a
+    channel name is never cut) and its header (else the header's longest word), and the room left shared out in
+    proportion to how much each column would still wrap. None when even the longest words do not fit side by
+    side (the table then prints as records)."""
+    n = len(columns)
+    room = width - GAP * (n - 1)
+    cells = [[columns[i], *(row[i] for row in rows)] for i in range(n)]
+    full = [max(_widest_line(c) for c in col) for col in cells]
+    if sum(full) <= room:
+        return full
+    words = [max((_longest_word(c) for c in col[1:]), default=0) for col in cells]
+    for least in ([max(cell_len(col[0]), w, 1) for col, w in zip(cells, words)],
+                  [max(_longest_word(col[0]), w, 1) for col, w in zip(cells, words)]):
+        if sum(least) <= room:
+            return _share(least, full, room)
+    return None
+
+
+def _share(least: list[int], full: list[int], room: int) -> list[int]:
+    """`least` widened towards `full` with the room left, in proportion to what each column lacks."""
+    spare = room - sum(least)
+    want = [max(f - m, 0) for f, m in zip(full, least)]
+    total = sum(want) or 1
+    widths = [m + spare * w // total for m, w in zip(least, want)]
+    for i in sorted(range(len(widths)), key=lambda i: want[i], reverse=True):   # the rounding remainder
+        if sum(widths) >= room:
+            break
+        if widths[i] < max(full[i], least[i]):
+            widths[i] += 1
+    return widths
+
+
+class _Table:
+    """A table that fits its console (see `fit_widths`), or a block of `column: value` lines per row."""
+
+    def __init__(self, title: str, columns: list[str], rows: list[list]):
+        self.title = title
+        self.columns = list(columns)
+        self.rows = [["" if v is None else str(v) for v in row] for row in rows]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if not console.is_terminal:
+            yield from self._plain()
+            return
+        widths = fit_widths(self.columns, self.rows, options.max_width)
+        if widths is None:
+            yield from self._records(options.max_width)
+            return
+        t = Table(title=self.title or None, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False, padding=(0, GAP - 1, 0, 0), header_style="bold")
+        for name, w in zip(self.columns, widths):
+            t.add_column(name, width=w, overflow="fold")
+        for row in self.rows:
+            t.add_row(*row)
+        yield t
+
+    def _plain(self) -> RenderResult:
+        """For a pipe or a file: the title, then the header and each row on one line, cells in aligned columns
+        two spaces apart, nothing cut, no rules."""
+        lines = [self.columns, *self.rows]
+        widths = [max(_widest_line(line[i]) for line in lines) for i in range(len(self.columns))]
+        if self.title:
+            yield Text(self.title)
+        for line in lines:
+            cells = [" ".join(c.split("\n")) for c in line]
+            yield Text("  ".join(c + " " * (w - cell_len(c)) for c, w in zip(cells, widths)).rstrip())
+
+    def _records(self, width: int) -> RenderResult:
+        """Too wide for the terminal even with whole names: each row as its first cell on a line of its own, then
+        its other cells as `column: value` on an indented line that wraps between words."""
+        if self.title:
+            yield Text(self.title, style="italic")
+        for row in self.rows:
+            yield Text(row[0], style="bold")
+            pairs = [Text.assemble((f"{name}:", "dim"), " ", value) for name, value in zip(self.columns[1:], row[1:])
+                     if value != ""]
+            if pairs:
+                yield Padding(Text("  ").join(pairs), (0, 0, 0, 2))
+
+
+def table(title: str, columns: list[str], rows: list[list]) -> _Table:
+    return _Table(title, columns, rows)
 
 
 @contextmanager
 def progress(enabled: bool = True):
-    """Yield `track(label, total) -> tick(n)`; a live bar on stderr while the block runs."""
-    if not enabled:
+    """Yield `track(label, total) -> tick(n)`; a live bar on stderr while the block runs (none under -q)."""
+    if not enabled or level == QUIET:
         yield None
         return
     bar = Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), console=err, transient=True)
 
     def track(label: str, total: int) -> Callable[[int], None]:
-        task = bar.add_task(label, total=total)
+        task = bar.add_task(escape(label), total=total)
         return lambda n=1: bar.advance(task, n)
 
     with bar:
@@ -61,7 +247,24 @@ def print_plan(plan: dict) -> None:
         eps = f.get("episodes") or []
         shown = "" if not eps else str(eps[0]) if len(eps) == 1 else f"{len(eps)} ({eps[0]}..{eps[-1]})"
         rows.append([f["file"], f["action"], shown, ", ".join(map(str, f.get("reencode") or []))])
-    out.print(table("plan: files", ["file", "action", "episodes", "re-encoded"], rows))
+    columns = ["file", "action", "episodes", "re-encoded"]
+    if not any(r[3] for r in rows):   # nothing re-encoded: no empty column
+        columns, rows = columns[:3], [r[:3] for r in rows]
+    out.print(table("plan: files", columns, rows))
     for line in plan.get("changes", []):
         out.print(f"plan: {line}")
     out.print("dry run: nothing written")
+
+
+# --- help ---------------------------------------------------------------------------------------------------------
+
+def help_text(text: str | None) -> str | None:
+    """Help as Typer's rich help formatter should show it: literal (markup escaped, so `feature[name,glob*]` and
+    `[default: ...]` survive) and each paragraph one line, for rich to wrap to the terminal (a paragraph that
+    starts with \\b keeps its lines)."""
+    if not text:
+        return text
+    import inspect
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    joined = [p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs]
+    return escape("\n\n".join(joined))

@@ -194,7 +194,7 @@ def test_files_already_as_asked_are_kept_and_nothing_to_do_is_refused(built, tmp
     assert proc.returncode == 3 and "no image features" in proc.stderr and "--reencode" in proc.stderr
     proc = run_cli("encode", g, "-o", tmp_path / "x", "--reencode", "--cameras", "observation.images.nope",
                    check=False)
-    assert proc.returncode == 3 and "observation.images.nope" in proc.stderr
+    assert proc.returncode == 2 and "observation.images.nope" in proc.stderr
 
 
 def test_hevc_where_pyav_encodes_it_else_a_clear_error(built, tmp_path, monkeypatch):

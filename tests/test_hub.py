@@ -148,8 +148,8 @@ def test_truncated_weights_fail_verification(tmp_path, hub, env):
     serve_assets(hub, weights=weights_file()[:-8])
     proc = cli(env, "download", "weights", "-o", tmp_path / "w", "--json")
     assert proc.returncode == ExitCode.BAD_INPUT
-    error = json.loads(proc.stdout)
-    assert "header describes" in error["error"] and "incomplete" in error["hint"]
+    error = json.loads(proc.stdout)["error"]
+    assert "header describes" in error["message"] and "incomplete" in error["hint"]
 
 
 @pytest.mark.parametrize("kind,name", [("tokenizer", "paligemma"), ("weights", "pi05_base")])

@@ -144,7 +144,7 @@ def test_cli_joins_a_running_cluster_by_address(cluster, sources, tmp_path):
     assert out["output"] == str(tmp_path / "ray")
     assert tree_digests(tmp_path / "ray") == tree_digests(tmp_path / "pool")
     refused = run_cli("convert", sources["v30"], "-o", tmp_path / "x", "--ray-address", cluster, check=False)
-    assert refused.returncode == 3 and "--ray-address needs --engine ray" in refused.stderr
+    assert refused.returncode == 2 and "--ray-address needs --engine ray" in refused.stderr
     nobody = run_cli("validate", sources["v30"], "--engine", "ray", "--ray-address", "127.0.0.1:1", check=False)
     assert nobody.returncode == 3 and "cannot join the Ray cluster at 127.0.0.1:1" in nobody.stderr
 

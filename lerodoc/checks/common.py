@@ -38,7 +38,8 @@ class Finding:
     fixable: bool = False         # `lerodoc repair` fixes it
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """The finding as --json prints it: the column it is about is `field`, as in an error (docs/json.md)."""
+        return {("field" if k == "feature" else k): v for k, v in asdict(self).items()}
 
 
 @dataclass

@@ -56,4 +56,4 @@ def convert(
     for clip in report.reencoded_clips:
         render.out.print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
     for warning in report.warnings:
-        render.err.print(f"[yellow]warning:[/] {warning}")
+        render.warning(warning)

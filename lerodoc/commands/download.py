@@ -42,16 +42,17 @@ def _source(value: str) -> str:
 
 
 def _show(fetched: Fetched, json: bool) -> None:
+    code = ExitCode.FINDINGS if any(f["severity"] == "error" for f in fetched.findings) else ExitCode.OK
     if json:
-        render.print_json(fetched.to_json())
+        render.print_json(fetched.to_json(), exit_code=code)
     else:
         for f in fetched.findings:
-            render.err.print(f"[yellow]{f['severity']}:[/] {f['code']} {f['file'] or ''} {f['message']}",
-                             highlight=False)
+            render.message(f["severity"], f"{f['code']} {f['file'] or ''} {f['message']}",
+                           style="red" if f["severity"] == "error" else "yellow")
         render.out.print(f"{fetched.kind} {fetched.repo} ({fetched.source}) at {fetched.path}\n"
-                         f"{fetched.verified}\ntrain with: {fetched.train}", highlight=False, soft_wrap=True)
-    if any(f["severity"] == "error" for f in fetched.findings):
-        raise typer.Exit(int(ExitCode.FINDINGS))
+                         f"{fetched.verified}\ntrain with: {fetched.train}", soft_wrap=True)
+    if code:
+        raise typer.Exit(int(code))
 
 
 @app.command()

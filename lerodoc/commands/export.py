@@ -43,5 +43,5 @@ def lerobot(
                      f"{len(summary['cameras'])} camera(s), state {summary['state_dim']}, action "
                      f"{summary['action_dim']} x {summary['chunk_size']}; tokenizer {summary['tokenizer']}")
     if not summary["lerobot_shapes"]:
-        render.err.print("[yellow]note:[/] these are not the full preset's shapes; lerobot's PI05Policy builds "
-                         "gemma_2b/gemma_300m and loads this directory only where those sizes are patched")
+        render.message("note", "these are not the full preset's shapes; lerobot's PI05Policy builds "
+                               "gemma_2b/gemma_300m and loads this directory only where those sizes are patched")

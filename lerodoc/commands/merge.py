@@ -50,8 +50,8 @@ def merge(
         render.print_json(report.to_json())
         return
     render.out.print(render.table(
-        "sources", ["source", "path", "version", "episodes in", "frames in", "episodes out", "frames out", "excluded"],
-        [[s.label, s.path, s.version, s.episodes_in, s.frames_in, s.episodes_out, s.frames_out,
+        "sources (in -> out)", ["source", "dataset", "version", "episodes", "frames", "excluded"],
+        [[s.label, s.path, s.version, f"{s.episodes_in}->{s.episodes_out}", f"{s.frames_in}->{s.frames_out}",
           _ranges(s.excluded) or "-"] for s in report.sources]))
     for note in report.reconciled:
         render.out.print(f"reconciled: {note}")

@@ -53,8 +53,8 @@ def quantiles(
           ", ".join(r["flags"])] for r in report.channels]))
     flagged = [r for r in report.channels if r["flags"]]
     if flagged:
-        render.err.print(f"[yellow]warning:[/] {len(flagged)} channels flagged; drop them from state/action "
-                         "with `lerodoc select` before training")
+        render.warning(f"{len(flagged)} channels flagged; drop them from state/action "
+                       "with `lerodoc select` before training")
     where = report.output or "nowhere (pass -o or --in-place to store them)"
     render.out.print(f"stats written to {where}" + (f"; openpi norm stats in {report.openpi_norm_stats}"
                                                      if report.openpi_norm_stats else "")

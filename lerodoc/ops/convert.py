@@ -40,7 +40,9 @@ class ConvertReport:
     plan: dict | None = None      # --dry-run: what a run would write
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """--json: the input is `dataset`, as in every command's report (docs/json.md)."""
+        body = asdict(self)
+        return {"dataset": body.pop("source"), **body}
 
 
 def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, force: bool = False,

@@ -30,7 +30,7 @@ import numpy as np
 
 from lerodoc import formats, video
 from lerodoc.dataset import Dataset, VideoSpan, read_rows
-from lerodoc.errors import LerodocError, VerificationError
+from lerodoc.errors import LerodocError, UsageError, VerificationError
 from lerodoc.formats import v21
 from lerodoc.formats.jsonl import write_json
 from lerodoc.ops import rewrite
@@ -75,15 +75,15 @@ def settings_of(codec: str | None, gop: int | None, crf: int | None, pix_fmt: st
 
 def check_settings(settings: video.EncodeSettings) -> None:
     if settings.codec not in video.CODECS:
-        raise LerodocError(f"--codec {settings.codec!r}: expected one of {', '.join(video.CODECS)}")
+        raise UsageError(f"--codec {settings.codec!r}: expected one of {', '.join(video.CODECS)}")
     if not video.can_encode(settings.codec):
         raise LerodocError(f"this PyAV build (av {av.__version__}) has no {settings.encoder} encoder, so it "
                            f"cannot encode {settings.codec}", field="codec",
                            hint="choose --codec " + " or ".join(c for c in video.CODECS if video.can_encode(c)))
     if settings.pix_fmt not in [f.name for f in av.codec.Codec(settings.encoder, "w").video_formats or []]:
-        raise LerodocError(f"--pix-fmt {settings.pix_fmt!r}: {settings.encoder} cannot encode it", field="pix_fmt")
+        raise UsageError(f"--pix-fmt {settings.pix_fmt!r}: {settings.encoder} cannot encode it", field="pix_fmt")
     if settings.gop < 1 or settings.crf < 0:
-        raise LerodocError("--gop must be 1 or more and --crf 0 or more")
+        raise UsageError("--gop must be 1 or more and --crf 0 or more")
 
 
 def video_info(path: Path, settings: video.EncodeSettings) -> dict:
@@ -370,22 +370,22 @@ def encode(src: Path, out: Path | None = None, *, reencode: bool = False, codec:
     started = time.perf_counter()
     ds = Dataset.open(src)
     if not dry_run and in_place == (out is not None):
-        raise LerodocError("give either -o OUTPUT or --in-place (or --dry-run to only see the plan)")
+        raise UsageError("give either -o OUTPUT or --in-place (or --dry-run to only see the plan)")
     report = EncodeReport(dataset=str(ds.root), output=None, mode="reencode" if reencode else "images",
                           workers=workers)
     kind = "video" if reencode else "image"
     available = ds.info.video_keys if reencode else ds.info.image_keys
     for key in cameras:
         if key not in available:
-            raise LerodocError(f"--cameras {key!r}: no {kind} feature of that name ({kind} features: "
-                               f"{', '.join(available) or 'none'})", file=ds.root / formats.INFO_PATH, field=key)
+            raise UsageError(f"--cameras {key!r}: no {kind} feature of that name ({kind} features: "
+                             f"{', '.join(available) or 'none'})", file=ds.root / formats.INFO_PATH, field=key)
     report.cameras = list(cameras) or list(available)
     if reencode:
         if codec is not None:
             check_settings(replace(video.EncodeSettings(), codec=codec))
         asked = {"codec": codec, "gop": gop, "crf": crf, "pix_fmt": pix_fmt, "preset": preset}
         if all(v is None for k, v in asked.items() if k != "preset"):
-            raise LerodocError("nothing to change: give --codec, --gop, --crf or --pix-fmt")
+            raise UsageError("nothing to change: give --codec, --gop, --crf or --pix-fmt")
         reencode_videos(ds, out, report, asked, in_place=in_place, force=force, workers=workers, dry_run=dry_run,
                         progress=progress)
     else:

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from lerodoc import formats
 from lerodoc.dataset import Dataset
-from lerodoc.errors import LerodocError
+from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import INDEX_FEATURES
 from lerodoc.ops.derive import derive
 
@@ -53,7 +53,7 @@ def parse_rename(value: str) -> tuple[str, str]:
     old, sep, new = value.partition("=")
     old, new = old.strip(), new.strip()
     if not sep or not old or not new:
-        raise LerodocError(f"--rename {value!r}: expected OLD=NEW")
+        raise UsageError(f"--rename {value!r}: expected OLD=NEW")
     return old, new
 
 
@@ -74,19 +74,19 @@ def plan(ds: Dataset, drop: list[str], rename: list[str]) -> tuple[FeatureEdit, 
     pairs = [parse_rename(v) for v in rename]
     for name in list(drop) + [old for old, _ in pairs]:
         if name not in features:
-            raise LerodocError(f"no feature {name!r} (features: {', '.join(features)})", field=name, file=info_file)
+            raise UsageError(f"no feature {name!r} (features: {', '.join(features)})", field=name, file=info_file)
         if name in INDEX_FEATURES:
-            raise LerodocError(f"{name} is an index column every LeRobot dataset needs; it cannot be dropped or "
-                               "renamed", field=name, file=info_file)
+            raise UsageError(f"{name} is an index column every LeRobot dataset needs; it cannot be dropped or "
+                             "renamed", field=name, file=info_file)
     touched = list(drop) + [old for old, _ in pairs]
     if len(set(touched)) != len(touched):
-        raise LerodocError("a feature is named twice in --drop/--rename", field=touched[0])
+        raise UsageError("a feature is named twice in --drop/--rename", field=touched[0])
     targets = [new for _, new in pairs]
     clash = [n for n in targets if (n in features and n not in touched) or targets.count(n) > 1]
     if clash:
-        raise LerodocError(f"--rename: {clash[0]!r} is already a feature", field=clash[0], file=info_file)
+        raise UsageError(f"--rename: {clash[0]!r} is already a feature", field=clash[0], file=info_file)
     if not touched:
-        raise LerodocError("nothing to edit: give --drop F and/or --rename OLD=NEW")
+        raise UsageError("nothing to edit: give --drop F and/or --rename OLD=NEW")
     moved: dict[str, str | None] = {}
     for name in drop:
         spec = features.pop(name)
@@ -104,7 +104,7 @@ def plan(ds: Dataset, drop: list[str], rename: list[str]) -> tuple[FeatureEdit, 
         else:
             report.renamed[old] = new
     if not any(spec["dtype"] not in INDEX_FEATURES and n not in INDEX_FEATURES for n, spec in features.items()):
-        raise LerodocError("every feature would be gone", file=info_file)
+        raise UsageError("every feature would be gone", file=info_file)
     report.files_moved = sum(1 for v in moved.values() if v is not None)
     report.files_left_out = sum(1 for v in moved.values() if v is None)
     report.features = list(features)
@@ -122,8 +122,8 @@ def edit_features(src: Path, out: Path | None = None, *, drop: list[str] = (), r
     transform, features, moved, report = plan(ds, list(drop), list(rename))
     if not dry_run:
         if out is None and not in_place:
-            raise LerodocError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
-                               file=ds.root / formats.INFO_PATH)
+            raise UsageError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
+                             file=ds.root / formats.INFO_PATH)
         cameras = report.cameras_renamed
         for ep in ds.episodes:
             ep.videos = {cameras.get(k, k): replace(span, file=moved[span.file]) if k in cameras else span

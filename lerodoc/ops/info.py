@@ -33,7 +33,7 @@ def describe(root: Path) -> dict:
                                     if ds.episodes and all(k in ep.stats.get(name, {}) for ep in ds.episodes)]}
                 for name in info.features}
     return {
-        "root": str(ds.root), "version": ds.version, "fps": info.fps, "robot_type": info.robot_type,
+        "dataset": str(ds.root), "codebase_version": ds.version, "fps": info.fps, "robot_type": info.robot_type,
         "episodes": len(ds.episodes), "frames": ds.total_frames, "tasks": len(ds.tasks),
         "totals_in_info": {"episodes": info.total_episodes, "frames": info.total_frames, "tasks": info.total_tasks},
         "data_files": len(ds.data_files()),

@@ -55,7 +55,10 @@ class MergeReport:
     plan: dict | None = None      # --dry-run: `rewrite.Plan.to_json`, what a run would write
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """--json: each source's root is its `dataset`, as in every command's report (docs/json.md)."""
+        body = asdict(self)
+        body["sources"] = [{("dataset" if k == "path" else k): v for k, v in s.items()} for s in body["sources"]]
+        return body
 
 
 def labels_for(paths: list[Path]) -> list[str]:

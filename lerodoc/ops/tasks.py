@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from lerodoc import formats
 from lerodoc.dataset import Dataset
-from lerodoc.errors import LerodocError
+from lerodoc.errors import LerodocError, UsageError
 from lerodoc.ops.derive import derive
 from lerodoc.parquet_io import column_matrix, from_numpy
 
@@ -68,10 +68,10 @@ def parse_set(value: str, known: list[str], tasks_file: Path | None = None) -> t
         if value[:i] in known:
             return value[:i], value[i + 1:]
     if not cuts:
-        raise LerodocError(f"--set {value!r}: expected 'OLD TEXT=NEW TEXT'")
-    raise LerodocError(f"--set {value!r}: no task reads {value[:cuts[0]]!r}", file=tasks_file,
-                       hint="lerodoc info DATASET --json lists the tasks" if len(known) > 20
-                       else f"tasks: {'; '.join(repr(t) for t in known)}")
+        raise UsageError(f"--set {value!r}: expected 'OLD TEXT=NEW TEXT'")
+    raise UsageError(f"--set {value!r}: no task reads {value[:cuts[0]]!r}", file=tasks_file,
+                     hint="lerodoc info DATASET --json lists the tasks" if len(known) > 20
+                     else f"tasks: {'; '.join(repr(t) for t in known)}")
 
 
 def read_mapping(path: Path, known: list[str]) -> dict[str, str]:
@@ -97,7 +97,7 @@ def plan(ds: Dataset, mapping: dict[str, str]) -> TasksReport:
     report = TasksReport(dataset=str(ds.root), output=None, renamed=dict(mapping))
     for old, new in mapping.items():
         if not new.strip():
-            raise LerodocError(f"task {old!r} would become empty", field="tasks")
+            raise UsageError(f"task {old!r} would become empty", field="tasks")
     texts = [mapping.get(t, t) for t in ds.tasks]
     report.tasks = list(dict.fromkeys(texts))
     report.task_map = [report.tasks.index(t) for t in texts]
@@ -119,12 +119,12 @@ def edit_tasks(src: Path, out: Path | None = None, *, set_: list[str] = (), from
         old, new = parse_set(value, ds.tasks, ds.root / formats.module(ds.version).TASKS_PATH)
         mapping[old] = new
     if not mapping:
-        raise LerodocError("nothing to edit: give --set 'OLD=NEW' or --from tasks.json")
+        raise UsageError("nothing to edit: give --set 'OLD=NEW' or --from tasks.json")
     report = plan(ds, mapping)
     if not dry_run:
         if out is None and not in_place:
-            raise LerodocError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
-                               file=ds.root / formats.INFO_PATH)
+            raise UsageError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
+                             file=ds.root / formats.INFO_PATH)
         ds.info.total_tasks = len(report.tasks)
         for ep in ds.episodes:
             ep.tasks = list(dict.fromkeys(mapping.get(t, t) for t in ep.tasks))

@@ -26,7 +26,7 @@ class ValidateReport:
         return len(self.findings) - self.errors
 
     def to_json(self) -> dict:
-        return {"dataset": self.dataset, "version": self.version, "errors": self.errors,
+        return {"dataset": self.dataset, "codebase_version": self.version, "errors": self.errors,
                 "warnings": self.warnings, "fixable": sum(f.fixable for f in self.findings),
                 "seconds": self.seconds, "findings": [f.to_json() for f in self.findings]}
 

@@ -136,7 +136,7 @@ def _summary_html(summary: dict, verdict: dict, videos: bool) -> str:
 
 def _where(finding: dict) -> str:
     parts = [finding["file"], None if finding["episode"] is None else f"episode {finding['episode']}",
-             finding["feature"], None if finding["channel"] is None else f"channel {finding['channel']}"]
+             finding["field"], None if finding["channel"] is None else f"channel {finding['channel']}"]
     return ", ".join(p for p in parts if p)
 
 
