@@ -42,15 +42,19 @@ def synthetic_batch(config, batch: int, prompt: int, device) -> dict:
 
 
 def train_step(loss_fn: Callable[[], torch.Tensor], params, optimizer, device_type: str,
-               clip: float | None = None, clip_and_step: Callable | None = None) -> Callable[[], None]:
+               clip: float | None = None, clip_and_step: Callable | None = None,
+               losses: list | None = None) -> Callable[[], None]:
     """One full training step as a callable: loss under bf16 autocast, backward, optional gradient-norm clip,
     optimizer step, zero_grad. `clip_and_step(optimizer, clip)` replaces torch's clip_grad_norm_ + step (lerodoc's
-    trainer fuses the clip into its AdamW: lerodoc.pi05.train.clip_and_step)."""
+    trainer fuses the clip into its AdamW: lerodoc.pi05.train.clip_and_step). `losses`: each step's loss is
+    appended, still on the device (no sync)."""
     params = [p for p in params if p.requires_grad]
 
     def step():
         with torch.autocast(device_type, dtype=torch.bfloat16):
             loss = loss_fn()
+        if losses is not None:
+            losses.append(loss.detach())
         loss.backward()
         if clip_and_step is not None:
             clip_and_step(optimizer, clip or 0.0)

@@ -70,11 +70,27 @@ SHOWN = 2
 CLIP = 1.0
 LR = 2.5e-5
 RESERVE = 200       # seconds kept for each side still to run (lerobot: imports, build, 3 batch sizes)
+FLOAT8_LAYERS = ("the Linear layers of the SigLIP, Gemma and expert layers whose in and out widths are both "
+                 ">= 1024 (not the 256-wide Gemma k/v projections, the action and time projections or the adaRMS "
+                 "layers)")
+
+
+def float8_filter(module, fqn: str) -> bool:
+    """Which linears torchao's float8 training converts (FLOAT8_LAYERS); the frozen ones stay as they are."""
+    import torch
+    return (isinstance(module, torch.nn.Linear) and ".layers." in fqn and module.weight.requires_grad
+            and min(module.in_features, module.out_features) >= 1024
+            and module.in_features % 16 == 0 and module.out_features % 16 == 0)
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, nargs="+", default=[4, 16, 32])
+    p.add_argument("--lerobot-batch", type=int, nargs="+", default=None,
+                   help="lerobot's batch sizes (default: --batch); a compiled lerobot recompiles for each one")
+    p.add_argument("--float8", nargs="+", default=[], choices=["rowwise", "tensorwise"],
+                   help="also run lerodoc's side with torchao float8 training of its large linears, one run per "
+                        "recipe (torchao on the path: carried wheels)")
     p.add_argument("--steps", type=int, default=8, help="timed steps per batch size (after 3 warm-up steps)")
     p.add_argument("--prompt", type=int, default=28, help="prompt tokens (lerobot: its tokenizer_max_length)")
     p.add_argument("--preset", choices=["full", "tiny"], default="full")
@@ -86,11 +102,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gradient-checkpointing", action="store_true", help="on both sides (default: off, as lerobot)")
     p.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     p.add_argument("--site", default="/tmp/site", help="where the carried wheels were installed (lerobot's side)")
+    p.add_argument("--torchao-site", default="/tmp/site-torchao",
+                   help="where torchao's carried wheel was installed (lerodoc's side, --float8)")
     p.add_argument("--lerobot-python", default=sys.executable, help="the interpreter of lerobot's side")
     p.add_argument("--budget", type=float, default=520,
-                   help=f"seconds for the whole run; each side still to come keeps {RESERVE} s of them")
+                   help="seconds for the whole run; each side still to come keeps --reserve s of them")
+    p.add_argument("--reserve", type=float, default=RESERVE, help="seconds kept for each side still to run")
+    p.add_argument("--no-expandable-segments", action="store_true",
+                   help="leave PYTORCH_CUDA_ALLOC_CONF alone (default: expandable_segments:True on both sides, as "
+                        "lerodoc's trainer sets it, unless the environment sets it)")
+    p.add_argument("--commit", default=None, help="the git commit to record (default: git rev-parse HEAD)")
     p.add_argument("--out", default="train_vs_lerobot.json")
     p.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)       # internal: run one side, write --out
+    p.add_argument("--side-float8", default=None, help=argparse.SUPPRESS)  # internal: lerodoc's float8 recipe
     return p
 
 
@@ -115,17 +139,21 @@ def run_side(args) -> None:
               "torch": torch.__version__, "prompt": args.prompt, "cameras": CAMERAS, "cameras_shown": SHOWN,
               "action_horizon": config.action_horizon, "action_dim": config.action_dim, "clip": CLIP, "lr": LR,
               "flops_per_sample": flops, "peak_flops": H200_BF16_DENSE if cuda else None,
-              "gradient_checkpointing": args.gradient_checkpointing, "runs": []}
+              "gradient_checkpointing": args.gradient_checkpointing,
+              "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"), "runs": []}
 
     def save():
         Path(args.out).write_text(json.dumps(result, indent=2))
 
+    losses: dict[int, list] = {}
     if args.side == "lerodoc":
         from lerodoc.pi05.model import PI05
         from lerodoc.pi05.train import clip_and_step
 
         result["setup"] = ("PI05 fp32 master weights, bf16 autocast, fused AdamW with the clip fused in"
-                           + ", compile_layers (torch.compile per layer)" * args.compile)
+                           + ", compile_layers (torch.compile per layer)" * args.compile
+                           + (f", torchao float8 training ({args.side_float8}) of {FLOAT8_LAYERS}"
+                              if args.side_float8 else ""))
         result["import_s"] = time.perf_counter() - started
         t0 = time.perf_counter()
         torch.manual_seed(0)
@@ -135,6 +163,13 @@ def run_side(args) -> None:
             if not hasattr(model, "gradient_checkpointing"):
                 raise SystemExit("this lerodoc's PI05 has no gradient_checkpointing")
             model.gradient_checkpointing = True
+        if args.side_float8:
+            import torchao
+            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+            convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(args.side_float8),
+                                       module_filter_fn=float8_filter)
+            result.update(torchao=torchao.__version__, float8=args.side_float8,
+                          float8_linears=sum(type(m).__name__ == "Float8Linear" for m in model.modules()))
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01, fused=True)
         if args.compile:   # as the trainer compiles (RunConfig.compile_scope="layers")
@@ -144,7 +179,8 @@ def run_side(args) -> None:
 
         def make_step(batch_size):
             batch = synthetic_batch(config, batch_size, args.prompt, device)
-            return train_step(lambda: model(**batch), params, optimizer, device.type, CLIP, clip_and_step=clip_and_step)
+            return train_step(lambda: model(**batch), params, optimizer, device.type, CLIP, clip_and_step=clip_and_step,
+                              losses=losses.setdefault(batch_size, []))
     else:
         import lerobot
         import transformers
@@ -174,7 +210,8 @@ def run_side(args) -> None:
 
         def make_step(batch_size):
             batch = policy_batch(synthetic_batch(config, batch_size, args.prompt, device), cameras)
-            return train_step(lambda: policy.forward(batch)[0], params, optimizer, device.type, CLIP)
+            return train_step(lambda: policy.forward(batch)[0], params, optimizer, device.type, CLIP,
+                              losses=losses.setdefault(batch_size, []))
 
     if cuda:
         torch.cuda.synchronize()
@@ -184,11 +221,14 @@ def run_side(args) -> None:
     save()
 
     def on_run(run):
+        if losses.get(run["batch"]):   # every step's loss (warm-up included), the same seed on every side
+            run["losses"] = [float(x) for x in losses[run["batch"]]]
         result["runs"].append(run)
         save()
         print(f"[{args.side}] {json.dumps(run)}", flush=True)
 
-    run_batches(args.batch, make_step, args.steps, device, flops, result["peak_flops"], on_run=on_run,
+    batches = args.lerobot_batch if args.side == "lerobot" and args.lerobot_batch else args.batch
+    run_batches(batches, make_step, args.steps, device, flops, result["peak_flops"], on_run=on_run,
                 cleanup=lambda: optimizer.zero_grad(set_to_none=True))
     result["total_s"] = time.perf_counter() - started
     save()
@@ -198,27 +238,45 @@ def run_side(args) -> None:
 # The parent: both sides, then the table
 
 
-def side_env(side: str, site: str) -> dict:
+def side_env(side: str, site: str, torchao_site: str, expandable: bool = True) -> dict:
+    """A side's environment: lerobot's side sees the carried wheels (`site`) first, lerodoc's only torchao's
+    (`torchao_site`, for --float8) beside the image's own packages."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                PYTHONUNBUFFERED="1")
+    if expandable:
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     path = [str(ROOT)]
-    if side == "lerobot" and Path(site).is_dir():
-        path.insert(0, site)
-    env["PYTHONPATH"] = os.pathsep.join(path)     # lerodoc's side never sees the carried wheels
+    extra = site if side == "lerobot" else torchao_site
+    if Path(extra).is_dir():
+        path.insert(0, extra)
+    env["PYTHONPATH"] = os.pathsep.join(path)
     return env
 
 
-def child_args(args, side: str, out: Path) -> list[str]:
+def plan(args) -> list[tuple[str, str, str | None]]:
+    """(name, side, float8 recipe) of each subprocess, in order."""
+    runs = []
+    for side in args.sides:
+        runs.append((side, side, None))
+        if side == "lerodoc":
+            runs += [(f"lerodoc-float8-{recipe}", side, recipe) for recipe in args.float8]
+    return runs
+
+
+def child_args(args, side: str, out: Path, float8: str | None = None) -> list[str]:
     python = args.lerobot_python if side == "lerobot" else sys.executable
+    batches = args.lerobot_batch if side == "lerobot" and args.lerobot_batch else args.batch
     cmd = [python, "-m", "bench.train_vs_lerobot", "--side", side, "--out", str(out), "--preset", args.preset,
            "--device", args.device, "--steps", str(args.steps), "--prompt", str(args.prompt),
-           "--batch", *map(str, args.batch)]
+           "--batch", *map(str, batches)]
     if args.compile:
         cmd.append("--compile")
     if args.lerobot_compile_mode:
         cmd += ["--lerobot-compile-mode", args.lerobot_compile_mode]
     if args.gradient_checkpointing:
         cmd.append("--gradient-checkpointing")
+    if float8:
+        cmd += ["--side-float8", float8]
     return cmd
 
 
@@ -227,24 +285,62 @@ def fmt(value, spec: str) -> str:
 
 
 def table(sides: dict) -> list[str]:
-    lines = [f"{'side':<8} {'batch':>5} {'step s':>8} {'samples/s':>10} {'peak GiB':>9} {'MFU':>6}"]
+    lines = [f"{'side':<24} {'batch':>5} {'step s':>8} {'samples/s':>10} {'peak GiB':>9} {'MFU':>6}"]
     for name, result in sides.items():
         for run in result.get("runs", []):
             if "step_s" in run:
-                lines.append(f"{name:<8} {run['batch']:>5} {run['step_s']:>8.3f} {run['samples_per_s']:>10.2f} "
+                lines.append(f"{name:<24} {run['batch']:>5} {run['step_s']:>8.3f} {run['samples_per_s']:>10.2f} "
                              f"{fmt(run['peak_gib'], '.1f'):>9} {fmt(run['mfu'], '.1%'):>6}")
             else:
-                lines.append(f"{name:<8} {run['batch']:>5} {'out of memory' if run.get('oom') else run['error']}")
+                lines.append(f"{name:<24} {run['batch']:>5} {'out of memory' if run.get('oom') else run['error']}")
         if result.get("failed"):
-            lines.append(f"{name:<8} failed: {result['failed']}")
+            lines.append(f"{name:<24} failed: {result['failed']}")
     return lines
 
 
-def ratios(sides: dict) -> dict[int, float]:
-    speed = {name: {r["batch"]: r["samples_per_s"] for r in result.get("runs", []) if "samples_per_s" in r}
-             for name, result in sides.items()}
-    ours, theirs = speed.get("lerodoc", {}), speed.get("lerobot", {})
-    return {b: ours[b] / theirs[b] for b in ours if b in theirs}
+def speeds(result: dict) -> dict[int, float]:
+    return {r["batch"]: r["samples_per_s"] for r in result.get("runs", []) if "samples_per_s" in r}
+
+
+def ratios(sides: dict, ours: str = "lerodoc") -> dict[int, float]:
+    """lerodoc / lerobot samples/s at each batch size both sides ran."""
+    mine, theirs = speeds(sides.get(ours, {})), speeds(sides.get("lerobot", {}))
+    return {b: mine[b] / theirs[b] for b in mine if b in theirs}
+
+
+def comparisons(sides: dict) -> list[dict]:
+    """The labelled ratios: each lerodoc run's best batch against lerobot's best batch (best vs best), and the
+    same batch size on both sides. lerobot encodes the camera that no sample shows (3 x 256 image tokens against
+    lerodoc's 2 x 256): the FLOPs counted for MFU are the work both must do, the same for both."""
+    out = []
+    theirs = speeds(sides.get("lerobot", {}))
+    for name, result in sides.items():
+        if name == "lerobot":
+            continue
+        mine = speeds(result)
+        if mine and theirs:
+            b_ours, b_theirs = max(mine, key=mine.get), max(theirs, key=theirs.get)
+            out.append({"label": f"best vs best: {name} at its best batch measured ({b_ours}) / lerobot at its best "
+                                 f"batch measured ({b_theirs}), both as configured above, same call",
+                        "ours": name, "batch_ours": b_ours, "batch_lerobot": b_theirs,
+                        "samples_per_s_ours": mine[b_ours], "samples_per_s_lerobot": theirs[b_theirs],
+                        "ratio": mine[b_ours] / theirs[b_theirs]})
+        for b, r in ratios(sides, name).items():
+            out.append({"label": f"same batch {b}: {name} / lerobot (lerobot also encodes the camera no sample "
+                                 "shows)", "ours": name, "batch_ours": b, "batch_lerobot": b,
+                        "samples_per_s_ours": mine[b], "samples_per_s_lerobot": theirs[b], "ratio": r})
+    return out
+
+
+def provenance(args) -> dict:
+    import datetime
+    import platform
+
+    from bench.results import git_commit
+    return {"git_commit": args.commit or git_commit(), "python": platform.python_version(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": "python -m bench.train_vs_lerobot " + " ".join(sys.argv[1:]),
+            "note": "each side's torch, device, lerobot and transformers versions are in its own entry"}
 
 
 def main() -> None:
@@ -258,14 +354,19 @@ def main() -> None:
               flush=True)
     sides, failures = {}, []
     deadline = time.perf_counter() + args.budget
+    runs = plan(args)
+    summary = {"provenance": provenance(args), "sides": sides,
+               "args": {k: v for k, v in vars(args).items() if k not in ("side", "side_float8")}}
     with tempfile.TemporaryDirectory(prefix="train_vs_lerobot-") as tmp:
-        for i, side in enumerate(args.sides):
-            out = Path(tmp) / f"{side}.json"
+        for i, (name, side, float8) in enumerate(runs):
+            out = Path(tmp) / f"{name}.json"
             started = time.perf_counter()
-            timeout = max(60.0, deadline - started - RESERVE * (len(args.sides) - 1 - i))
-            print(f"=== {side} (at most {timeout:.0f} s): {' '.join(child_args(args, side, out))}", flush=True)
+            timeout = max(60.0, deadline - started - args.reserve * (len(runs) - 1 - i))
+            cmd = child_args(args, side, out, float8)
+            print(f"=== {name} (at most {timeout:.0f} s): {' '.join(cmd)}", flush=True)
             try:
-                proc = subprocess.run(child_args(args, side, out), cwd=ROOT, env=side_env(side, args.site),
+                proc = subprocess.run(cmd, cwd=ROOT, env=side_env(side, args.site, args.torchao_site,
+                                                                   not args.no_expandable_segments),
                                       timeout=timeout)
                 failed = f"exit status {proc.returncode}" if proc.returncode else None
             except subprocess.TimeoutExpired:
@@ -276,12 +377,12 @@ def main() -> None:
                 result["note"] = f"{failed} after it had saved every result"
             elif failed:
                 result["failed"] = failed
-                failures.append(side)
-            sides[side] = result
-    summary = {"sides": sides, "ratio_samples_per_s": {str(b): r for b, r in ratios(sides).items()},
-               "args": {k: v for k, v in vars(args).items() if k != "side"}}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(summary, indent=2))
+                failures.append(name)
+            sides[name] = result
+            summary["comparisons"] = comparisons(sides)
+            summary["ratio_samples_per_s"] = {str(b): r for b, r in ratios(sides).items()}
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(summary, indent=2))   # after each side: a cut call keeps them
     print()
     for name, result in sides.items():
         print(f"{name}: {result.get('setup', '?')}; {fmt(result.get('params') and result['params'] / 1e9, '.3f')}B "
@@ -289,8 +390,8 @@ def main() -> None:
     print(f"same FLOPs per sample on both sides: {sides[next(iter(sides))].get('flops_per_sample', 0) / 1e12:.2f} "
           f"TFLOP ({SHOWN} cameras, prompt {args.prompt}); MFU against 989.4 TFLOP/s")
     print("\n".join(table(sides)))
-    for batch, ratio in ratios(sides).items():
-        print(f"batch {batch}: lerodoc / lerobot = {ratio:.2f}x")
+    for c in summary.get("comparisons", []):
+        print(f"{c['ratio']:.2f}x  {c['label']}: {c['samples_per_s_ours']:.2f} / {c['samples_per_s_lerobot']:.2f}")
     print(f"wrote {args.out}")
     if failures:
         sys.exit(f"failed: {', '.join(failures)}")

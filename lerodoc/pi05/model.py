@@ -410,23 +410,42 @@ class PI05(nn.Module):
             denominator = err.numel() if action_is_pad is None else (~action_is_pad).sum() * c.action_dim
         return err.sum() / denominator
 
+    def prefix_cache(self, images, image_masks, tokens, token_masks):
+        """The prefix's per-layer (k, v) and the action rows' mask (B, 1, H, P + H) and positions (B, H)."""
+        prefix, prefix_valid = self.embed_prefix(images, image_masks, tokens, token_masks)
+        P = prefix.shape[1]
+        mask, positions = attention_layout(prefix_valid, self.config.action_horizon)
+        _, cache = run_layers([self.paligemma.language_model], [prefix], [None], positions[:, :P], mask[:, :, :P, :P])
+        return cache, mask[:, :, P:], positions[:, P:]
+
+    def denoise_velocity(self, x, t, cache, mask, positions):
+        """The velocity (B, H, max_action_dim) at noisy actions x and times t (B,): the expert alone over the
+        cached prefix."""
+        suffix, cond = self.embed_suffix(x, t)
+        out, _ = run_layers([self.expert], [suffix], [cond], positions, mask, cache)
+        return self.model.action_out_proj(out)
+
+    def compile_sampling(self, **options) -> None:
+        """torch.compile the two parts of sample_actions: the prefix pass and one denoising step (the same graph
+        for every step: the time is a tensor). `options` go to torch.compile (mode="reduce-overhead": CUDA graphs)."""
+        self.sampling_fns = (torch.compile(self.prefix_cache, **options),
+                             torch.compile(self.denoise_velocity, **options))
+
     @torch.no_grad()
     def sample_actions(self, images, image_masks, tokens, token_masks, noise=None):
         """Euler integration from noise (t = 1) to actions (t = 0) -> (B, H, action_dim). The prefix runs once;
         each step runs only the expert, attending to the cached prefix keys and values."""
         c = self.config
-        prefix, prefix_valid = self.embed_prefix(images, image_masks, tokens, token_masks)
-        B, P, _ = prefix.shape
-        mask, positions = attention_layout(prefix_valid, c.action_horizon)
-        _, cache = run_layers([self.paligemma.language_model], [prefix], [None], positions[:, :P], mask[:, :, :P, :P])
+        prefix_fn, velocity_fn = getattr(self, "sampling_fns", None) or (self.prefix_cache, self.denoise_velocity)
+        cache, mask, positions = prefix_fn(images, image_masks, tokens, token_masks)
+        B = tokens.shape[0]
         if noise is None:
-            noise = torch.randn(B, c.action_horizon, c.max_action_dim, device=prefix.device, dtype=prefix.dtype)
+            dtype = self.paligemma.language_model.embed_tokens.weight.dtype   # the prefix's (autocast's cat promotes)
+            noise = torch.randn(B, c.action_horizon, c.max_action_dim, device=tokens.device, dtype=dtype)
         x, dt = noise, -1.0 / c.num_steps
         for step in range(c.num_steps):
             t = torch.full((B,), 1.0 + step * dt, device=x.device, dtype=x.dtype)
-            suffix, cond = self.embed_suffix(x, t)
-            out, _ = run_layers([self.expert], [suffix], [cond], positions[:, P:], mask[:, :, P:], cache)
-            x = x + dt * self.model.action_out_proj(out)
+            x = x + dt * velocity_fn(x, t, cache, mask, positions)
         return x[..., :c.action_dim]
 
 
