@@ -14,8 +14,33 @@ import typer
 
 from lerodoc.parallel import default_workers
 
-DatasetArg = Annotated[Path, typer.Argument(help="Dataset root (the folder holding meta/).",
-                                            exists=True, file_okay=False, dir_okay=True)]
+INFO_FILE = "meta/info.json"   # formats.INFO_PATH, spelt here so that --help loads no format code
+
+
+def resolve_dataset(value: Optional[Path]) -> Path:
+    """DATASET as typed, or the current folder when it is left out and holds meta/info.json (the card's commands
+    are typed inside a dataset). A usage error (exit 2) otherwise."""
+    if value is None:
+        try:
+            here = Path.cwd()
+        except FileNotFoundError:
+            raise typer.BadParameter("give a DATASET: the current folder no longer exists (replaced by an "
+                                     "--in-place rewrite?); cd into the dataset again", param_hint="DATASET") from None
+        if (here / INFO_FILE).is_file():
+            return here
+        raise typer.BadParameter(f"give a DATASET: the current folder ({here}) holds no {INFO_FILE}",
+                                 param_hint="DATASET")
+    if not value.exists():
+        raise typer.BadParameter(f"{str(value)!r} does not exist", param_hint="DATASET")
+    if not value.is_dir():
+        raise typer.BadParameter(f"{str(value)!r} is a file; give the dataset's root folder (the one holding meta/)",
+                                 param_hint="DATASET")
+    return value
+
+
+DatasetArg = Annotated[Optional[Path], typer.Argument(
+    help="Dataset root (the folder holding meta/).", callback=resolve_dataset,
+    show_default="the current folder, when it holds meta/info.json")]
 OutputOpt = Annotated[Path, typer.Option("--output", "-o", help="Where to write the new dataset (must not exist).",
                                          rich_help_panel="Output")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace the output if it exists.",
@@ -39,7 +64,7 @@ class EngineName(str, Enum):
 
 
 EngineOpt = Annotated[EngineName, typer.Option("--engine", help="Where the work units run: this machine's processes "
-                                               "(pool) or a Ray cluster (ray; pip install 'lerodoc[scale]'; see "
+                                               "(pool) or a Ray cluster (ray; pip install 'lerodoc\\[scale]'; see "
                                                "docs/scale.md).", rich_help_panel="Performance")]
 RayAddressOpt = Annotated[Optional[str], typer.Option("--ray-address", metavar="ADDR", help="With --engine ray: the "
                                                       "cluster to join (host:6379, ray://host:10001).",

@@ -97,3 +97,47 @@ def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: b
     with staged_output(target, force=force or in_place, inputs=() if in_place else (src,)) as tmp:
         link_tree(Path(src), tmp, set(rewrite))
         yield tmp
+
+
+def exchange(a: Path, b: Path) -> None:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); elsewhere, or on a file system without
+    it, two renames through a third name."""
+    import ctypes
+    import errno
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        renameat2 = None
+    if renameat2 is not None:
+        at_fdcwd, rename_exchange = -100, 2
+        if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            raise OSError(code, os.strerror(code), str(a))
+    middle = a.with_name(f"{a.name}.lerodoc-swap-{os.getpid()}")
+    os.rename(a, middle)
+    os.rename(b, a)
+    os.rename(middle, b)
+
+
+@contextmanager
+def staged_meta(root: Path, rewrite: set[str]):
+    """Yield a temp root whose meta/ mirrors `root`'s except the `rewrite` paths (all under meta/), which the block
+    writes; then swap the new meta/ in for the old in one atomic step. Only meta/ changes: the dataset folder (a
+    shell may be standing in it), its data and video files keep their inodes and bytes. The temp root is a hidden
+    folder inside `root` (same file system, nothing written outside the dataset) and is removed either way."""
+    root = Path(root).absolute()
+    outside = sorted(p for p in rewrite if not p.startswith(f"{formats.META_DIR}/"))
+    if outside:
+        raise ValueError(f"staged_meta rewrites meta/ only, not {outside}")
+    tmp = root / f".lerodoc-meta{TEMP_SUFFIX}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        link_tree(root / formats.META_DIR, tmp / formats.META_DIR,
+                  {p[len(formats.META_DIR) + 1:] for p in rewrite})
+        yield tmp
+        exchange(tmp / formats.META_DIR, root / formats.META_DIR)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

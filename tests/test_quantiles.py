@@ -171,11 +171,12 @@ def test_in_place_swaps_and_openpi_norm_stats(tmp_path):
     assert not list(tmp_path.glob(".src*"))
 
 
-def test_without_output_nothing_is_written(tmp_path):
+def test_dry_run_writes_nothing(tmp_path):
     fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=2)
     before = tree_digests(fixture.root)
-    out = json.loads(run_cli("quantiles", fixture.root, "--json").stdout)
-    assert out["output"] is None and len(out["channels"]) == 6 + 6 + 5
+    out = json.loads(run_cli("quantiles", fixture.root, "--dry-run", "--json").stdout)
+    assert out["output"] is None and not out["stored"] and len(out["channels"]) == 6 + 6 + 5
+    assert out["changes"] and {c["stat"] for c in out["changes"]} == {"q01", "q99"}
     assert tree_digests(fixture.root) == before
 
 

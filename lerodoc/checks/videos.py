@@ -10,6 +10,7 @@ a frame within tolerance_s. Missing files are the layout family's (LAY040, LAY04
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -48,6 +49,9 @@ CODES = {
                "pass it to lerobot (--tolerance_s), or repair the windows and timestamps", False),
     "VID012": (ERROR, "--deep: the first or last frame of an episode's window does not decode at its time",
                "re-encode the episode from its source frames", False),
+    "VID014": (ERROR, "an episode's [from_timestamp, to_timestamp) window in the metadata spans fewer frames at fps "
+                      "than the episode has rows (a shifted window: lerobot serves another episode's frames)",
+               WINDOWS, True),
     "VID013": (WARNING, "a video's metadata tags are not UTF-8 (a flipped bit): the frames are intact, but "
                         "PyAV's default reader, lerobot's pyav backend, refuses to open the file",
                "lerodoc repair (or convert, merge) writes the file anew with fresh tags", True),
@@ -159,8 +163,10 @@ class Episodes:
 
 
 def check(ctx: Context) -> list[Finding]:
-    if ctx.dataset is None or not ctx.videos:
+    if ctx.dataset is None:
         return []
+    if not ctx.videos:
+        return metadata_windows(ctx)
     ds, findings, misses = ctx.dataset, [], []
     rows = episode_rows(ctx)
     for key in ds.info.video_keys:
@@ -184,6 +190,31 @@ def check(ctx: Context) -> list[Finding]:
                 findings += _deep(ctx, group, stream)
         findings += _parameters(ctx, key, streams)
     return findings + _summary(ctx, misses)
+
+
+def metadata_windows(ctx: Context) -> list[Finding]:
+    """Without --videos, no file opened: each v3.0 episode's stored window against its length, counting the k/fps
+    frame times inside it by the half-frame rule (`clips.window`), as the files lerobot writes place them. With
+    --videos, VID007 counts the file's real frames instead."""
+    ds = ctx.dataset
+    if ds.version != "v3.0":
+        return []                                   # v2.x windows are whole files, nothing stored to contradict
+    fps, findings = ds.info.fps, []
+    for key in ds.info.video_keys:
+        for ep in ds.episodes:
+            span = ep.videos.get(key)
+            if span is None or span.from_timestamp is None or span.to_timestamp is None:
+                continue
+            lo, hi = window(span.from_timestamp, span.to_timestamp, fps)
+            frames = math.floor(hi * fps) - math.floor(lo * fps)
+            if frames < ep.length:
+                findings.append(_finding(
+                    "VID014", f"episode {ep.index} {key}: window [{span.from_timestamp:.4f}, "
+                              f"{span.to_timestamp:.4f}) s is {frames} frames' worth at {fps} fps for {ep.length} "
+                              f"rows, so at least {ep.length - frames} row(s) get a frame from outside it (from the "
+                              "metadata; validate --videos counts the file's frames)",
+                    file=span.file, episode=ep.index, feature=key))
+    return findings
 
 
 def _groups(ctx: Context, key: str, rows: list[Rows | None]) -> list[Episodes]:

@@ -12,9 +12,9 @@ from lerodoc.options import DatasetArg, OptionalOutput, SameVersionOpt, Writes, 
 
 @writes
 def delete(
-    dataset: DatasetArg,
-    episodes: Annotated[list[str], typer.Option("--episodes", "-e", help="Episodes to delete: N, N-M or N,M-K "
-                                                "(repeatable).")],
+    episodes: Annotated[list[str], typer.Option("--episodes", "-e", help="Episodes to delete: N, N-M, N,M-K or "
+                                                "a JSON list [N, M] (repeatable).")],
+    dataset: DatasetArg = None,
     output: OptionalOutput = None,
     to: SameVersionOpt = None,
     w: Writes = Writes(),

@@ -19,7 +19,7 @@ class Codec(str, Enum):
 
 @writes
 def encode(
-    dataset: DatasetArg,
+    dataset: DatasetArg = None,
     output: OptionalOutput = None,
     reencode: Annotated[bool, typer.Option("--reencode", help="Re-encode the video features instead of encoding "
                                            "image features.")] = False,

@@ -12,7 +12,7 @@ from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
 
 @writes
 def features(
-    dataset: DatasetArg,
+    dataset: DatasetArg = None,
     output: OptionalOutput = None,
     drop: Annotated[list[str], typer.Option("--drop", help="A feature or camera to remove (repeatable).")] = [],
     rename: Annotated[list[str], typer.Option("--rename", help="OLD=NEW: a feature or camera to rename "

@@ -13,7 +13,7 @@ from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
 
 @writes
 def flatten(
-    dataset: DatasetArg,
+    dataset: DatasetArg = None,
     output: OptionalOutput = None,
     columns: Annotated[list[str], typer.Option("--columns", "-c", help="Only these columns (repeatable); default: "
                                                "every variable-length list column.")] = [],

@@ -15,7 +15,7 @@ def _coverage(keys: list[str]) -> str:
     return "+".join(p for p in parts if p) or "-"
 
 
-def info(dataset: DatasetArg, json: JsonOpt = False) -> None:
+def info(dataset: DatasetArg = None, json: JsonOpt = False) -> None:
     """Version, fps, totals, features, cameras (codec, size, pixel format) and which stats exist.
 
     Example: lerodoc info data/pusht --json
@@ -26,8 +26,8 @@ def info(dataset: DatasetArg, json: JsonOpt = False) -> None:
         render.print_json(report)
         return
     o = render.out
-    render.heading(f"{report['dataset']}  LeRobot {report['codebase_version']}  {report['fps']} fps  "
-                   f"robot {report['robot_type']}")
+    o.print(f"[bold]{report['root']}[/]  LeRobot {report['version']}  {report['fps']} fps  "
+            f"robot {report['robot_type']}")
     o.print(f"{report['episodes']} episodes, {report['frames']} frames, {report['tasks']} tasks, "
             f"{report['data_files']} data files, {render.human_bytes(report['size_bytes'])} on disk")
     rows = []
@@ -36,8 +36,9 @@ def info(dataset: DatasetArg, json: JsonOpt = False) -> None:
         shown = ", ".join(names[:4]) + (f", … ({len(names)})" if len(names) > 4 else "")
         cov = report["stats"][name]
         rows.append([name, feat["dtype"], tuple(feat["shape"]), shown,
-                     f"{_coverage(cov['dataset'])} / {_coverage(cov['episodes'])}"])
-    o.print(render.table("features", ["feature", "dtype", "shape", "names", "stats (stats.json / episodes)"], rows))
+                     _coverage(cov["dataset"]), _coverage(cov["episodes"])])
+    o.print(render.table("features", ["feature", "dtype", "shape", "names", "stats.json", "episode stats"],
+                         rows))
     if report["cameras"]:
         o.print(render.table("cameras", ["camera", "codec", "size", "pix_fmt", "fps", "files"],
                              [[k, c.get("codec"), f"{c.get('width')}x{c.get('height')}", c.get("pix_fmt"),

@@ -8,19 +8,28 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, EngineName, EngineOpt, ForceOpt, InPlaceOpt, JsonOpt,
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, EngineName, EngineOpt, ForceOpt, JsonOpt,
                              RayAddressOpt, WorkersOpt)
 
 
 def quantiles(
-    dataset: DatasetArg,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write a copy with the new stats "
+    dataset: DatasetArg = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Store the stats in a copy instead "
                                                    "(unchanged files are hard links).", rich_help_panel="Output")] = None,
-    in_place: InPlaceOpt = False,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Store the stats in DATASET's metadata (the default "
+                                           "without -o; kept for scripts that pass it).",
+                                           rich_help_panel="Output")] = False,
+    dry_run: DryRunOpt = False,
     features: Annotated[list[str], typer.Option("--features", "-f", help="Only these features (repeatable); "
                                                 "default: every numeric feature.")] = [],
     openpi_norm_stats: Annotated[Optional[Path], typer.Option(help="Also write openpi's norm_stats.json here.",
                                                               rich_help_panel="Output")] = None,
+    openpi_state_key: Annotated[Optional[str], typer.Option(help="The feature openpi's `state` comes from.",
+                                                            show_default="observation.state, else state",
+                                                            rich_help_panel="Output")] = None,
+    openpi_action_key: Annotated[Optional[str], typer.Option(help="The feature openpi's `actions` come from.",
+                                                             show_default="action, else actions",
+                                                             rich_help_panel="Output")] = None,
     budget_mb: Annotated[int, typer.Option(help="Memory for holding values; larger data is selected exactly "
                                            "in passes.", rich_help_panel="Performance")] = 512,
     workers: WorkersOpt = DEFAULT_WORKERS,
@@ -29,20 +38,28 @@ def quantiles(
     force: ForceOpt = False,
     json: JsonOpt = False,
 ) -> None:
-    """Compute min, max, mean, std, count and q01, q10, q50, q90, q99 per channel, exactly, from the parquet.
+    """Compute min, max, mean, std, count and q01, q10, q50, q90, q99 per channel, exactly, from the parquet,
+    and store them in DATASET's metadata.
 
-    Without -o or --in-place nothing is written but --openpi-norm-stats; the channel table flags
-    near-constant channels and channels whose quantile-normalised extremes are huge (the cause of
-    exploding losses). Stats go to stats.json and the per-episode stats of v3.0, or episodes_stats.jsonl
-    of v2.1; no other file changes.
+    The stats go to meta/stats.json and the per-episode stats (v3.0: meta/episodes; v2.1:
+    episodes_stats.jsonl), replaced in one atomic swap; the data and video files keep their bytes and
+    inodes. With -o the stats go into a copy instead; with --dry-run nothing is written. The channel
+    table flags near-constant channels and channels whose quantile-normalised extremes are huge (the
+    cause of exploding losses), and the summary names the q01/q99 that are new or moved.
 
-    Example: lerodoc quantiles data/pusht --in-place
+    Example: lerodoc quantiles data/pusht
     """
+    if output is not None and in_place:
+        raise typer.BadParameter("give either -o OUTPUT or --in-place", param_hint="--in-place")
+    if dry_run and openpi_norm_stats is not None:
+        raise typer.BadParameter("--dry-run writes nothing; drop --openpi-norm-stats or --dry-run",
+                                 param_hint="--dry-run")
     from lerodoc.engine import make as make_engine
     from lerodoc.ops.quantiles import quantiles as compute_quantiles
-    report = compute_quantiles(dataset, output, in_place=in_place, features=features or None, workers=workers,
-                               budget=budget_mb << 17, openpi_path=openpi_norm_stats, force=force,
-                               engine=make_engine(engine.value, ray_address))
+    report = compute_quantiles(dataset, output, in_place=output is None and not dry_run, features=features or None,
+                               workers=workers, budget=budget_mb << 17, openpi_path=openpi_norm_stats,
+                               openpi_features={"state": openpi_state_key, "actions": openpi_action_key},
+                               force=force, engine=make_engine(engine.value, ray_address))
     if json:
         render.print_json(report.to_json())
         return
@@ -53,9 +70,26 @@ def quantiles(
           ", ".join(r["flags"])] for r in report.channels]))
     flagged = [r for r in report.channels if r["flags"]]
     if flagged:
-        render.warning(f"{len(flagged)} channels flagged; drop them from state/action "
-                       "with `lerodoc select` before training")
-    where = report.output or "nowhere (pass -o or --in-place to store them)"
-    render.out.print(f"stats written to {where}" + (f"; openpi norm stats in {report.openpi_norm_stats}"
-                                                     if report.openpi_norm_stats else "")
+        render.err.print(f"[yellow]warning:[/] {len(flagged)} channels flagged; drop them from state/action "
+                         "with `lerodoc select` before training")
+    render.out.print(change_summary(report.changes))
+    where = report.output if report.stored else "nowhere (--dry-run)"
+    render.out.print(f"stats stored in {where}" + (f"; openpi norm stats in {report.openpi_norm_stats}"
+                                                    if report.openpi_norm_stats else "")
                      + f" ({report.seconds:.2f} s, {report.passes} pass(es) for the dataset quantiles)")
+
+
+def change_summary(changes: list[dict]) -> str:
+    """One line: how many q01/q99 values are new, how many moved, and the largest moves."""
+    if not changes:
+        return "q01/q99: unchanged"
+    new = [c for c in changes if c["old"] is None]
+    moved = sorted((c for c in changes if c["old"] is not None), key=lambda c: -abs(c["new"] - c["old"]))
+    parts = []
+    if new:
+        parts.append(f"{len(new)} new (no q01/q99 before)" if len(new) > 1 else "1 new")
+    if moved:
+        shown = ", ".join(f"{c['feature']}[{c['channel']}] {c['stat']} {c['old']:.6g} -> {c['new']:.6g}"
+                          for c in moved[:3])
+        parts.append(f"{len(moved)} moved (largest: {shown})")
+    return "q01/q99: " + "; ".join(parts)

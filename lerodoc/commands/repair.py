@@ -13,7 +13,7 @@ from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
 
 @writes
 def repair(
-    dataset: DatasetArg,
+    dataset: DatasetArg = None,
     output: OptionalOutput = None,
     drop_broken: Annotated[bool, typer.Option(help="Drop episodes whose rows cannot be found or read.")] = False,
     w: Writes = Writes(),
@@ -29,9 +29,8 @@ def repair(
     """
     from lerodoc.ops.repair import repair as repair_dataset
     report = repair_dataset(dataset, output, drop_broken=drop_broken, **w.to_op())
-    code = ExitCode.FINDINGS if any(f["severity"] == "error" for f in report.remaining) else ExitCode.OK
     if w.json:
-        render.print_json(report.to_json(), exit_code=code)
+        render.print_json(report.to_json())
     elif w.dry_run:
         render.print_plan(report.plan)
         return
@@ -44,5 +43,5 @@ def repair(
         for finding in report.remaining:
             render.out.print(f"needs a human: {finding['code']} {finding['message']}")
         render.out.print(f"written to {report.output} ({report.seconds:.2f} s)")
-    if code:
-        raise typer.Exit(int(code))
+    if any(f["severity"] == "error" for f in report.remaining):
+        raise typer.Exit(int(ExitCode.FINDINGS))

@@ -8,12 +8,12 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, JsonOpt, WorkersOpt
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, WorkersOpt
 
 
 def report(
-    dataset: DatasetArg,
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write (replaced if it exists).",
+    dataset: DatasetArg = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write (outside the dataset).",
                                          rich_help_panel="Output")] = Path("report.html"),
     videos: Annotated[bool, typer.Option("--videos", help="Check the video containers and decode the first, middle "
                                          "and last frame of each sampled episode per camera.")] = False,

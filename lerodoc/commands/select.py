@@ -14,7 +14,7 @@ SpecOpt = "SPEC: feature, feature[28:42], feature[3,5], feature[name,glob*]; rep
 
 @writes
 def select(
-    dataset: DatasetArg,
+    dataset: DatasetArg = None,
     output: OptionalOutput = None,
     state: Annotated[list[str], typer.Option("--state", help=f"Channels of observation.state. {SpecOpt}")] = [],
     action: Annotated[list[str], typer.Option("--action", help=f"Channels of action. {SpecOpt}")] = [],
@@ -39,7 +39,7 @@ def select(
         [[c["target"], c["channel"], c["name"], f"{c['source']}[{c['source_channel']}]", f"{c['q01']:.6g}",
           f"{c['q99']:.6g}", ", ".join(c["flags"])] for c in report.channels]))
     for warning in report.warnings:
-        render.warning(warning)
+        render.err.print(f"[yellow]warning:[/] {warning}")
     if report.dropped:
         render.out.print(f"dropped source features: {', '.join(report.dropped)}")
     if w.dry_run:

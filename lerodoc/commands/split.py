@@ -12,8 +12,8 @@ from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, J
 
 
 def split(
-    dataset: DatasetArg,
     output: OutputOpt,
+    dataset: DatasetArg = None,
     into: Annotated[Optional[str], typer.Option("--into", help="Parts by fraction of the episodes: "
                                                 "train=0.9,val=0.1 (in episode order, or shuffled with "
                                                 "--seed).")] = None,
@@ -45,8 +45,8 @@ def split(
     rows = [[name, format_ranges(eps), part["episodes"], part["frames"], part["tasks"],
              len(part["reencoded_clips"]), part["output"]] for (name, eps), part in
             zip(report.parts.items(), report.reports.values())]
-    render.out.print(render.table("parts", ["part", "episodes (of the source)", "frames", "tasks", "re-encoded",
-                                            "output"], rows))
+    render.out.print(render.table("parts", ["part", "source episodes", "episodes", "frames", "tasks",
+                                            "re-encoded clips", "output"], rows))
     for name, part in report.reports.items():
         for clip in part["reencoded_clips"]:
             render.out.print(f"{name}: re-encoded episode {clip['episode']} {clip['camera']}: its start is not a "

@@ -13,7 +13,7 @@ from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
 
 @writes
 def tasks(
-    dataset: DatasetArg,
+    dataset: DatasetArg = None,
     output: OptionalOutput = None,
     set_: Annotated[list[str], typer.Option("--set", help="'OLD TEXT=NEW TEXT' (repeatable).")] = [],
     from_file: Annotated[Optional[Path], typer.Option("--from", exists=True, dir_okay=False,

@@ -17,23 +17,30 @@ MODEL, DATA, OPTIM, RUN, PERF = "Model", "Data", "Optimisation", "Run", "Perform
 
 @app.command("pi05")
 def pi05(
-    dataset: DatasetArg,
+    dataset: DatasetArg = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run folder (config, checkpoints, "
                                                    "metrics); default runs/<dataset>-pi05.", rich_help_panel=RUN)] = None,
     preset: Annotated[str, typer.Option(help="Model size: tiny (CPU tests, demos) or full (3.35B, the published "
                                         "shapes).", rich_help_panel=MODEL)] = "full",
     weights: Annotated[Optional[str], typer.Option(help="pi0.5 model.safetensors (file or folder), a lerobot PI05 "
                                                    "policy folder or hub id (owner/name; its cameras, shapes and "
-                                                   "quantiles must be the dataset's), or a known name such as "
-                                                   "pi05_base; default: random initialisation.",
-                                                   rich_help_panel=MODEL)] = None,
+                                                   "quantiles must be the dataset's), a known name such as "
+                                                   "pi05_base, or 'none' for random initialisation.",
+                                                   show_default="pi05_base with --preset full; none with --preset "
+                                                   "tiny", rich_help_panel=MODEL)] = None,
     tokenizer: Annotated[str, typer.Option(help="SentencePiece model (file, folder, or 'paligemma' from the hub "
                                            "cache).", rich_help_panel=MODEL)] = "paligemma",
-    action_key: Annotated[str, typer.Option(help="Action feature.", rich_help_panel=DATA)] = "action",
-    state_key: Annotated[str, typer.Option(help="State feature ('none' for no state).",
-                                           rich_help_panel=DATA)] = "observation.state",
+    action_key: Annotated[Optional[str], typer.Option(help="Action feature.", show_default="action, else actions",
+                                                      rich_help_panel=DATA)] = None,
+    state_key: Annotated[Optional[str], typer.Option(help="State feature ('none' for no state).",
+                                                     show_default="observation.state, else state, else none",
+                                                     rich_help_panel=DATA)] = None,
     cameras: Annotated[list[str], typer.Option("--camera", help="Video feature to show the model (repeatable); "
-                                               "default: every video feature.", rich_help_panel=DATA)] = [],
+                                               "'none' trains without images.", show_default="every video feature",
+                                               rich_help_panel=DATA)] = [],
+    skip_checks: Annotated[Optional[str], typer.Option(help="Validate codes to train anyway (comma-separated, e.g. "
+                                                       "VID010); preflight otherwise stops on any error.",
+                                                       rich_help_panel=DATA)] = None,
     state_in_prompt: Annotated[bool, typer.Option(help="Put the discretised state in the prompt (pi0.5's "
                                                   "default).", rich_help_panel=DATA)] = True,
     action_horizon: Annotated[int, typer.Option(min=0, help="Actions per chunk; 0: the preset's (50 full, 10 "
@@ -72,6 +79,11 @@ def pi05(
                                                "measured, see docs/train.md).", rich_help_panel=PERF)] = True,
     workers: Annotated[int, typer.Option(min=0, help="DataLoader processes decoding video, per GPU.",
                                          rich_help_panel=PERF)] = 8,
+    nproc: Annotated[Optional[int], typer.Option(min=1, help="Training processes on this host (one per GPU), "
+                                                 "started through torch's elastic launcher; ignored under torchrun.",
+                                                 show_default="every GPU torch sees (GPU_NUM_PER_NODE on a platform "
+                                                 "that starts one process per node); 1 on the CPU",
+                                                 rich_help_panel=PERF)] = None,
     save_every: Annotated[int, typer.Option(min=0, help="Checkpoint every N steps and at the end (0: never).",
                                             rich_help_panel=RUN)] = 1000,
     keep: Annotated[int, typer.Option(min=1, help="Complete checkpoints to keep.", rich_help_panel=RUN)] = 2,
@@ -101,21 +113,24 @@ def pi05(
 
     Example: lerodoc train pi05 data/pusht_v30 -o runs/pusht --weights pi05_base --steps 30000
     """
-    from lerodoc.hub import locate
-    locate("tokenizer", tokenizer)   # first, before torch and pyarrow load: a missing asset fails in under a second
-    if weights:
-        from lerodoc.pi05.weights import locate_weights
-        locate_weights(weights)   # a hub policy is fetched here, before torch loads (and remembered for the run)
+    from lerodoc.pi05.weights import locate_assets, weights_for
+    weights = weights_for(preset, weights)
+    # before torch and pyarrow load: every missing asset is named at once, in under a second (a hub policy is
+    # fetched here, and remembered for the run)
+    locate_assets(tokenizer, weights)
     from lerodoc.pi05.tracking import require
     require(wandb, tensorboard)
     from lerodoc.pi05.data import DataSpec
-    from lerodoc.pi05.train import RunConfig, sweep as run_sweep, train
+    from lerodoc.pi05.preflight import AUTO
+    from lerodoc.pi05.train import RunConfig
 
     if precision not in ("auto", "bf16", "fp32"):
         raise typer.BadParameter("auto, bf16 or fp32", param_hint="--precision")
-    data = DataSpec(action_key=action_key, state_key=None if state_key == "none" else state_key,
-                    cameras=tuple(cameras), action_horizon=action_horizon, image_size=0,
-                    state_in_prompt=state_in_prompt and state_key != "none", max_token_len=max_token_len)
+    no_state = state_key is not None and state_key.lower() == "none"
+    data = DataSpec(action_key=action_key or AUTO, state_key=None if no_state else (state_key or AUTO),
+                    cameras=tuple(c.lower() if c.lower() == "none" else c for c in cameras),
+                    action_horizon=action_horizon, image_size=0, state_in_prompt=state_in_prompt and not no_state,
+                    max_token_len=max_token_len)
     output = output or Path("runs") / f"{dataset.resolve().name}-pi05"
     run = RunConfig(dataset=str(dataset), output=str(output), tokenizer=tokenizer, preset=preset, weights=weights,
                     steps=steps, batch_per_device=batch_per_device, lr=lr, min_lr=min_lr, warmup_steps=warmup_steps,
@@ -123,13 +138,17 @@ def pi05(
                     compile=compile, gradient_checkpointing=gradient_checkpointing, fsdp=fsdp, fsdp_reshard=fsdp_reshard,
                     workers=workers,
                     save_every=save_every, keep=keep, log_every=log_every, data=data,
-                    wandb_project=wandb_project if wandb else None, tensorboard=tensorboard)
+                    wandb_project=wandb_project if wandb else None, tensorboard=tensorboard,
+                    skip_checks=tuple(c.strip().upper() for c in (skip_checks or "").split(",") if c.strip()))
+    from lerodoc.pi05.train import run_job
+    result = run_job(run, resume=resume, progress=not json, nproc=nproc,
+                     sweep_batches=_batches(sweep_batches) if sweep else None)
+    if result is None:      # not the job's first process: rank 0's process reports
+        return
     if sweep:
-        render_sweep(run_sweep(run, _batches(sweep_batches)), json)
+        render_sweep(result, json)
         return
-    summary = train(run, resume=resume, progress=not json)
-    if summary["rank"] != 0:
-        return
+    summary = result
     if json:
         render.print_json(summary)
         return

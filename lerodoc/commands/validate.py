@@ -9,18 +9,17 @@ import typer
 
 from lerodoc import render
 from lerodoc.errors import ExitCode
-from lerodoc.options import EngineName, EngineOpt, JsonOpt, RayAddressOpt
+from lerodoc.options import EngineName, EngineOpt, JsonOpt, RayAddressOpt, resolve_dataset
 
 
 def validate(
-    dataset: Annotated[Optional[Path], typer.Argument(help="Dataset root (the folder holding meta/).", exists=True,
-                                                      file_okay=False, dir_okay=True)] = None,
+    dataset: Annotated[Optional[Path], typer.Argument(help="Dataset root (the folder holding meta/).",
+                                                      show_default="the current folder, when it holds "
+                                                      "meta/info.json")] = None,
     videos: Annotated[bool, typer.Option("--videos", help="Also check the video containers (no decoding).")] = False,
     deep: Annotated[bool, typer.Option("--deep", help="Also decode the first and last frame of each episode.")] = False,
     tolerance_s: Annotated[float, typer.Option(help="Timestamp tolerance, as lerobot's tolerance_s.")] = 1e-4,
     list_checks: Annotated[bool, typer.Option("--list-checks", help="Print every check code and exit.")] = False,
-    strict: Annotated[bool, typer.Option("--strict", help="Count warnings as errors: exit 1 when there is any "
-                                         "finding.")] = False,
     engine: EngineOpt = EngineName.pool,
     ray_address: RayAddressOpt = None,
     json: JsonOpt = False,
@@ -29,7 +28,7 @@ def validate(
 
     Each finding has a stable code, a severity, where it is (file, episode, feature, channel), what is
     wrong and how to fix it, and whether `lerodoc repair` fixes it. Exit 0 when there is no error
-    (warnings allowed), 1 when there are errors (with --strict: any finding).
+    (warnings allowed), 1 when there are errors.
 
     Example: lerodoc validate data/pusht --videos
     """
@@ -37,21 +36,18 @@ def validate(
     if list_checks:
         rows = catalogue()
         if json:
-            render.print_json({"checks": rows})
+            render.print_json(rows)
         else:
             render.out.print(render.table("checks", ["code", "family", "severity", "meaning", "fix", "repair"],
                                           [[r["code"], r["family"], r["severity"], r["meaning"], r["fix"],
                                             "yes" if r["repair"] else "-"] for r in rows]))
         return
-    if dataset is None:
-        raise typer.BadParameter("give a DATASET (or --list-checks)", param_hint="DATASET")
+    dataset = resolve_dataset(dataset)
     from lerodoc.engine import make as make_engine
     report = validate_dataset(dataset, videos=videos, deep=deep, tolerance_s=tolerance_s,
                               engine=make_engine(engine.value, ray_address))
-    failed = report.errors or (strict and report.warnings)
-    code = ExitCode.FINDINGS if failed else ExitCode.OK
     if json:
-        render.print_json({**report.to_json(), "strict": strict}, exit_code=code)
+        render.print_json(report.to_json())
     else:
         if report.findings:
             render.out.print(render.table(
@@ -60,8 +56,8 @@ def validate(
                  for f in report.findings]))
         render.out.print(f"{report.dataset}: {report.errors} errors, {report.warnings} warnings "
                          f"({report.seconds:.2f} s)")
-    if code:
-        raise typer.Exit(int(code))
+    if report.errors:
+        raise typer.Exit(int(ExitCode.FINDINGS))
 
 
 def _where(finding) -> str:

@@ -14,6 +14,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import read_json  # noqa: F401  (re-exported)
 
 VERSIONS = ("v2.0", "v2.1", "v3.0")
+META_DIR = "meta"
 INFO_PATH = "meta/info.json"
 
 

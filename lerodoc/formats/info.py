@@ -9,6 +9,9 @@ from lerodoc.errors import LerodocError
 
 # Columns every LeRobot data parquet holds besides the features the robot recorded.
 INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+# where state and action live when the user does not name them: lerobot's names, then openpi's LIBERO conversion's
+STATE_FEATURES = ("observation.state", "state")
+ACTION_FEATURES = ("action", "actions")
 DEFAULT_FEATURE_SPECS = {
     "timestamp": {"dtype": "float32", "shape": [1], "names": None},
     "frame_index": {"dtype": "int64", "shape": [1], "names": None},

@@ -18,11 +18,13 @@ import numpy as np
 from lerodoc import formats
 from lerodoc.dataset import Dataset, Stats
 from lerodoc.errors import LerodocError
-from lerodoc.formats.info import INDEX_FEATURES, flat_names
-from lerodoc.staging import staged_edit
+from lerodoc.formats.info import ACTION_FEATURES, INDEX_FEATURES, STATE_FEATURES, flat_names
+from lerodoc.formats.jsonl import write_text
+from lerodoc.staging import staged_edit, staged_meta
 from lerodoc.stats import channel_flags, exact_stats, merge_dataset_stats
 
-OPENPI_KEYS = {"state": "observation.state", "actions": "action"}
+# openpi's norm_stats.json keys, and the dataset features each is found in when not named
+OPENPI_FEATURES = {"state": STATE_FEATURES, "actions": ACTION_FEATURES}
 
 
 @dataclass
@@ -34,6 +36,8 @@ class QuantilesReport:
     passes: int = 0
     seconds: float = 0.0
     channels: list[dict] = field(default_factory=list)
+    changes: list[dict] = field(default_factory=list)   # q01/q99 per channel that are new or moved
+    stored: bool = False                                 # the stats were written (not --dry-run)
     openpi_norm_stats: str | None = None
 
     def to_json(self) -> dict:
@@ -54,20 +58,65 @@ def channel_table(ds: Dataset, stats: Stats, features: list[str]) -> list[dict]:
     return rows
 
 
-def openpi_norm_stats(stats: Stats) -> dict:
-    """openpi's norm_stats.json: state and actions mean, std, q01, q99 (per frame)."""
-    missing = [f for f in OPENPI_KEYS.values() if f not in stats]
-    if missing:
-        raise LerodocError(f"openpi norm stats need {missing}: not computed (see --features) or not in the dataset",
-                           hint="select them with --features, or build them with lerodoc select")
-    return {"norm_stats": {key: {k: np.ravel(stats[f][k]).tolist() for k in ("mean", "std", "q01", "q99")}
-                           for key, f in OPENPI_KEYS.items()}}
+def openpi_keys(ds: Dataset, named: dict[str, str | None]) -> dict[str, str]:
+    """openpi's key (`state`, `actions`) -> the dataset feature it is computed from: the one named, else the first
+    of OPENPI_FEATURES that the dataset has."""
+    keys = {}
+    for key, candidates in OPENPI_FEATURES.items():
+        feature = named.get(key) or next((f for f in candidates if f in ds.info.features), None)
+        if feature is None or feature not in ds.info.features:
+            shown = repr(feature) if feature else " or ".join(map(repr, candidates))
+            raise LerodocError(f"openpi norm stats need a {key} feature: {shown} is not in the dataset",
+                               file=ds.root / formats.INFO_PATH, field=feature or key,
+                               hint=f"name it with --openpi-{key.rstrip('s')}-key FEATURE "
+                                    f"(numeric features: {', '.join(ds.info.numeric_keys)})")
+        keys[key] = feature
+    return keys
+
+
+def openpi_norm_stats(stats: Stats, keys: dict[str, str]) -> dict:
+    """openpi's norm_stats.json (openpi.shared.normalize.NormStats per key): mean, std, q01, q99 as flat lists of
+    the feature's own (unpadded) dims."""
+    out = {}
+    for key, feature in keys.items():
+        if feature not in stats:
+            raise LerodocError(f"openpi norm stats need {feature!r}: not computed", field=feature,
+                               hint=f"add it with --features {feature}, or leave --features out")
+        values = {k: np.ravel(np.asarray(stats[feature][k], dtype=np.float64)) for k in ("mean", "std", "q01", "q99")}
+        bad = [k for k, v in values.items() if not np.isfinite(v).all()]
+        if bad:
+            raise LerodocError(f"has non-finite {', '.join(bad)}: openpi cannot read NaN or infinity", field=feature)
+        out[key] = {k: v.tolist() for k, v in values.items()}
+    return {"norm_stats": out}
+
+
+def stat_changes(before: Stats | None, after: Stats, features: list[str], ds: Dataset) -> list[dict]:
+    """The q01/q99 per channel that the new stats add or move: feature, channel, name, stat, old (None: new), new."""
+    rows = []
+    for feature in features:
+        names = flat_names(ds.info.features[feature].get("names")) or []
+        old = (before or {}).get(feature, {})
+        for stat in ("q01", "q99"):
+            new_values = np.ravel(np.asarray(after[feature][stat], dtype=np.float64))
+            old_values = np.ravel(np.asarray(old[stat], dtype=np.float64)) if stat in old else None
+            same_shape = old_values is not None and old_values.shape == new_values.shape
+            for c, value in enumerate(new_values):
+                previous = float(old_values[c]) if same_shape else None
+                if previous is not None and (previous == value or (np.isnan(previous) and np.isnan(value))):
+                    continue
+                rows.append({"feature": feature, "channel": c, "name": names[c] if c < len(names) else None,
+                             "stat": stat, "old": previous, "new": float(value)})
+    return rows
 
 
 def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, features: list[str] | None = None,
               workers: int = 1, budget: int = 64 << 20, openpi_path: Path | None = None,
-              force: bool = False, engine=None) -> QuantilesReport:
-    """Compute exact stats; write them into a copy at `out`, into `src` itself (`in_place`), or nowhere."""
+              openpi_features: dict[str, str | None] | None = None, force: bool = False,
+              engine=None) -> QuantilesReport:
+    """Compute exact stats and store them into a copy at `out`, or into `src`'s own metadata (`in_place`:
+    stats.json and the per-episode stats are replaced by one atomic swap of meta/; the dataset folder, its data
+    and video files keep their inodes and bytes), or nowhere (neither: a dry run, `openpi_path` is not written
+    either)."""
     started = time.perf_counter()
     ds = Dataset.open(src)
     ds.require_columns()
@@ -77,19 +126,26 @@ def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, fea
     if unknown:
         raise LerodocError(f"{unknown[0]!r} is not a numeric feature of this dataset (numeric: {', '.join(numeric)})",
                            file=ds.root / formats.INFO_PATH, field=unknown[0])
+    keys = openpi_keys(ds, openpi_features or {}) if openpi_path is not None else None
     dataset, per_episode, passes = exact_stats(ds, features, workers=workers, budget=budget, engine=engine)
     report = QuantilesReport(dataset=str(ds.root), output=None, features=features, frames=ds.total_frames,
-                             passes=passes, channels=channel_table(ds, dataset, features))
-    if openpi_path is not None:
-        Path(openpi_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(openpi_path).write_text(json.dumps(openpi_norm_stats(dataset), indent=2) + "\n")
+                             passes=passes, channels=channel_table(ds, dataset, features),
+                             changes=stat_changes(ds.stats, dataset, features, ds))
+    norm_stats = openpi_norm_stats(dataset, keys) if keys else None
+    if out is None and not in_place:
+        report.seconds = round(time.perf_counter() - started, 3)
+        return report
+    if norm_stats is not None:
+        write_text(Path(openpi_path), json.dumps(norm_stats, indent=2) + "\n")
         report.openpi_norm_stats = str(openpi_path)
-    if out is not None or in_place:
-        module = formats.module(ds.version)
-        for ep in ds.episodes:
-            ep.stats.update(per_episode[ep.index])
-        with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=module.stats_files(ds.root)) as tmp:
-            module.write_stats(tmp, ds.info, ds.episodes, merge_dataset_stats(dataset, ds.stats))
-        report.output = str(ds.root if in_place else Path(out).absolute())
+    module = formats.module(ds.version)
+    for ep in ds.episodes:
+        ep.stats.update(per_episode[ep.index])
+    rewrite = module.stats_files(ds.root)
+    staged = staged_meta(ds.root, rewrite) if in_place else staged_edit(ds.root, out, force=force, rewrite=rewrite)
+    with staged as tmp:
+        module.write_stats(tmp, ds.info, ds.episodes, merge_dataset_stats(dataset, ds.stats))
+    report.output = str(ds.root if in_place else Path(out).absolute())
+    report.stored = True
     report.seconds = round(time.perf_counter() - started, 3)
     return report

@@ -9,32 +9,93 @@ from pathlib import Path
 
 import numpy as np
 
-from lerodoc.checks import open_context, run_checks
+from lerodoc.checks import Context, open_context, run_checks
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
-from lerodoc.formats.info import flat_names
+from lerodoc.formats.info import ACTION_FEATURES, STATE_FEATURES, flat_names
 from lerodoc.stats import channel_flags
 
 MAX_ACTION_DIM = 32
 
 
-def check_dataset(root: Path) -> Dataset:
-    """Open the dataset and refuse it if `lerodoc validate` finds an error (videos are checked when decoded)."""
-    ctx = open_context(root)
+AUTO = "auto"          # --state-key / --action-key not given: found by name (formats.info's STATE/ACTION_FEATURES)
+NO_CAMERAS = "none"    # --camera none: train without images, asked for
+
+
+def open_checked(root: Path) -> Context:
+    """The dataset, opened for the checks (container-level video checks on: no frame is decoded)."""
+    ctx = open_context(root, videos=True)
     if ctx.dataset is None:
         raise ctx.open_error
-    errors = [f for f in run_checks(ctx, families=("layout", "indices", "timestamps", "stats", "tasks"))
-              if f.severity == "error"]
+    return ctx
+
+
+def check_dataset(ctx: Context, cameras: tuple[str, ...], skip: tuple[str, ...] = ()) -> None:
+    """Refuse the dataset if `lerodoc validate --videos` finds an error in the data or in the cameras the run will
+    decode: layout, indices, timestamps, stats, tasks, and each used camera's mp4 tables (windows against
+    lengths, query times against frame times). No frame is decoded. `skip` lists codes the user overrides."""
+    used = set(cameras)
+    video_keys = set(ctx.dataset.info.video_keys)
+    errors = [f for f in run_checks(ctx) if f.severity == "error" and f.code not in skip
+              and not (f.feature in video_keys and f.feature not in used)]
     if errors:
+        root = ctx.root
         shown = "; ".join(f"{f.code} {f.message}" + (f" ({f.file})" if f.file else "") for f in errors[:3])
+        codes = ",".join(sorted({f.code for f in errors}))
         raise LerodocError(f"does not validate: {len(errors)} error(s), first: {shown}", file=root,
-                           hint=f"lerodoc validate {root} lists them; lerodoc repair {root} -o FIXED fixes most")
-    return ctx.dataset
+                           episode=errors[0].episode, field=errors[0].feature,
+                           hint=f"lerodoc validate {root} --videos lists them; lerodoc repair {root} -o FIXED fixes "
+                                f"most; --skip-checks {codes} trains anyway")
 
 
-def check_features(dataset: Dataset, action_key: str, state_key: str | None, cameras: tuple[str, ...]) -> None:
-    """The features exist, are numeric vectors with q01/q99, have no near-constant or extreme channel, and
-    the action fits pi0.5's 32 dims; the cameras are video features."""
+def resolve_keys(dataset: Dataset, action_key: str, state_key: str | None, cameras: tuple[str, ...]
+                 ) -> tuple[str, str | None, tuple[str, ...]]:
+    """The action and state features and the cameras a run uses. A key given by name must exist; AUTO finds
+    lerobot's name, then openpi's; no camera is an error unless asked for (--camera none): image features in the
+    parquet are refused with the `lerodoc encode` command that makes them videos."""
+    features, root = dataset.info.features, dataset.root
+    info_file = root / "meta/info.json"
+    if action_key == AUTO:
+        action_key = next((k for k in ACTION_FEATURES if k in features), None)
+        if action_key is None:
+            raise LerodocError(f"has no action feature ({' or '.join(ACTION_FEATURES)})", file=info_file,
+                               field="action", hint="name it with --action-key, or build it with lerodoc select")
+    if state_key == AUTO:
+        state_key = next((k for k in STATE_FEATURES if k in features), None)
+    for flag, key in (("--action-key", action_key), ("--state-key", state_key)):
+        if key is not None and key not in features:
+            raise LerodocError("no such feature in the dataset", file=info_file, field=key,
+                               hint=f"{flag} names one of: {', '.join(dataset.info.numeric_keys)}")
+    if cameras == (NO_CAMERAS,):
+        return action_key, state_key, ()
+    if NO_CAMERAS in cameras:
+        raise LerodocError("--camera none cannot be combined with other cameras", field="--camera")
+    images = dataset.info.image_keys
+    encode = f"lerodoc encode {root} -o ENCODED" + "".join(f" --cameras {k}" for k in images)
+    if not cameras:
+        cameras = tuple(dataset.info.video_keys)
+        if not cameras and images:
+            raise LerodocError(f"stores its cameras ({', '.join(images)}) as images in the parquet; training decodes "
+                               "cameras from mp4, so this run would see no camera", file=info_file, field=images[0],
+                               hint=f"{encode} makes them video features (lerobot's settings); or pass --camera none "
+                                    "to train without images")
+        if not cameras:
+            raise LerodocError("has no camera (no video feature): pi0.5 would train blind", file=info_file,
+                               field="features", hint="pass --camera none to train without images")
+    for key in cameras:
+        dtype = features.get(key, {}).get("dtype")
+        if dtype != "video":
+            raise LerodocError("is not a video feature of the dataset" if dtype is None else
+                               f"is stored as {dtype}; training decodes cameras from mp4 only",
+                               file=info_file, field=key,
+                               hint=encode if dtype == "image" else
+                               f"video features: {', '.join(dataset.info.video_keys) or 'none'}")
+    return action_key, state_key, tuple(cameras)
+
+
+def check_features(dataset: Dataset, action_key: str, state_key: str | None) -> None:
+    """The features (found by `resolve_keys`) are numeric vectors with q01/q99, have no near-constant or extreme
+    channel, and the action fits pi0.5's 32 dims."""
     features = dataset.info.features
     root = dataset.root
     for key in [action_key] + ([state_key] if state_key else []):
@@ -45,11 +106,11 @@ def check_features(dataset: Dataset, action_key: str, state_key: str | None, cam
         if "q01" not in stats or "q99" not in stats:
             raise LerodocError("has no q01/q99 stats: pi0.5 normalises state and action with quantiles",
                                file=root / "meta", field=key,
-                               hint=f"lerodoc quantiles {root} --in-place (or -o COPY) computes them")
+                               hint=f"lerodoc quantiles {root} computes and stores them")
         q01, q99 = np.ravel(stats["q01"]), np.ravel(stats["q99"])
         if not (np.isfinite(q01).all() and np.isfinite(q99).all()):
             raise LerodocError("has non-finite q01/q99 stats", file=root / "meta", field=key,
-                               hint=f"lerodoc quantiles {root} --in-place recomputes them")
+                               hint=f"lerodoc quantiles {root} recomputes them")
         flags = channel_flags(stats)
         bad = [(i, f) for i, f in enumerate(flags) if f]
         if bad:
@@ -65,13 +126,6 @@ def check_features(dataset: Dataset, action_key: str, state_key: str | None, cam
     if dims > MAX_ACTION_DIM:
         raise LerodocError(f"has {dims} dims; pi0.5 predicts at most {MAX_ACTION_DIM}", file=root / "meta/info.json",
                            field=action_key, hint=f"lerodoc select {root} -o SELECTED --action '{action_key}[0:32]'")
-    for key in cameras:
-        dtype = features.get(key, {}).get("dtype")
-        if dtype != "video":
-            raise LerodocError("is not a video feature of the dataset" if dtype is None else
-                               f"is stored as {dtype}; training decodes cameras from mp4 only",
-                               file=root / "meta/info.json", field=key,
-                               hint=f"video features: {', '.join(dataset.info.video_keys) or 'none'}")
 
 
 def check_run_folder(output: Path, resume: bool) -> None:

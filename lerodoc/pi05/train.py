@@ -25,15 +25,14 @@ from lerodoc import render
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json
-from lerodoc.hub import locate
-from lerodoc.pi05 import checkpoint, preflight, runs
+from lerodoc.pi05 import checkpoint, launch, preflight, runs
 from lerodoc.pi05.distributed import Processes, all_sum, parallelise, shutdown, start_processes
 from lerodoc.pi05.data import DataSpec, Frames, Tokenizer, TrainingBatches, load_frames, longest_prompt
 from lerodoc.pi05.model import PI05, PI05Config, flops_per_sample
 from lerodoc.pi05.plot import plot_losses
 from lerodoc.pi05.presets import PRESETS
 from lerodoc.pi05.tracking import Tracker
-from lerodoc.pi05.weights import check_policy, locate_weights
+from lerodoc.pi05.weights import check_policy, locate_assets
 
 # options that change the loss curve: a resume must use the values the run started with
 CURVE_OPTIONS = ("dataset", "preset", "steps", "lr", "min_lr", "warmup_steps", "weight_decay",
@@ -78,13 +77,15 @@ class RunConfig:
     tensorboard: bool = False             # --tensorboard: event files in RUN/tensorboard
     data: DataSpec | None = None
     world_size: int = 1
+    skip_checks: tuple[str, ...] = ()     # validate codes the user overrides (--skip-checks)
 
     def to_json(self) -> dict:
         return asdict(self) | {"data": self.data.to_json() if self.data else None}
 
     @classmethod
     def from_json(cls, raw: dict) -> RunConfig:
-        return cls(**(raw | {"data": DataSpec.from_json(raw["data"]) if raw.get("data") else None}))
+        return cls(**(raw | {"data": DataSpec.from_json(raw["data"]) if raw.get("data") else None,
+                             "skip_checks": tuple(raw.get("skip_checks", ()))}))
 
     @property
     def warmup(self) -> int:
@@ -180,9 +181,10 @@ class Setup:
     weights: Path | None
 
 
-def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
-    """Preflight (before any GPU work) and the data spec: the dataset validates and has usable stats, the
-    tokenizer and weights exist, the run folder is free (or holds the run to resume) when the run `writes`."""
+def check(run: RunConfig, resume: bool, writes: bool = True) -> tuple[RunConfig | None, Dataset, DataSpec]:
+    """Preflight, before any GPU work: the run folder is free (or holds the run to resume) when the run `writes`,
+    the dataset validates with the cameras it uses, state and action have usable stats. Returns the resumed run's
+    saved config (or None), the dataset and the resolved data spec."""
     output = Path(run.output)
     if writes:
         preflight.check_run_folder(output, resume)
@@ -193,19 +195,32 @@ def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
             raise LerodocError("differs from the run being resumed in " + ", ".join(
                 f"--{k.replace('_', '-')} ({getattr(run, k)} now, {getattr(saved, k)} then)" for k in changed),
                 file=output / "config.json", hint="resume with the options the run started with")
-        run = replace(run, data=saved.data)
     else:
         saved = None
-    dataset = preflight.check_dataset(Path(run.dataset))
-    data = run.data or DataSpec(action_key="action", state_key="observation.state", cameras=(), action_horizon=0,
-                                image_size=0, state_in_prompt=True, max_token_len=0)
-    if not data.cameras:
-        data = replace(data, cameras=tuple(dataset.info.video_keys))
-    if data.state_key == "observation.state" and data.state_key not in dataset.info.features:
-        data = replace(data, state_key=None, state_in_prompt=False)
-    preflight.check_features(dataset, data.action_key, data.state_key, data.cameras)
-    tokenizer = Tokenizer(locate("tokenizer", run.tokenizer))
-    weights, policy = locate_weights(run.weights) if run.weights else (None, None)
+    ctx = preflight.open_checked(Path(run.dataset))
+    dataset = ctx.dataset
+    if saved:
+        data = saved.data                       # resolved when the run started
+    else:
+        data = run.data or DataSpec(action_key=preflight.AUTO, state_key=preflight.AUTO, cameras=(),
+                                    action_horizon=0, image_size=0, state_in_prompt=True, max_token_len=0)
+        action_key, state_key, cameras = preflight.resolve_keys(dataset, data.action_key, data.state_key,
+                                                                data.cameras)
+        data = replace(data, action_key=action_key, state_key=state_key, cameras=cameras,
+                       state_in_prompt=data.state_in_prompt and state_key is not None)
+    preflight.check_dataset(ctx, data.cameras, run.skip_checks)
+    preflight.check_features(dataset, data.action_key, data.state_key)
+    return saved, dataset, data
+
+
+def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
+    """`check`, then the assets, the model config, the per-frame numbers and this process's place in the job."""
+    saved, dataset, data = check(run, resume, writes)
+    output = Path(run.output)
+    run = replace(run, data=saved.data) if saved else run
+    tokenizer_path, found = locate_assets(run.tokenizer, run.weights)
+    tokenizer = Tokenizer(tokenizer_path)
+    weights, policy = found or (None, None)
     preset = PRESETS.get(run.preset)
     if preset is None:
         raise LerodocError(f"unknown preset {run.preset!r}", hint=f"choose one of {', '.join(PRESETS)}")
@@ -394,6 +409,29 @@ def _sweep(run: RunConfig, batches: list[int], steps: int, warmup: int) -> list[
     return results
 
 
+def run_job(run: RunConfig, resume: bool = False, progress: bool = True, nproc: int | None = None,
+            sweep_batches: list[int] | None = None) -> dict | list[dict] | None:
+    """Train (or, with `sweep_batches`, sweep) as one process, or start the job's processes on this host
+    (lerodoc.pi05.launch: every GPU by default, `nproc` chooses) after one preflight here. Returns the first
+    rank's summary (sweep: its rows), None in the other ranks' processes."""
+    gpus = torch.cuda.device_count() if run.device in ("auto", "cuda") and torch.cuda.is_available() else 0
+    job = launch.plan(dict(os.environ), nproc, gpus)
+    if job is None:
+        result = sweep(run, sweep_batches) if sweep_batches else train(run, resume=resume, progress=progress)
+        first = int(os.environ.get("RANK", "0")) == 0
+        return result if first else None
+    check(run, resume, writes=not sweep_batches)     # once, before any process starts: a bad dataset fails here
+    render.err.print(job.describe())
+    return launch.start(job, _job_process, run.to_json(), resume, progress, sweep_batches)
+
+
+def _job_process(run_json: dict, resume: bool, progress: bool, sweep_batches: list[int] | None):
+    """One process of a launched job (module level: the launcher starts it by name)."""
+    run = RunConfig.from_json(run_json)
+    result = sweep(run, sweep_batches) if sweep_batches else train(run, resume=resume, progress=progress)
+    return result if int(os.environ.get("RANK", "0")) == 0 else None
+
+
 def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
     """Train to `run.steps`; returns a summary (final loss, samples/s, data-wait share, where things are)."""
     try:
@@ -422,10 +460,13 @@ def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
     G = run.batch_per_device * procs.world
     flops = flops_per_sample(setup.config, run.data.max_token_len, len(run.data.cameras))
     if procs.main:
-        render.err.print(f"pi0.5 {run.preset}: {model.num_params():,} parameters on {procs.device} x {procs.world}"
+        start_from = f"from {setup.weights}" if setup.weights else "from random initialisation (no pretrained weights)"
+        cams = f"{len(run.data.cameras)} camera(s)" + (" (--camera none)" if not run.data.cameras else "")
+        render.err.print(f"pi0.5 {run.preset} {start_from}: {model.num_params():,} parameters on {procs.device} x "
+                         f"{procs.world}"
                          f" ({'FSDP' if run.fsdp else 'DDP' if procs.world > 1 else 'one process'}), global batch "
                          f"{G} = {run.batch_per_device} per device x {procs.world}; prompt {run.data.max_token_len} "
-                         f"tokens, {len(run.data.cameras)} camera(s), horizon {setup.config.action_horizon}; "
+                         f"tokens, {cams}, horizon {setup.config.action_horizon}; "
                          f"steps {start}..{run.steps}")
     log = Metrics(output, procs, run, G, flops, peak_flops(procs.device))
     tracker = Tracker.open(output, run, procs.main)
@@ -451,7 +492,9 @@ def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
         plot_losses(output / "metrics.jsonl", output / "loss.png")
     return log.summary() | {"output": str(output), "checkpoint": str(runs.path_of(output, run.steps)) if run.save_every else None,
                             "params": model.num_params(), "rank": procs.rank, "world_size": procs.world,
-                            "global_batch": G, "max_token_len": run.data.max_token_len}
+                            "global_batch": G, "max_token_len": run.data.max_token_len,
+                            "weights": str(setup.weights) if setup.weights else None,
+                            "cameras": list(run.data.cameras)}
 
 
 class Metrics:

@@ -105,6 +105,43 @@ def locate_weights(spec: str) -> tuple[Path, Path | None]:
     return folder / "model.safetensors", folder if (folder / "config.json").is_file() else None
 
 
+RANDOM = "none"   # --weights none: random initialisation, asked for
+# the weights each preset fine-tunes from when --weights is not given (None: random initialisation, as no published
+# checkpoint has the tiny preset's shapes)
+DEFAULT_WEIGHTS = {"tiny": None, "full": "pi05_base"}
+
+
+def weights_for(preset: str, spec: str | None) -> str | None:
+    """What `--weights spec` means for `preset`: the preset's default when not given, None for `none`."""
+    if spec is None:
+        return DEFAULT_WEIGHTS.get(preset)
+    return None if spec.lower() == RANDOM else spec
+
+
+def locate_assets(tokenizer: str, weights: str | None) -> tuple[Path, tuple[Path, Path | None] | None]:
+    """The tokenizer file and (weights, policy folder) a run needs (None: random initialisation), found offline.
+    Every missing one is named in one LerodocError, each with the `lerodoc download` command that fetches it, so a
+    user fixes them all at once."""
+    from lerodoc.hub import locate
+    found, missing = {}, []
+    for kind, spec, find in (("tokenizer", tokenizer, lambda s: locate("tokenizer", s)),
+                             ("weights", weights, locate_weights)):
+        if spec is None:
+            continue
+        try:
+            found[kind] = find(spec)
+        except LerodocError as exc:
+            missing.append((kind, exc))
+    if len(missing) == 1:
+        raise missing[0][1]
+    if missing:
+        raise LerodocError("; ".join(f"{exc.message}" + (f": {exc.hint}" if exc.hint else "")
+                                     for _kind, exc in missing),
+                           field="--tokenizer, --weights",
+                           hint="fetch both, or pass --weights none to train from random initialisation")
+    return found["tokenizer"], found.get("weights")
+
+
 def policy_stats(folder: Path) -> dict[str, np.ndarray]:
     """The '{feature}.{stat}' arrays of the policy preprocessor's normaliser step ({} when it has none)."""
     path = folder / "policy_preprocessor.json"
