@@ -9,6 +9,7 @@ from pathlib import Path
 
 from lerodoc import formats
 from lerodoc.errors import LerodocError, VerificationError
+from lerodoc.kept import require_kept
 from lerodoc.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
 
 TEMP_SUFFIX = ".lerodoc-tmp"
@@ -45,13 +46,16 @@ def temp_sibling(out: Path) -> Path:
 
 
 @contextmanager
-def staged_output(out: Path, *, force: bool = False, inputs=()):
+def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropped: set[str] = frozenset(),
+                  renamed: dict[str, str] | None = None):
     """Yield a temp directory beside `out`; promote it to `out` only when the block succeeds.
 
     Any exception (Ctrl-C included) removes the temp directory, so no half-written dataset is left
     under the name the user asked for. A dataset that LeRobotDataset 0.6.1 could not load
     (`formats.load_problems`: a data column its `datasets` cast refuses, a video off the k/fps grid or with
-    tags that are not UTF-8) is not promoted either: that is a VerificationError.
+    tags that are not UTF-8) is not promoted either: that is a VerificationError. Nor is one that lost a
+    feature, data column or camera (undeclared ones included) of the datasets in `keep` (default `inputs`) the
+    command was not asked to drop or rename (`kept.require_kept`).
     """
     out = check_output(out, inputs, force=force)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -68,6 +72,8 @@ def staged_output(out: Path, *, force: bool = False, inputs=()):
                                         file=out, hint="nothing was written; the input has the same problem: "
                                                        "lerodoc repair (or convert) fixes it, then run this command "
                                                        "on its output")
+            require_kept([Path(p) for p in (inputs if keep is None else keep)], tmp, dropped=set(dropped),
+                         renamed=renamed)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -85,7 +91,8 @@ def staged_output(out: Path, *, force: bool = False, inputs=()):
 
 @contextmanager
 def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: bool = False,
-                rewrite: set[str] = frozenset()):
+                rewrite: set[str] = frozenset(), dropped: set[str] = frozenset(),
+                renamed: dict[str, str] | None = None):
     """Yield a temp tree that mirrors `src` except the `rewrite` paths, which the block writes.
 
     The tree is promoted to `out`, or, with `in_place`, swapped in for `src` (the old tree is removed
@@ -94,7 +101,8 @@ def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: b
     if in_place == (out is not None):
         raise LerodocError("give either -o OUTPUT or --in-place")
     target = Path(src) if in_place else Path(out)
-    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,)) as tmp:
+    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,),
+                       dropped=dropped, renamed=renamed) as tmp:
         link_tree(Path(src), tmp, set(rewrite))
         yield tmp
 

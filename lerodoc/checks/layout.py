@@ -20,6 +20,7 @@ from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import schema_problems
 from lerodoc.formats.info import INDEX_FEATURES
 from lerodoc.formats.model import Episode
+from lerodoc.kept import undeclared_cameras
 
 CODES = {
     "LAY001": (ERROR, "a metadata file (or the dataset folder) is missing",
@@ -78,6 +79,9 @@ CODES = {
                "delete it if it is a leftover", False),
     "LAY043": (ERROR, "an unreferenced data parquet that lerobot v3.0 reads (it globs data/*/*.parquet)",
                "move the file out of data/; it shifts every global row index", False),
+    "LAY044": (ERROR, "a camera has video files and episode metadata but no info.json feature: lerobot ignores it "
+                      "and a rewrite would lose it", "lerodoc repair restores its feature entry from the video files",
+               True),
 }
 
 
@@ -90,8 +94,8 @@ def check(ctx: Context) -> list[Finding]:
     if ctx.dataset is None:
         return [_open_failure(ctx)]
     raw = _raw_info(ctx)
-    return [*_info_fields(ctx, raw), *_feature_specs(ctx), *_data_file_findings(ctx), *_schemas(ctx),
-            *_hf_metadata(ctx), *_placement(ctx)]
+    return [*_info_fields(ctx, raw), *_feature_specs(ctx), *_undeclared_cameras(ctx), *_data_file_findings(ctx),
+            *_schemas(ctx), *_hf_metadata(ctx), *_placement(ctx)]
 
 
 def _open_failure(ctx: Context) -> Finding:
@@ -170,6 +174,24 @@ def _feature_specs(ctx: Context) -> list[Finding]:
     for name in INDEX_FEATURES:
         if name not in info.features:
             out.append(_finding("LAY014", f"info.json features lack {name!r}", feature=name, **where))
+    return out
+
+
+def _undeclared(ctx: Context) -> dict[str, list[str]]:
+    if "undeclared_cameras" not in ctx.cache:
+        ctx.cache["undeclared_cameras"] = undeclared_cameras(ctx.dataset)
+    return ctx.cache["undeclared_cameras"]
+
+
+def _undeclared_cameras(ctx: Context) -> list[Finding]:
+    """A camera whose videos and episode metadata are there but whose info.json feature is gone (LAY044)."""
+    ds, out = ctx.dataset, []
+    where = "the meta/episodes columns videos/{}/..." if ds.version == "v3.0" else "the episode stats of {!r}"
+    for key, files in sorted(_undeclared(ctx).items()):
+        out.append(_finding("LAY044", f"camera {key!r} has {len(files)} video file(s) ({files[0]}"
+                                      f"{', ...' if len(files) > 1 else ''}) and {where.format(key)}, but info.json "
+                                      "does not declare it: lerobot ignores the camera and a rewrite would lose it",
+                            file=formats.INFO_PATH, feature=key))
     return out
 
 
@@ -315,10 +337,10 @@ def _placement(ctx: Context) -> list[Finding]:
 
 
 def _unreferenced(ctx: Context, placed: set[str]) -> list[Finding]:
-    out = []
+    out, undeclared = [], {f for files in _undeclared(ctx).values() for f in files}
     for paths in _strays(ctx).values():
         for path in paths:
-            if path in placed:
+            if path in placed or path in undeclared:   # an undeclared camera's videos: LAY044
                 continue
             read_by_v30 = ctx.dataset.version == "v3.0" and Path(path).parts[0] == "data" and len(Path(path).parts) == 3
             code = "LAY043" if read_by_v30 else "LAY042"

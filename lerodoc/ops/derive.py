@@ -114,16 +114,19 @@ def plan(ds: Dataset, transform: Transform, features: dict, moved: dict[str, str
 
 def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, *, in_place: bool = False,
            force: bool = False, workers: int = 1, moved: dict[str, str | None] | None = None,
-           renamed: dict[str, str] | None = None) -> Path:
+           renamed: dict[str, str] | None = None, dropped: set[str] = frozenset()) -> Path:
     """Write `ds` with its data files transformed and `features` as its new info.json features.
 
     `moved` maps other files (relative paths, a renamed camera's videos say) to their new path, or to None
     to leave them out (a dropped camera's); every other file is kept as it is. `renamed` maps old feature
-    names to new ones, so that their stats (dataset and per-episode) follow. `plan` is what this writes."""
+    names to new ones, so that their stats (dataset and per-episode) follow; `dropped` names the features (and
+    cameras) the user asked to leave out: any other one missing from the output is refused (staging). `plan` is
+    what this writes."""
     planned = plan(ds, transform, features, moved)
     module = formats.module(ds.version)
     renamed = renamed or {}
-    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=set(planned.rewritten)) as tmp:
+    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=set(planned.rewritten), dropped=dropped,
+                     renamed=renamed) as tmp:
         for old, new in planned.moved:
             if new is not None:
                 link_or_copy(ds.path(old), tmp / new)

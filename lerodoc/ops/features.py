@@ -129,6 +129,6 @@ def edit_features(src: Path, out: Path | None = None, *, drop: list[str] = (), r
             ep.videos = {cameras.get(k, k): replace(span, file=moved[span.file]) if k in cameras else span
                          for k, span in ep.videos.items() if k not in report.cameras_dropped}
         report.output = str(derive(ds, out, transform, features, in_place=in_place, force=force, workers=workers,
-                                   moved=moved, renamed={**report.renamed, **cameras}))
+                                   moved=moved, renamed={**report.renamed, **cameras}, dropped=set(drop)))
     report.seconds = round(time.perf_counter() - started, 3)
     return report

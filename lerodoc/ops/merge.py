@@ -218,7 +218,7 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
         report.plan = plan.to_json()
         report.seconds = round(time.perf_counter() - started, 3)
         return report
-    with staged_output(Path(out), force=force) as tmp:
+    with staged_output(Path(out), force=force, keep=[ds.root for ds in datasets]) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
         new_eps = result.episodes
         stats = aggregate([ep.stats for ep in new_eps])

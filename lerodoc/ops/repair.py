@@ -25,6 +25,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature
 from lerodoc.formats.stats import normalise_stats
+from lerodoc.kept import undeclared_cameras
 from lerodoc.ops import rewrite
 from lerodoc.ops.validate import validate
 from lerodoc.parquet_io import column_matrix, read_parquet
@@ -136,6 +137,25 @@ def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], 
     return episodes, changes
 
 
+def restore_cameras(ds: Dataset) -> list[str]:
+    """Declare in `ds.info` each camera whose videos and episode metadata are there but whose info.json feature is
+    gone (LAY044), from its first video file (codec, size, pixel format; fps is the dataset's); the episodes
+    then read the camera's windows again. What changed, in words."""
+    changes = []
+    for key, files in sorted(undeclared_cameras(ds).items()):
+        probe = video.probe(ds.path(files[0]))
+        ds.info.features[key] = {
+            "dtype": "video", "shape": [probe.height, probe.width, 3], "names": CAMERA_NAMES,
+            "info": {"video.height": probe.height, "video.width": probe.width, "video.codec": probe.codec,
+                     "video.pix_fmt": probe.pix_fmt, "video.is_depth_map": False, "video.fps": ds.info.fps,
+                     "video.channels": 3, "has_audio": False}}
+        changes.append(f"{key}: info.json lacked the camera; its feature is restored from {files[0]} "
+                       f"({probe.codec}, {probe.width}x{probe.height}, {probe.pix_fmt})")
+    if changes:
+        ds.episodes = formats.module(ds.version).read(ds.root, ds.info)[0]
+    return changes
+
+
 def _canonical_features(ds: Dataset, episodes: list[Episode]) -> dict:
     """Features with flat names, canonical codec names, camera names (height, width, channels), and each
     camera's codec, pixel format and size as its first video file says."""
@@ -205,7 +225,9 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     ds = Dataset.open(src)
     ds.require_columns()
     report = RepairReport(dataset=str(ds.root), output=None, before=_counts(before.findings))
+    restored = restore_cameras(ds)
     episodes, report.changes = reconstruct(ds, drop_broken)
+    report.changes[:0] = restored
     if not episodes:
         raise LerodocError("no episode has rows in the data files; nothing to repair", file=ds.root)
     tasks = list(dict.fromkeys(ds.tasks))
@@ -227,7 +249,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         report.seconds = round(time.perf_counter() - started, 3)
         return report
     target = Path(ds.root if in_place else out)
-    with staged_output(target, force=force or in_place) as tmp:
+    with staged_output(target, force=force or in_place, keep=(src,)) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers)
         report.changes += _retime_changes(result.retimed)
         module = formats.module(to)

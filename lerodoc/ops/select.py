@@ -181,6 +181,6 @@ def select(src: Path, out: Path | None = None, *, state: list[str] = (), action:
             raise LerodocError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
                                file=ds.root / formats.INFO_PATH)
         report.output = str(derive.derive(ds, out, transform, features, in_place=in_place, force=force,
-                                          workers=workers))
+                                          workers=workers, dropped=set(report.dropped)))
     report.seconds = round(time.perf_counter() - started, 3)
     return report

@@ -1,0 +1,73 @@
+"""What a dataset holds, and the rule that no writer loses any of it unasked.
+
+A camera can be held without being declared: its mp4 files and episode metadata are there, but info.json
+lost its feature. lerobot ignores such a camera, and a rewrite that follows info.json would leave it behind
+without a word. `undeclared_cameras` finds them (validate's LAY044, repair restores them); `require_kept`,
+which staging runs on every writer's output before it is promoted, refuses an output that lacks a feature,
+data column or camera of its input that the command was not asked to drop or rename.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lerodoc import formats
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError, VerificationError
+from lerodoc.parquet_io import read_schema
+
+
+def undeclared_cameras(ds: Dataset) -> dict[str, list[str]]:
+    """Cameras `ds` holds that info.json does not declare: mp4 files under videos/ in a folder named after the
+    camera, and episode metadata naming it (v3.0: the `videos/<key>/...` columns of meta/episodes; v2.x: its
+    per-episode or dataset stats). Camera -> its mp4 files (relative, sorted); footers only are read."""
+    if ds.version == "v3.0":
+        named = {c[len("videos/"):-len("/chunk_index")]
+                 for path in sorted(ds.root.glob(formats.module(ds.version).EPISODES_GLOB))
+                 for c in read_schema(path).names if c.startswith("videos/") and c.endswith("/chunk_index")}
+    else:
+        named = {k for ep in ds.episodes for k in ep.stats} | set(ds.stats or {})
+    named -= set(ds.info.features)
+    out: dict[str, list[str]] = {}
+    if named:
+        for path in formats.loose_files(ds.root, ".mp4"):
+            parts = Path(path).parts
+            camera = next((p for p in parts[1:-1] if p in named), None)
+            if parts[0] == "videos" and camera is not None:
+                out.setdefault(camera, []).append(path)
+    return out
+
+
+def held(ds: Dataset, cameras: dict[str, list[str]] | None = None) -> set[str]:
+    """What a rewrite of `ds` must carry or be asked to drop: info.json's features, the data columns of the first
+    data file (its footer) and the undeclared cameras (`cameras`, when already found)."""
+    first = ds.episodes[0]
+    try:
+        columns = set(read_schema(ds.path(first.data_file), first.index).names)
+    except LerodocError:
+        columns = set()
+    return set(ds.info.features) | columns | set(undeclared_cameras(ds) if cameras is None else cameras)
+
+
+def require_kept(sources: list[Path], out: Path, *, dropped: set[str] = frozenset(),
+                 renamed: dict[str, str] | None = None) -> None:
+    """Refuse the written dataset at `out` when it lacks a feature, data column or camera that a source holds
+    (`held`) and the command was not asked to drop (`dropped`, source names) or rename (`renamed`, source name
+    -> output name). Raises VerificationError naming the input, what would be lost and, for an undeclared camera,
+    repair."""
+    renamed = renamed or {}
+    have = held(Dataset.open(out))
+    for src in sources:
+        ds = Dataset.open(src)
+        cameras = undeclared_cameras(ds)
+        lost = sorted(n for n in held(ds, cameras) - set(dropped) if renamed.get(n, n) not in have)
+        if not lost:
+            continue
+        what = ", ".join(f"{n!r}" + (f" (a camera info.json does not declare: {len(cameras[n])} video file(s) "
+                                      f"such as {cameras[n][0]}, and episode metadata)" if n in cameras else "")
+                         for n in lost)
+        hint = ("lerodoc repair restores the camera's feature in info.json from its video files; run this command "
+                "on repair's output" if any(n in cameras for n in lost) else
+                "nothing asked for this loss: please report it with the command line")
+        raise VerificationError(f"the output would lose {what}, which the input holds and nothing asked to drop; "
+                                "nothing was written", file=Path(src) / formats.INFO_PATH, field=lost[0], hint=hint)
