@@ -1,10 +1,12 @@
-"""Every check code in validate's catalogue is triggered by a test, where its defect is; clean datasets are quiet.
+"""Every check code in validate's catalogue fires on a planted defect, at its exact file and episode; clean
+datasets are quiet.
 
-tests/test_checks_data.py (fixtures/defects_data.py) and tests/test_checks_media.py plant most defects. The
-cases here plant the rest, one minimal defect each, into a clean factory dataset, and assert that the code
-appears at the defect's location. `test_every_code_is_triggered_by_a_test` keeps the catalogue and the
-tests in step: a new code without a test that plants it fails there. Stats here are recomputed with numpy
-(the factory's `_stats`), never by lerodoc.
+tests/test_checks_data.py (fixtures/defects_data.py) and tests/test_checks_media.py (its DEFECTS) plant part of
+the defects. The cases here plant the rest, one minimal defect each, into a clean factory dataset (or a dataset
+of their own), and assert that the code appears at the defect's file and episode (and feature and channel where
+the case names them). `test_every_code_has_a_planted_case` keeps the catalogue and the cases in step: a new code
+that no case plants, and that UNPLANTABLE does not list with a reason, fails there. Stats here are recomputed
+with numpy (the factory's `_stats`), never by lerodoc.
 """
 
 from __future__ import annotations
@@ -25,19 +27,27 @@ from lerodoc.checks import open_context, run_checks
 from lerodoc.ops.validate import catalogue
 from tests.fixtures.defects_data import (BASES, TOP, V21_DATA, V30_DATA, V30_EPISODES, Planted, edit_json,
                                          edit_jsonl, edit_parquet, replace_column, rows_of, vectors)
+from tests import test_stats_tolerance as tolerance
+from tests.fixtures import defects_media as media
 from tests.fixtures.factory import _stats, make_dataset
 
 TESTS = Path(__file__).resolve().parent
 STATE = "observation.state"
-CASES: dict[str, tuple[str, Callable[[Path], list[Planted]]]] = {}   # name -> (base, planter)
+V30_VIDEO = "videos/{}/chunk-000/file-{:03d}.mp4"
+CASES: dict[str, tuple[str | None, Callable[[Path], list[Planted]]]] = {}   # name -> (base, planter)
 VIDEO_CASES: set[str] = set()   # cases that need validate --videos
+DEEP_CASES: set[str] = set()    # cases that need validate --deep
 
 
-def case(base: str, videos: bool = False):
+def case(base: str | None, videos: bool = False, deep: bool = False):
+    """Register a planter: it edits a copy of BASES[base] at `root` (base None: it writes its own dataset at
+    `root`) and returns where validate must report each code."""
     def register(planter):
         CASES[planter.__name__] = (base, planter)
         if videos:
             VIDEO_CASES.add(planter.__name__)
+        if deep:
+            DEEP_CASES.add(planter.__name__)
         return planter
     return register
 
@@ -154,7 +164,7 @@ def image_stored_as_binary(root):
         {still: {"dtype": "image", "shape": [8, 8, 3], "names": ["height", "width", "channels"]}}))
     for path in sorted(root.glob("data/*/*.parquet")):
         edit_parquet(path, lambda t: t.append_column(still, pa.array([b"\x89PNG"] * t.num_rows, pa.binary())))
-    return [Planted("LAY037", file=V21_DATA.format(0), feature=still)]
+    return [Planted("LAY037", file=V21_DATA.format(0), episode=0, feature=still)]
 
 
 @case("v2.1")
@@ -337,6 +347,151 @@ def episode_lists_another_task(root):
     return [Planted("TSK005", file=V21_DATA.format(1), episode=1)]
 
 
+# ---------------------------------------------------------------- codes no other table plants
+
+WRIST = "observation.images.wrist"
+
+
+@case("v2.1")
+def tasks_file_missing(root):
+    (root / "meta/tasks.jsonl").unlink()
+    return [Planted("LAY001", file="meta/tasks.jsonl")]
+
+
+@case("v3.0")
+def camera_names_abbreviated(root):
+    edit_json(root / "meta/info.json", lambda i: i["features"][TOP].update(names=["h", "w", "c"]))
+    return [Planted("LAY018", file="meta/info.json", feature=TOP)]
+
+
+@case("v2.1")
+def video_file_missing(root):
+    planted = media.remove_video(root, 1, TOP)
+    return [Planted("LAY040", file=planted.file, episode=1, feature=TOP)]
+
+
+@case("v2.1")
+def leftover_video(root):
+    stray = f"videos/chunk-000/{TOP}/episode_000009.mp4"
+    shutil.copyfile(root / f"videos/chunk-000/{TOP}/episode_000000.mp4", root / stray)
+    return [Planted("LAY042", file=stray)]
+
+
+@case("v3.0")
+def camera_left_out_of_info(root):
+    """info.json forgot a camera whose videos and meta/episodes columns are there (issue 30's silent loss)."""
+    edit_json(root / "meta/info.json", lambda i: i["features"].pop(WRIST))
+    return [Planted("LAY044", file="meta/info.json", feature=WRIST)]
+
+
+@case("v3.0", videos=True)
+def timestamps_jitter(root):
+    """Jitter of 0.3 ms: the summaries name the tolerance_s at which every timestamp and query passes."""
+    media.jitter_timestamps(root, 1)
+    return [Planted("TS007"), Planted("VID011")]
+
+
+@case("v2.1", videos=True)
+def codec_differs_from_info(root):
+    media.set_video_info(root, TOP, codec="av1")
+    return [Planted("VID002", file=f"videos/chunk-000/{TOP}/episode_000000.mp4", feature=TOP)]
+
+
+@case("v2.1", videos=True)
+def video_plays_at_half_fps(root):
+    """A camera-wide finding: it names the first file at the wrong rate and no episode."""
+    planted = media.retime_video(root, 1, TOP)
+    return [Planted("VID004", file=planted.file, feature=TOP)]
+
+
+@case("v2.1", deep=True)
+def first_frame_does_not_decode(root):
+    planted = media.corrupt_frame(root, 1, TOP, "first")
+    return [Planted("VID012", file=planted.file, episode=1, feature=TOP)]
+
+
+@case("v2.1", videos=True)
+def mp4_tag_not_utf8(root):
+    """One bit of the encoder tag ("Lavf...") flipped: the frames are intact (tests/test_fuzz.py's flip_tag)."""
+    path = root / f"videos/chunk-000/{TOP}/episode_000001.mp4"
+    data = bytearray(path.read_bytes())
+    data[data.find(b"Lavf") + 1] ^= 0x80
+    path.write_bytes(bytes(data))
+    return [Planted("VID013", file=path.relative_to(root).as_posix(), episode=1, feature=TOP)]
+
+
+@case("v3.0")
+def window_shorter_than_episode(root):
+    """Episode 2's stored window ends 5 frames early (metadata only; no file opened)."""
+    _edit_episode_rows(root, lambda rows: rows[2].update(
+        {f"videos/{TOP}/to_timestamp": rows[2][f"videos/{TOP}/to_timestamp"] - 5 / 30}))
+    return [Planted("VID014", file=V30_VIDEO.format(TOP, 1), episode=2, feature=TOP)]
+
+
+@case("v3.0")
+def nan_in_stats(root):
+    edit_json(root / "meta/stats.json", lambda s: s["action"]["std"].__setitem__(2, float("nan")))
+    return [Planted("STA010", file="meta/stats.json", feature="action", channel=2)]
+
+
+@case("v3.0")
+def stats_lack_a_feature(root):
+    edit_json(root / "meta/stats.json", lambda s: s.pop("action"))
+    return [Planted("STA015", file="meta/stats.json", feature="action")]
+
+
+@case("v3.0")
+def stats_lack_a_camera(root):
+    edit_json(root / "meta/stats.json", lambda s: s.pop(TOP))
+    return [Planted("STA016", file="meta/stats.json", feature=TOP)]
+
+
+@case("v2.1")
+def v21_stats_without_quantiles(root):
+    """The factory's v2.1 writes no q01/q99 (as lerobot's v2.1 writers): nothing to edit."""
+    return [Planted("STA021", file="meta/episodes_stats.jsonl", feature=STATE)]
+
+
+@case("v2.1")
+def mean_just_above_max(root):
+    def nudge(rows):
+        state = rows[1]["stats"][STATE]
+        state["mean"][0] = state["max"][0] + 1e-4 * (state["max"][0] - state["min"][0])
+    edit_jsonl(root / "meta/episodes_stats.jsonl", nudge)
+    return [Planted("STA023", file="meta/episodes_stats.jsonl", episode=1, feature=STATE, channel=0)]
+
+
+@case(None)
+def cancellation_std(root):
+    """lerobot >= 0.4's float32 E[x^2] - E[x]^2 std on a channel constantly 9.81 (tests/test_stats_tolerance.py)."""
+    values = tolerance.with_constant(tolerance.varied(50, 4), 2, 9.81)
+    tolerance.plant(root.parent, values, tolerance.lerobot_061(values), "v2.1")
+    return [Planted("STA042", file="meta/episodes_stats.jsonl", episode=0, feature=STATE, channel=2)]
+
+
+@case(None)
+def quantile_off_the_histogram(root):
+    values = tolerance.varied(600, 3, scale=1.0)
+    stats = tolerance.lerobot_061(values)
+    near = {k: v.copy() for k, v in stats.items()}
+    near["q10"][0] += 0.06 * (stats["max"][0] - stats["min"][0])
+    tolerance.plant(root.parent, values, near, "v3.0", dataset_stats=stats)
+    return [Planted("STA043", file=V30_EPISODES, episode=0, feature=STATE, channel=0)]
+
+
+@case("v2.1")
+def stale_v21_stats_json(root):
+    """A v2.0-era stats.json beside episodes_stats.jsonl: its values are 1.5x the data's."""
+    stale = {k: (np.asarray(v, dtype=np.float64) * 1.5).tolist()
+             for k, v in _stats(_all_rows(root, STATE)).items() if k != "count"}
+    (root / "meta/stats.json").write_text(json.dumps({STATE: stale | {"count": [len(_all_rows(root, STATE))]}}))
+    return [Planted("STA044", file="meta/stats.json", feature=STATE)]
+
+
+def _all_rows(root: Path, name: str) -> np.ndarray:
+    return np.concatenate([vectors(pq.read_table(p), name) for p in sorted(root.glob("data/*/*.parquet"))])
+
+
 # ---------------------------------------------------------------- the tests
 
 def findings(root: Path, videos: bool = False, deep: bool = False):
@@ -344,9 +499,10 @@ def findings(root: Path, videos: bool = False, deep: bool = False):
 
 
 def at(finding, planted: Planted) -> bool:
-    return finding.code == planted.code and all(
-        getattr(planted, key) is None or getattr(finding, key) == getattr(planted, key)
-        for key in ("file", "episode", "feature", "channel"))
+    """The planted code at exactly its file and episode (None: the finding names none), and at its feature and
+    channel where the planter names them."""
+    return (finding.code, finding.file, finding.episode) == (planted.code, planted.file, planted.episode) and all(
+        getattr(planted, key) is None or getattr(finding, key) == getattr(planted, key) for key in ("feature", "channel"))
 
 
 def describe(found) -> str:
@@ -363,9 +519,10 @@ def bases(tmp_path_factory) -> dict[str, Path]:
 def test_code_is_found_where_it_was_planted(bases, tmp_path, name):
     base, plant = CASES[name]
     root = tmp_path / "ds"
-    shutil.copytree(bases[base], root)
+    if base is not None:
+        shutil.copytree(bases[base], root)
     expected = plant(root)
-    found = findings(root, videos=name in VIDEO_CASES)
+    found = findings(root, videos=name in VIDEO_CASES, deep=name in DEEP_CASES)
     for planted in expected:
         assert any(at(f, planted) for f in found), f"{name}: no {planted} among\n{describe(found)}"
 
@@ -404,24 +561,40 @@ def test_clean_dataset_is_quiet(tmp_path, name):
     assert not found, f"{name}:\n{describe(found)}"
 
 
-def test_every_code_is_triggered_by_a_test():
-    """Each catalogue code is planted here, in fixtures/defects_data.py, or in test_checks_media.py's DEFECTS,
-    or asserted by name in a test function of another test module (see the list it prints when it fails)."""
-    planted_here = {p.code for name, (base, plant) in CASES.items() for p in _codes_of(plant)}
-    data = set(re.findall(r'Planted\("([A-Z]+\d{3})"', (TESTS / "fixtures/defects_data.py").read_text()))
+# Codes no planted case can make fire, each with the reason (none today). A code listed here that a case plants,
+# or a catalogue code neither planted nor listed, fails test_every_code_has_a_planted_case.
+UNPLANTABLE: dict[str, str] = {}
+
+
+def planted_codes() -> dict[str, str]:
+    """code -> the planted case asserting it at its file and episode: this module's CASES, the data defects of
+    fixtures/defects_data.py (test_checks_data.py, same exact `at`) and the media defects of
+    test_checks_media.py's DEFECTS (exact (code, file, episode, feature) of every error). The codes of a planter
+    are the Planted values its own source returns."""
+    from tests.fixtures.defects_data import DEFECTS as DATA
     from tests.test_checks_media import DEFECTS as MEDIA
-    media = {code for _, _, code in MEDIA.values()}
-    elsewhere = set()
-    for path in TESTS.glob("test_*.py"):
-        if path.name != Path(__file__).name:
-            for body in re.split(r"\n(?=def test_)", path.read_text())[1:]:
-                elsewhere |= set(re.findall(r'"([A-Z]{2,3}\d{3})"', body))
+    out: dict[str, str] = {}
+    for where, table in (("test_check_codes.py", CASES), ("defects_data.py", DATA)):
+        for name, (_, plant) in table.items():
+            for code in _codes_of(plant):
+                out.setdefault(code, f"{where}::{name}")
+    for name, (_, _, code) in MEDIA.items():
+        out.setdefault(code, f"test_checks_media.py::DEFECTS[{name!r}]")
+    return out
+
+
+def test_every_code_has_a_planted_case():
+    """Each catalogue code is planted by a case whose test asserts that exact code at its file and episode, or is
+    listed in UNPLANTABLE with the reason; nothing else (a grep of quoted codes in other tests does not count)."""
     codes = {row["code"] for row in catalogue()}
-    untested = sorted(codes - planted_here - data - media - elsewhere)
-    assert not untested, f"check codes no test triggers: {untested}"
+    planted = planted_codes()
+    assert not sorted(codes - set(planted) - set(UNPLANTABLE)), \
+        f"check codes no planted case fires: {sorted(codes - set(planted) - set(UNPLANTABLE))}"
+    assert not sorted(set(UNPLANTABLE) & set(planted)), "listed as unplantable but planted"
+    assert not sorted((set(planted) | set(UNPLANTABLE)) - codes), "planted codes validate does not know"
 
 
-def _codes_of(plant) -> list[Planted]:
-    """The Planted values a planter returns, read from its source (no dataset needed)."""
+def _codes_of(plant) -> list[str]:
+    """The codes of the Planted values a planter returns, read from its own source (no dataset needed)."""
     import inspect
-    return [Planted(code) for code in re.findall(r'Planted\("([A-Z]+\d{3})"', inspect.getsource(plant))]
+    return re.findall(r'Planted\("([A-Z]+\d{3})"', inspect.getsource(plant))
