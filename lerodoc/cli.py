@@ -24,7 +24,7 @@ from lerodoc.commands import (convert, delete, download, encode, features, flatt
                               repair, select, split, tasks, train, validate)
 from lerodoc.commands import export
 from lerodoc.commands import report
-from lerodoc.errors import ExitCode, LerodocError
+from lerodoc.errors import ExitCode, LerodocError, no_room
 
 
 class LiteralCommand(TyperCommand):
@@ -151,6 +151,16 @@ def _fail(as_json: bool, exit_code: int, error: dict, text: str, prefix: str = "
     sys.exit(int(exit_code))
 
 
+def _quiet_no_room(hook):
+    """`sys.unraisablehook` that drops a full disk said again by a finaliser (pyarrow's ParquetWriter.__del__
+    retries a close that failed for want of room, after the error was reported once) and passes anything else
+    to `hook`."""
+    def quiet(unraisable) -> None:
+        if no_room(unraisable.exc_value) is None:
+            hook(unraisable)
+    return quiet
+
+
 def _causes(exc: BaseException) -> None:
     """-v: the exceptions behind an error, one line each."""
     seen = exc.__cause__ or exc.__context__
@@ -165,6 +175,7 @@ def main() -> None:
     args = sys.argv[1:]
     as_json = "--json" in args
     started = time.perf_counter()
+    sys.unraisablehook = _quiet_no_room(sys.unraisablehook)   # before any pool forks: its workers inherit it
     cli = typer.main.get_command(app)
     render.command = command_of(cli, args)
     try:
@@ -191,6 +202,9 @@ def main() -> None:
             sys.exit(exc.exit_code)
         if os.environ.get("LERODOC_DEBUG"):
             raise
+        full = no_room(exc)   # a write outside a staging folder (which names its file itself) found the disk full
+        if full is not None:
+            _fail(as_json, full.exit_code, full.to_json(), full.render())
         frames = traceback.extract_tb(exc.__traceback__)
         ours = [f for f in frames if Path(f.filename).is_relative_to(PACKAGE)]
         where = (ours or frames)[-1]   # the last line of lerodoc's own code that ran, not pyarrow's or PyAV's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 
 
@@ -68,6 +69,24 @@ class VerificationError(LerodocError):
     """The written output does not match what was read; it is left unpromoted."""
 
     exit_code = ExitCode.VERIFY_FAILED
+
+
+# A write that ran out of room: what each errno means to the user.
+NO_ROOM = {errno.ENOSPC: "no space is left on its device",
+           errno.EDQUOT: "the disk quota is used up",
+           errno.EFBIG: "it outgrew the largest file allowed here (the file system's limit, or the process's: "
+                        "ulimit -f)"}
+
+
+def no_room(exc: BaseException, file: object = None) -> LerodocError | None:
+    """A write that found the disk full (ENOSPC), the quota used up (EDQUOT) or the file-size limit reached (EFBIG)
+    as one LerodocError naming `file` (default: the error's own file name); None for any other exception."""
+    if not isinstance(exc, OSError) or exc.errno not in NO_ROOM:
+        return None
+    hint = ("raise the limit, or write the output to a file system that holds larger files" if exc.errno == errno.EFBIG
+            else "free some space, or write the output to another disk")
+    return LerodocError(f"cannot be written: {NO_ROOM[exc.errno]}; nothing was written and the input is untouched",
+                        file=file or exc.filename, hint=hint)
 
 
 def _restore(cls: type, state: dict) -> LerodocError:

@@ -225,18 +225,14 @@ def _track(path: Path, ftyp: bytes, raw_moov: bytes, mdats: list[tuple[int, int]
         raise Unsupported("not a video track")
     if _count(boxes[b"stsd"]) != 1:
         raise Unsupported("more than one sample description")
-    size = _sizes(boxes[b"stsz"])
-    runs = _entries(boxes[b"stts"], 2)
-    delta = np.repeat(runs[:, 1], runs[:, 0])
-    if len(delta) != len(size) or not len(size):
-        raise Unsupported("stts and stsz disagree")
+    size = _sizes(boxes[b"stsz"], sum(end - start for start, end in mdats))
+    if not len(size):
+        raise Unsupported("no samples")
+    delta = _expand(_entries(boxes[b"stts"], 2), len(size), b"stts")
     dts = np.cumsum(delta) - delta
     cts = np.zeros_like(dts)
     if b"ctts" in boxes:
-        runs = _entries(boxes[b"ctts"], 2, ">i4")
-        cts = np.repeat(runs[:, 1], runs[:, 0])
-        if len(cts) != len(size):
-            raise Unsupported("ctts and stsz disagree")
+        cts = _expand(_entries(boxes[b"ctts"], 2, ">i4"), len(size), b"ctts")
     sync = np.ones(len(size), bool)
     if b"stss" in boxes:
         numbers = _entries(boxes[b"stss"], 1)[:, 0]
@@ -270,11 +266,25 @@ def _without_btrt(stsd: Box) -> bytes:
     return _box(b"stsd", bytes(payload[:8]), _box(kind, bytes(entry[header:header + VISUAL_ENTRY]), *kept))
 
 
-def _sizes(stsz: Box) -> np.ndarray:
+def _sizes(stsz: Box, room: int) -> np.ndarray:
+    """Each sample's size. Every table is sized by its box, which lies in the file, except stsz's count of
+    samples of one fixed size: that one is checked against the `room` the mdat boxes have (bytes) before
+    anything is allocated from it."""
     (fixed,) = struct.unpack_from(">I", stsz.payload, 4)
     if fixed:
-        return np.full(struct.unpack_from(">I", stsz.payload, 8)[0], fixed, np.int64)
+        count = _count(stsz, skip=4)
+        if count * fixed > room:
+            raise Unsupported(f"stsz claims {count} samples of {fixed} bytes; the mdat boxes hold {room} bytes")
+        return np.full(count, fixed, np.int64)
     return _entries(stsz, 1, skip=4)[:, 0]
+
+
+def _expand(runs: np.ndarray, samples: int, kind: bytes) -> np.ndarray:
+    """A run-length table's (count, value) rows as one value per sample, once its counts are known to add up to
+    the `samples` stsz holds (a table claiming more is Unsupported before anything is allocated)."""
+    if (runs[:, 0] < 0).any() or int(runs[:, 0].sum()) != samples:
+        raise Unsupported(f"{kind!r} and stsz disagree")
+    return np.repeat(runs[:, 1], runs[:, 0])
 
 
 def _offsets(stsc: np.ndarray, chunks: np.ndarray, size: np.ndarray) -> np.ndarray:

@@ -38,6 +38,30 @@ def open_parquet(path: Path | str, episode: int | None = None, streaming: bool =
         return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20) if streaming else pq.ParquetFile(path)
 
 
+def leaf_values(meta: pq.FileMetaData) -> dict[str, int]:
+    """Top-level column -> the values its leaf columns hold in the file, from the footer (a list column of N rows
+    of width D holds N * D)."""
+    schema = meta.schema.to_arrow_schema()
+    owner = [name for field in schema for name in [field.name] * _leaves(field.type)]
+    held = dict.fromkeys(schema.names, 0)
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        for j in range(min(group.num_columns, len(owner))):
+            held[owner[j]] += group.column(j).num_values
+    return held
+
+
+def _leaves(kind: pa.DataType) -> int:
+    """How many parquet leaf columns store an Arrow type."""
+    if pa.types.is_struct(kind):
+        return sum(_leaves(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _leaves(kind.key_type) + _leaves(kind.item_type)
+    if is_list_type(kind):
+        return _leaves(kind.value_type)
+    return 1
+
+
 def iter_batches(file: pq.ParquetFile, path: Path | str, columns: list[str] | None = None, episode: int | None = None,
                  batch_size: int = 1 << 14) -> Iterator[pa.RecordBatch]:
     """The rows of a parquet `file` (opened `streaming` from `path`) as record batches of `columns`. A few MB at

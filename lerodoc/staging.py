@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
 from lerodoc import formats
-from lerodoc.errors import LerodocError, VerificationError
-from lerodoc.kept import require_kept
+from lerodoc.errors import LerodocError, VerificationError, no_room
 from lerodoc.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
+from lerodoc.locks import output_lock
 
 TEMP_SUFFIX = ".lerodoc-tmp"
 
@@ -45,17 +47,58 @@ def temp_sibling(out: Path) -> Path:
     return out.parent / f".{out.name}{TEMP_SUFFIX}-{os.getpid()}"
 
 
+def one_writer(stage):
+    """Run a staging context manager (`staged_output`) as the one writer of its output, and say a full disk once.
+
+    The output's lock (`locks.output_lock`, beside the staging folder) is taken before the staging folder is
+    made and held until the output is promoted: a second command writing the same -o (or --in-place on the same
+    dataset) stops at once, and the -o is checked again under the lock (another writer may just have made it).
+    A write that runs out of room (ENOSPC, EDQUOT, EFBIG: `errors.no_room`) becomes one LerodocError naming the
+    output file (exit 3); the staging folder is removed as for any error, and the input was never written."""
+    @functools.wraps(stage)
+    @contextmanager
+    def run(out: Path, *, force: bool = False, inputs=(), **options):
+        out = check_output(out, inputs, force=force)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with output_lock(out), stage(out, force=force, inputs=inputs, **options) as tmp:
+            try:
+                yield tmp
+            except LerodocError as exc:   # a staging path means nothing once the folder is gone: the output's
+                if exc.file:
+                    exc.file = str(_in_output(exc.file, tmp, out))
+                raise
+            except OSError as exc:
+                full = no_room(exc, _in_output(exc.filename, tmp, out))
+                if full is None:
+                    raise
+                raise full from exc
+    return run
+
+
+WRITER_TEMP = re.compile(r"\.(.+)\.\d+-[0-9a-f]+\.lerodoc-new")   # a writer's temporary name (paths.fresh_name)
+
+
+def _in_output(name, tmp: Path, out: Path) -> Path:
+    """Where the file `name` (an error's file name, maybe None) is in the output: under `out` for a file in the
+    staging folder `tmp`, under its own name for a writer's temporary one; the output itself when there is no
+    name."""
+    if not name:
+        return out
+    path = Path(os.fsdecode(name)).absolute()
+    if match := WRITER_TEMP.fullmatch(path.name):
+        path = path.with_name(match.group(1))
+    return out / path.relative_to(tmp) if path.is_relative_to(tmp) else path
+
+
+@one_writer
 @contextmanager
-def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropped: set[str] = frozenset(),
-                  renamed: dict[str, str] | None = None):
+def staged_output(out: Path, *, force: bool = False, inputs=()):
     """Yield a temp directory beside `out`; promote it to `out` only when the block succeeds.
 
     Any exception (Ctrl-C included) removes the temp directory, so no half-written dataset is left
     under the name the user asked for. A dataset that LeRobotDataset 0.6.1 could not load
     (`formats.load_problems`: a data column its `datasets` cast refuses, a video off the k/fps grid or with
-    tags that are not UTF-8) is not promoted either: that is a VerificationError. Nor is one that lost a
-    feature, data column or camera (undeclared ones included) of the datasets in `keep` (default `inputs`) the
-    command was not asked to drop or rename (`kept.require_kept`).
+    tags that are not UTF-8) is not promoted either: that is a VerificationError.
     """
     out = check_output(out, inputs, force=force)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -72,8 +115,6 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
                                         file=out, hint="nothing was written; the input has the same problem: "
                                                        "lerodoc repair (or convert) fixes it, then run this command "
                                                        "on its output")
-            require_kept([Path(p) for p in (inputs if keep is None else keep)], tmp, dropped=set(dropped),
-                         renamed=renamed)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -91,8 +132,7 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
 
 @contextmanager
 def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: bool = False,
-                rewrite: set[str] = frozenset(), dropped: set[str] = frozenset(),
-                renamed: dict[str, str] | None = None):
+                rewrite: set[str] = frozenset()):
     """Yield a temp tree that mirrors `src` except the `rewrite` paths, which the block writes.
 
     The tree is promoted to `out`, or, with `in_place`, swapped in for `src` (the old tree is removed
@@ -101,8 +141,7 @@ def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: b
     if in_place == (out is not None):
         raise LerodocError("give either -o OUTPUT or --in-place")
     target = Path(src) if in_place else Path(out)
-    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,),
-                       dropped=dropped, renamed=renamed) as tmp:
+    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,)) as tmp:
         link_tree(Path(src), tmp, set(rewrite))
         yield tmp
 

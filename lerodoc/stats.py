@@ -23,7 +23,7 @@ from lerodoc.dataset import Dataset, Stats
 from lerodoc.engine import TASKS_PER_CPU
 from lerodoc.errors import LerodocError
 from lerodoc.parallel import pmap
-from lerodoc.parquet_io import column_matrix, iter_batches, open_parquet, read_parquet
+from lerodoc.parquet_io import column_matrix, iter_batches, leaf_values, open_parquet, read_parquet
 from lerodoc.quantiles import (Selection, Tally, key_slices, row_quantiles, selected_quantiles, sorted_quantiles,
                                transpose_into)
 from lerodoc.quantiles import quantiles as exact_quantiles
@@ -292,6 +292,7 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
     by_file = {str(ds.path(f)): [(ep.index, ep.data_row, ep.length) for ep in eps]
                for f, eps in ds.episodes_by_data_file().items()}
     groups = groups_of(features, ds.info.features)
+    check_sizes(by_file, groups)
     held = ds.total_frames * sum(g.width * np.dtype(g.dtype).itemsize for g in groups)
     if engine is None and held <= budget * 8:
         dataset, per_episode = _in_memory(by_file, groups, workers)
@@ -306,6 +307,26 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
                                             ds.total_frames, workers=workers, budget=budget, engine=engine)
     basic = aggregate([per_episode[ep.index] for ep in ds.episodes])
     return {name: {**basic[name], **dataset[name]} for name in features}, per_episode, passes
+
+
+def check_sizes(by_file: dict[str, list[tuple[int, int, int]]], groups: list[Group]) -> None:
+    """Before any matrix is sized from the metadata: each data file's footer holds the rows its (episode, first
+    row, length) episodes claim, and each feature's column the values its info.json shape gives for them. A
+    damaged or crafted claim (an episode of 1e12 frames, a shape of 1e8 values) is a LerodocError naming the
+    file, never an allocation."""
+    for path, eps in by_file.items():
+        rows = sum(length for _, _, length in eps)
+        meta = open_parquet(path, eps[0][0] if eps else None).metadata
+        if meta.num_rows != rows:
+            raise LerodocError(f"holds {meta.num_rows} rows where its episodes in the metadata hold {rows}",
+                               file=path, hint="lerodoc validate compares the files with the metadata")
+        held = leaf_values(meta)
+        for group in groups:
+            for name, width in zip(group.names, group.widths):
+                if name in held and held[name] < width * rows:
+                    raise LerodocError(f"holds {held[name]} values in {rows} rows where info.json's shape gives "
+                                       f"{width} per row", file=path, field=name,
+                                       hint="lerodoc validate compares columns and info.json")
 
 
 def dataset_quantiles(files: list[Path], features: list[str], specs: dict, count: int, *, workers: int = 1,

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from lerodoc.errors import LerodocError
+
+# Bounds on what info.json may claim, far past any real dataset (the largest hold about 1e8 frames, record at up
+# to 1000 fps, and have features of a few thousand values or images up to 4096x4096x4): a value beyond them
+# is a damaged or crafted file, refused here, before anything is sized from it. Nothing is ever allocated from
+# the totals anyway: the data on disk decides (Dataset.total_frames counts the episodes' rows).
+MAX_FPS = 10_000
+MAX_ELEMENTS = 1 << 28           # values in one feature's shape (a frame of it)
+LIMITS = {"total_episodes": 10 ** 10, "total_frames": 10 ** 10, "total_tasks": 10 ** 10,
+          "chunks_size": 10 ** 9,                                 # files (v3.0) or episodes (v2.x) per chunk folder
+          "data_files_size_in_mb": 10 ** 7, "video_files_size_in_mb": 10 ** 7}   # 10 TB per file
 
 # Columns every LeRobot data parquet holds besides the features the robot recorded.
 INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
@@ -51,8 +62,9 @@ class Info:
             raise LerodocError(f"lacks required field(s) {', '.join(missing)}", file=source, field=missing[0])
         values = {k: v for k, v in raw.items() if k in known}
         fps = values["fps"]
-        if not isinstance(fps, (int, float)) or fps <= 0 or float(fps) != int(fps):
-            raise LerodocError(f"fps must be a positive whole number, got {fps!r}", file=source, field="fps")
+        if not isinstance(fps, (int, float)) or not 0 < fps <= MAX_FPS or float(fps) != int(fps):
+            raise LerodocError(f"fps must be a positive whole number up to {MAX_FPS}, got {fps!r}", file=source,
+                               field="fps")
         values["fps"] = int(fps)
         if not isinstance(values["features"], dict) or not values["features"]:
             raise LerodocError("features must be a non-empty object", file=source, field="features")
@@ -66,6 +78,10 @@ class Info:
             if not isinstance(shape, (list, tuple)) or not all(_whole(n) and n > 0 for n in shape):
                 raise LerodocError(f"shape must be a list of positive whole numbers, got {shape!r}", file=source,
                                    field=f"features.{name}.shape")
+            if (values_per_frame := math.prod(int(n) for n in shape)) > MAX_ELEMENTS:
+                raise LerodocError(f"{name}'s shape {shape!r} claims {values_per_frame:,} values per frame; "
+                                   f"lerodoc reads at most {MAX_ELEMENTS:,} (a 4096x4096x4 image holds "
+                                   f"{4096 * 4096 * 4:,})", file=source, field=f"features.{name}.shape")
             if not isinstance(spec.get("info"), (dict, type(None))):
                 raise LerodocError(f"info must be an object, got {spec['info']!r}", file=source,
                                    field=f"features.{name}.info")
@@ -84,7 +100,12 @@ class Info:
                 raise LerodocError(f"must be {_KINDS[kind]}, got {value!r}", file=source, field=name)
         for name in ("chunks_size", "data_files_size_in_mb", "video_files_size_in_mb"):
             if name in values and values[name] <= 0:
-                raise LerodocError(f"must be positive, got {values[name]!r}", file=source, field=name)
+                raise LerodocError(f"{name} must be positive, got {values[name]!r}", file=source, field=name)
+        for name, most in LIMITS.items():
+            if name in values and values[name] > most:
+                raise LerodocError(f"{name} claims {values[name]!r}, more than any dataset holds (lerodoc reads up "
+                                   f"to {most:,})", file=source, field=name,
+                                   hint="a damaged or crafted info.json: restore it from a good copy")
         for name in ("data_path", "video_path"):
             if values.get(name) is not None:
                 try:   # every placeholder one of the versions' keys, the braces balanced
