@@ -11,6 +11,7 @@ from pathlib import Path
 
 from lerodoc import formats
 from lerodoc.errors import LerodocError, VerificationError, no_room
+from lerodoc.kept import require_kept
 from lerodoc.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
 from lerodoc.locks import output_lock
 
@@ -60,19 +61,27 @@ def one_writer(stage):
     def run(out: Path, *, force: bool = False, inputs=(), **options):
         out = check_output(out, inputs, force=force)
         out.parent.mkdir(parents=True, exist_ok=True)
-        with output_lock(out), stage(out, force=force, inputs=inputs, **options) as tmp:
-            try:
-                yield tmp
-            except LerodocError as exc:   # a staging path means nothing once the folder is gone: the output's
-                if exc.file:
-                    exc.file = str(_in_output(exc.file, tmp, out))
-                raise
-            except OSError as exc:
-                full = no_room(exc, _in_output(exc.filename, tmp, out))
-                if full is None:
-                    raise
-                raise full from exc
+        with output_lock(out), stage(out, force=force, inputs=inputs, **options) as tmp, _said_of(tmp, out):
+            yield tmp
     return run
+
+
+@contextmanager
+def _said_of(tmp: Path, out: Path):
+    """Errors of a block writing the staging folder `tmp` of `out`, in the output's terms: a file named in the
+    staging folder (which is gone by the time the user reads it) by its place in `out`, and a write that ran out
+    of room as one LerodocError naming its file (`errors.no_room`)."""
+    try:
+        yield
+    except LerodocError as exc:
+        if exc.file:
+            exc.file = str(_in_output(exc.file, tmp, out))
+        raise
+    except OSError as exc:
+        full = no_room(exc, _in_output(exc.filename, tmp, out))
+        if full is None:
+            raise
+        raise full from exc
 
 
 WRITER_TEMP = re.compile(r"\.(.+)\.\d+-[0-9a-f]+\.lerodoc-new")   # a writer's temporary name (paths.fresh_name)
@@ -92,13 +101,16 @@ def _in_output(name, tmp: Path, out: Path) -> Path:
 
 @one_writer
 @contextmanager
-def staged_output(out: Path, *, force: bool = False, inputs=()):
+def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropped: set[str] = frozenset(),
+                  renamed: dict[str, str] | None = None):
     """Yield a temp directory beside `out`; promote it to `out` only when the block succeeds.
 
     Any exception (Ctrl-C included) removes the temp directory, so no half-written dataset is left
     under the name the user asked for. A dataset that LeRobotDataset 0.6.1 could not load
     (`formats.load_problems`: a data column its `datasets` cast refuses, a video off the k/fps grid or with
-    tags that are not UTF-8) is not promoted either: that is a VerificationError.
+    tags that are not UTF-8) is not promoted either: that is a VerificationError. Nor is one that lost a
+    feature, data column or camera (undeclared ones included) of the datasets in `keep` (default `inputs`) the
+    command was not asked to drop or rename (`kept.require_kept`).
     """
     out = check_output(out, inputs, force=force)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -115,6 +127,8 @@ def staged_output(out: Path, *, force: bool = False, inputs=()):
                                         file=out, hint="nothing was written; the input has the same problem: "
                                                        "lerodoc repair (or convert) fixes it, then run this command "
                                                        "on its output")
+            require_kept([Path(p) for p in (inputs if keep is None else keep)], tmp, dropped=set(dropped),
+                         renamed=renamed)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -132,7 +146,8 @@ def staged_output(out: Path, *, force: bool = False, inputs=()):
 
 @contextmanager
 def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: bool = False,
-                rewrite: set[str] = frozenset()):
+                rewrite: set[str] = frozenset(), dropped: set[str] = frozenset(),
+                renamed: dict[str, str] | None = None):
     """Yield a temp tree that mirrors `src` except the `rewrite` paths, which the block writes.
 
     The tree is promoted to `out`, or, with `in_place`, swapped in for `src` (the old tree is removed
@@ -141,7 +156,8 @@ def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: b
     if in_place == (out is not None):
         raise LerodocError("give either -o OUTPUT or --in-place")
     target = Path(src) if in_place else Path(out)
-    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,)) as tmp:
+    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,),
+                       dropped=dropped, renamed=renamed) as tmp:
         link_tree(Path(src), tmp, set(rewrite))
         yield tmp
 
@@ -174,8 +190,16 @@ def staged_meta(root: Path, rewrite: set[str]):
     """Yield a temp root whose meta/ mirrors `root`'s except the `rewrite` paths (all under meta/), which the block
     writes; then swap the new meta/ in for the old in one atomic step. Only meta/ changes: the dataset folder (a
     shell may be standing in it), its data and video files keep their inodes and bytes. The temp root is a hidden
-    folder inside `root` (same file system, nothing written outside the dataset) and is removed either way."""
+    folder inside `root` (same file system, nothing of the dataset written outside it) and is removed either
+    way. The dataset's lock (`locks.output_lock`, the one --in-place edits take; a file beside the dataset while
+    the block runs) keeps a second writer out; a full disk is said as for staged_output."""
     root = Path(root).absolute()
+    with output_lock(root), _staged_meta(root, rewrite) as tmp, _said_of(tmp, root):
+        yield tmp
+
+
+@contextmanager
+def _staged_meta(root: Path, rewrite: set[str]):
     outside = sorted(p for p in rewrite if not p.startswith(f"{formats.META_DIR}/"))
     if outside:
         raise ValueError(f"staged_meta rewrites meta/ only, not {outside}")

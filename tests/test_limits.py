@@ -326,14 +326,16 @@ def test_second_writer_of_one_output_refused(filmed, tmp_path):
 
 
 def test_second_in_place_edit_refused(filmed, tmp_path):
-    """--in-place on a dataset another command is rewriting in place stops at once; the first edit lands whole."""
+    """--in-place on a dataset another command is rewriting in place stops at once, and so does `quantiles
+    DATASET` (which stores its stats in the dataset's own meta/); the first edit lands whole."""
     ds = tmp_path / "ds"
     shutil.copytree(filmed, ds)
     lock = lock_path(ds)
     first = _stopped_writer(["tasks", ds, "--in-place", "--set", "pick up the cube=pick it", "-j", "1"], lock)
     try:
-        proc = lerodoc("tasks", ds, "--in-place", "--set", "place the cube=put it")
-        assert proc.returncode == 3 and f"error: {lock}" in one_error(proc), proc.stderr
+        for second in (["tasks", ds, "--in-place", "--set", "place the cube=put it"], ["quantiles", ds]):
+            proc = lerodoc(*second)
+            assert proc.returncode == 3 and f"error: {lock}" in one_error(proc), proc.stderr
     finally:
         done = _finish(first)
     assert done.returncode == 0, done.stderr
