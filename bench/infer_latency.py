@@ -279,6 +279,8 @@ def env_for(part_name: str, site: str) -> dict:
     path = [str(ROOT)]
     if part_name == "lerobot" and Path(site).is_dir():
         path.insert(0, site)
+    elif os.environ.get("PYTHONPATH"):   # lerodoc's parts keep the caller's path (PyAV carried as a wheel)
+        path.append(os.environ["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(path)
     return env
 
