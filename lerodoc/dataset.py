@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from lerodoc import formats
 from lerodoc.errors import LerodocError
+from lerodoc.formats import paths
 from lerodoc.formats.info import Info
 from lerodoc.formats.model import Episode, Stats, VideoSpan  # noqa: F401  (re-exported)
 from lerodoc.parquet_io import open_parquet, read_row_groups, read_schema
@@ -33,6 +34,7 @@ class Dataset:
         if not root.is_dir():
             raise LerodocError("no such dataset folder", file=root)
         try:
+            paths.check_links(root, paths.tree(root / "meta", root))   # untrusted: nothing read outside the root
             version = formats.detect_version(root)
             info = Info.load(root / formats.INFO_PATH)
             episodes, tasks, stats = formats.module(version).read(root, info)
@@ -41,6 +43,9 @@ class Dataset:
                                hint="lerodoc validate lists what is wrong") from None
         if not episodes:
             raise LerodocError("lists no episodes", file=root / _episodes_meta(version))
+        paths.check_links(root, dict.fromkeys(ep.data_file for ep in episodes), field="data_path")
+        paths.check_links(root, dict.fromkeys(span.file for ep in episodes for span in ep.videos.values()),
+                          field="video_path")
         return cls(root=root, version=version, info=info, episodes=episodes, tasks=tasks, stats=stats)
 
     @property

@@ -297,13 +297,14 @@ def push_dataset(root: Path, repo: str, *, revision: str | None = None, private:
     metadata, lerodoc's temporary trees) are left out.
     """
     from huggingface_hub import CommitOperationAdd, HfApi
+    from lerodoc.formats.paths import regular_files
     from lerodoc.ops.validate import validate
 
+    files = regular_files(root)   # the dataset's own files: no link leading outside it, no FIFO or device
     report = validate(root)
     if report.errors:
         raise LerodocError(f"has {report.errors} validation errors; nothing was pushed", file=root,
                            hint=f"see `lerodoc validate {root}`; `lerodoc repair` fixes most")
-    files = visible_files(root)
     ops = [CommitOperationAdd(rel, str(root / rel)) for rel in files]
     card = "kept the dataset's own README.md"
     if "README.md" not in files:

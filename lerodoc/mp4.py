@@ -20,6 +20,7 @@ import av
 import numpy as np
 
 from lerodoc.clips import READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, reason, window_ticks
+from lerodoc.formats.paths import new_file
 
 
 class Unsupported(Exception):
@@ -463,7 +464,7 @@ def write(out_path: Path, parts: list[Part], out: Layout) -> None:
     chunks = np.cumsum(lengths) - lengths
     head = len(first.ftyp) + len(build_moov(first, out, chunks, samples)) + len(mdat)
     moov = build_moov(first, out, chunks + head, samples)
-    with open(out_path, "wb") as dst:
+    with new_file(out_path) as tmp, open(tmp, "wb") as dst:   # a new file: `out_path` may be a link to an input
         dst.write(first.ftyp + moov + mdat)
         dst.flush()
         for part in parts:

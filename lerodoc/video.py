@@ -19,6 +19,7 @@ from lerodoc import mp4
 from lerodoc.clips import (READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, grid_deviation,  # noqa: F401
                            grid_time_base, reason, window_ticks)
 from lerodoc.errors import LerodocError
+from lerodoc.formats.paths import new_file
 
 ENCODERS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265", "mpeg4": "mpeg4"}
 # Re-encoded clips are lossless in the decoded (YUV) domain, so a cut changes no pixel.
@@ -161,7 +162,7 @@ def concat(clips: list[Clip], out: Path, fps: int, episodes: list[int] | None = 
     except mp4.Unsupported:
         pass
     digests, counts, retimed = [], [], []
-    with av.open(str(out), "w", format="mp4") as dst:
+    with new_file(out) as tmp, av.open(str(tmp), "w", format="mp4") as dst:   # never into a link
         ostream, extradata, cursor = None, None, 0
         for clip, episode in zip(clips, episodes):
             with _open(clip.path, episode) as src:
@@ -302,7 +303,7 @@ def reencode(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Wri
             raise LerodocError(f"cannot re-encode the clip: the stream's pixel format or size is unknown "
                                f"({codec.pix_fmt}, {codec.width}x{codec.height}; damaged header?)",
                                file=clip.path, episode=episode)
-        with av.open(str(out), "w", format="mp4") as dst:
+        with new_file(out) as tmp, av.open(str(tmp), "w", format="mp4") as dst:   # never into a link
             encoder = ENCODERS.get(codec.codec.canonical_name, codec.codec.canonical_name)
             ostream = dst.add_stream(encoder, rate=fps, options=LOSSLESS.get(encoder, {}))
             ostream.width, ostream.height, ostream.pix_fmt = codec.width, codec.height, codec.pix_fmt
@@ -395,7 +396,7 @@ def encode_frames(frames, out: Path, fps: int, settings: EncodeSettings, width: 
     """Encode `frames` ((k, av.VideoFrame): frame k shown at k/fps) into the mp4 `out`; returns the count."""
     import os
     os.environ.setdefault("SVT_LOG", "1")   # SVT-AV1 prints its banner and config on stderr otherwise
-    with av.open(str(out), "w", format="mp4") as dst:
+    with new_file(out) as tmp, av.open(str(tmp), "w", format="mp4") as dst:   # never into a link
         stream = dst.add_stream(settings.encoder, rate=fps, options=settings.options())
         stream.width, stream.height, stream.pix_fmt = width, height, settings.pix_fmt
         return mux_encoded(dst, stream, frames, fps)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import string
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import schema_problems
 from lerodoc.formats.info import INDEX_FEATURES
+from lerodoc.formats.paths import UnsafePath
 from lerodoc.formats.model import Episode
 from lerodoc.kept import undeclared_cameras
 
@@ -33,13 +35,15 @@ CODES = {
                "lerodoc repair writes fps as an integer", True),
     "LAY011": (ERROR, "an info.json total is missing or not an integer",
                "lerodoc repair writes the totals from the data", True),
-    "LAY012": (ERROR, "data_path/video_path is missing or its placeholders do not match the version",
+    "LAY012": (ERROR, "data_path/video_path is missing, its placeholders do not match the version, or it leads "
+                      "outside the dataset (absolute, a '..' segment: not fixable, the dataset does not open)",
                "lerodoc repair writes the version's default templates", True),
     "LAY013": (ERROR, "a feature's dtype or shape is malformed",
                "give the feature a numpy dtype (or image/video/string) and a list of positive sizes", False),
     "LAY014": (ERROR, "a bookkeeping feature (timestamp, frame_index, episode_index, index, task_index) "
                       "is not declared", "declare it in info.json features with shape [1]", False),
-    "LAY015": (ERROR, "a feature name contains '/' (lerobot flattens stats keys with '/')",
+    "LAY015": (ERROR, "a feature name is not one usable file name: '/' (lerobot flattens stats keys with '/'), "
+                      "'\\', '..', a control character, empty or over 255 bytes (a camera's name is a folder)",
                "rename the feature", False),
     "LAY016": (WARNING, "a feature's names are nested (list of lists or dict), not a flat list",
                "lerodoc repair flattens names to a plain list", True),
@@ -111,6 +115,14 @@ def _open_failure(ctx: Context) -> Finding:
     where = dict(file=file, episode=error.episode)
     if error.field == "codebase_version":
         return _finding("LAY003", text, **where)
+    if isinstance(error, UnsafePath):   # a name or path leading outside the dataset (formats.paths)
+        text = f"{file}: {error.field}: {error.message}" if file and error.field else text
+        if error.field in ("data_path", "video_path") and error.file and Path(error.file).name == "info.json":
+            return replace(_finding("LAY012", text, **where), fixable=False,
+                           hint=f"set {error.field} to the version's template relative to the dataset folder "
+                                "and put the files there")
+        if (error.field or "").startswith("features."):
+            return _finding("LAY015", text, feature=error.field[len("features."):], **where)
     if error.file is not None and not Path(error.file).exists():
         return _finding("LAY001", text, **where)
     return _finding("LAY002", text + (f" ({error.hint})" if error.hint else ""), **where)
@@ -168,8 +180,6 @@ def _feature_specs(ctx: Context) -> list[Finding]:
             out.append(_finding("LAY013", f"feature {name!r} has dtype {spec.get('dtype')!r} and shape "
                                           f"{spec.get('shape')!r}", feature=name, **where))
             continue
-        if "/" in name:
-            out.append(_finding("LAY015", f"feature name {name!r} contains '/'", feature=name, **where))
         out += _names_findings(name, spec, info.fps)
     for name in INDEX_FEATURES:
         if name not in info.features:

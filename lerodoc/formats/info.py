@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from lerodoc.errors import LerodocError
+from lerodoc.formats.paths import component, template
 
 # Bounds on what info.json may claim, far past any real dataset (the largest hold about 1e8 frames, record at up
 # to 1000 fps, and have features of a few thousand values or images up to 4096x4096x4): a value beyond them
@@ -69,6 +70,7 @@ class Info:
         if not isinstance(values["features"], dict) or not values["features"]:
             raise LerodocError("features must be a non-empty object", file=source, field="features")
         for name, spec in values["features"].items():
+            component(name, field=f"features.{name}", file=source, what="feature name")   # a camera's is a folder
             if not isinstance(spec, dict) or "dtype" not in spec or "shape" not in spec:
                 raise LerodocError("each feature needs dtype and shape", file=source, field=f"features.{name}")
             if not isinstance(spec["dtype"], str):
@@ -113,6 +115,8 @@ class Info:
                 except (KeyError, ValueError, IndexError, AttributeError) as exc:
                     raise LerodocError(f"is not a path template lerobot fills ({type(exc).__name__}: {exc}; "
                                        f"keys: {', '.join(TEMPLATE_KEYS)})", file=source, field=name) from None
+                template(values[name], field=name, file=source, fill=TEMPLATE_KEYS,
+                         keys=[k for k, f in values["features"].items() if f["dtype"] == "video"])
         extra = {k: v for k, v in raw.items() if k not in known}
         return cls(**values, extra=extra)
 

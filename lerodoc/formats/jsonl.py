@@ -7,20 +7,19 @@ link into another dataset (see staging.staged_edit) is replaced, never written t
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from lerodoc.errors import LerodocError
+from lerodoc.formats.paths import new_file
 
 
 def replace_file(path: Path, write) -> None:
-    """Call `write(tmp_path)`, then rename the result over `path` (atomic; never writes into `path`'s inode)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    """Call `write(tmp_path)`, then rename the result over `path` (atomic; never writes into `path`'s inode):
+    `paths.new_file`, whose temporary name no file (a hard link into an input included) can already have."""
+    with new_file(path) as tmp:
+        write(tmp)
 
 
 def write_text(path: Path, text: str) -> None:

@@ -20,6 +20,7 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats.hf import schema_for
+from lerodoc.formats.paths import inside, new_file
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema
 from lerodoc.staging import link_or_copy, staged_edit
@@ -55,8 +56,7 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
     kept_schema = pa.schema([schema.field(c) for c in kept])
     if {c: expected[c] for c in kept} != column_digests(conform(source.select(kept), kept_schema)):
         raise VerificationError("values of untouched columns changed", file=job.src)
-    Path(job.out).parent.mkdir(parents=True, exist_ok=True)
-    with pq.ParquetWriter(job.out, schema, use_dictionary=False) as writer:
+    with new_file(job.out) as tmp, pq.ParquetWriter(tmp, schema, use_dictionary=False) as writer:
         for _, start, length in job.episodes:
             writer.write_table(table.slice(start, length), row_group_size=max(length, 1))
     if column_digests(read_parquet(job.out)) != expected:
@@ -129,8 +129,9 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
                      renamed=renamed) as tmp:
         for old, new in planned.moved:
             if new is not None:
-                link_or_copy(ds.path(old), tmp / new)
-        jobs = [(replace(job, out=str(tmp / job.out)), transform, planned.schema) for job in planned.jobs]
+                link_or_copy(ds.path(old), inside(tmp, new, field="video_path"))
+        jobs = [(replace(job, out=str(inside(tmp, job.out, field="data_path"))), transform, planned.schema)
+                for job in planned.jobs]
         per_episode = {r["episode"]: r["stats"] for part in pmap(rewrite_file, jobs, workers=workers) for r in part}
         for ep in ds.episodes:
             ep.stats = {renamed.get(k, k): v for k, v in ep.stats.items() if renamed.get(k, k) in features}

@@ -16,6 +16,7 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import INDEX_FEATURES
+from lerodoc.formats.paths import component
 from lerodoc.ops.derive import derive
 
 
@@ -54,7 +55,7 @@ def parse_rename(value: str) -> tuple[str, str]:
     old, new = old.strip(), new.strip()
     if not sep or not old or not new:
         raise UsageError(f"--rename {value!r}: expected OLD=NEW")
-    return old, new
+    return old, component(new, field="--rename", what="new name")   # a camera's name is its videos' folder
 
 
 def renamed_path(path: str, old: str, new: str) -> str:

@@ -9,6 +9,7 @@ compared between source and re-read output.
 from __future__ import annotations
 
 import shutil
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -22,6 +23,7 @@ from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
+from lerodoc.formats.paths import inside, new_file
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import (column_digests, column_matrix, conform, from_numpy, is_list_type, iter_batches,
                                 numpy_dtype, open_parquet, read_parquet, read_schema)
@@ -144,7 +146,7 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
                 ([block for block, _ in pending], sum(out.num_rows for _, out in pending),
                  column_digests(pa.concat_tables([out for _, out in pending]))))
             pending.clear()
-    try:
+    with ExitStack() as files:   # each output a new file, renamed into place when written (`paths.new_file`)
         for block in _blocks(pieces):
             first = block[0]
             if first.link:     # an unchanged whole file: the same bytes, so nothing to check either
@@ -158,8 +160,8 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
             pending.append((block, out))
             held += out.nbytes
             if first.out_file not in writers:
-                Path(first.out_file).parent.mkdir(parents=True, exist_ok=True)
-                writers[first.out_file] = pq.ParquetWriter(first.out_file, schema, use_dictionary=False)
+                tmp = files.enter_context(new_file(first.out_file))
+                writers[first.out_file] = files.enter_context(pq.ParquetWriter(tmp, schema, use_dictionary=False))
             offset = 0
             for piece in block:
                 episode_rows = out.slice(offset, piece.length)
@@ -169,9 +171,6 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
                 results.append({"episode": piece.episode, "changed": sorted(changed),
                                 "stats": _numeric_stats(episode_rows.select(stats_of), schema)})
         digest_pending()
-    finally:
-        for writer in writers.values():
-            writer.close()
     _check_written(runs, schema)
     return results
 
@@ -320,7 +319,7 @@ def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ..
 def write_video_file(vf: VideoFile, root: Path, fps: int) -> list[video.Written]:
     """Write one planned file under `root`; returns where each clip landed."""
     from lerodoc import video
-    out = root / vf.path
+    out = inside(root, vf.path, field=f"video_path of {vf.key}")
     out.parent.mkdir(parents=True, exist_ok=True)
     if vf.reencode == (0,) and len(vf.clips) == 1:
         return [video.reencode(vf.clips[0], out, fps, vf.episodes[0])]
@@ -602,7 +601,8 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     info, picks = plan_.info, plan_.picks
     new_eps = [replace(ep, tasks=list(ep.tasks), videos={}, stats=dict(ep.stats)) for ep in plan_.episodes]
     result = Result(new_eps)
-    row_jobs = [[replace(p, out_file=str(tmp / p.out_file)) for p in job] for job in plan_.row_jobs]
+    row_jobs = [[replace(p, out_file=str(inside(tmp, p.out_file, field="data_path"))) for p in job]
+                for job in plan_.row_jobs]
     # -> v3.0: a file per job; -> v2.1: PER_JOB episode files per job.
     step = 1 if plan_.to == "v3.0" else PER_JOB
     video_jobs = [plan_.video_files[i:i + step] for i in range(0, len(plan_.video_files), step)]
