@@ -227,13 +227,15 @@ WRITERS = {
     "merge": lambda src, out: ("merge", src, src, "-o", out),
     "quantiles": lambda src, out: ("quantiles", src, "-o", out),
     "split": lambda src, out: ("split", src, "-o", out, "--into", "a=0.5,b=0.5", "--seed", "0"),
+    "report": lambda src, out: ("report", src, "-o", out),      # a file written outside any staging folder
 }
 
 
 @pytest.mark.parametrize("command", WRITERS)
 def test_file_size_limit_one_message_nothing_left(filmed, tmp_path, command):
-    """EFBIG (RLIMIT_FSIZE of 3000 bytes: every data and metadata file written is larger) during the write: exit
-    3, one paragraph naming the output, no staging folder or lock left, the input unchanged."""
+    """EFBIG (RLIMIT_FSIZE of 3000 bytes: every data and metadata file written, and the report page, is larger)
+    during the write: exit 3, one paragraph naming the output, no staging folder, lock or temporary file left, the
+    input unchanged."""
     src = tmp_path / "in"
     shutil.copytree(filmed, src)
     before = snapshot(src)
