@@ -78,7 +78,8 @@ FLOAT8_LAYERS = ("the Linear layers of the SigLIP, Gemma and expert layers whose
 def float8_filter(module, fqn: str) -> bool:
     """Which linears torchao's float8 training converts (FLOAT8_LAYERS); the frozen ones stay as they are."""
     import torch
-    return (isinstance(module, torch.nn.Linear) and ".layers." in fqn and module.weight.requires_grad
+    return (isinstance(module, torch.nn.Linear) and ".layers." in fqn and not fqn.endswith(".dense")
+            and module.weight.requires_grad
             and min(module.in_features, module.out_features) >= 1024
             and module.in_features % 16 == 0 and module.out_features % 16 == 0)
 
@@ -91,6 +92,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--float8", nargs="+", default=[], choices=["rowwise", "tensorwise"],
                    help="also run lerodoc's side with torchao float8 training of its large linears, one run per "
                         "recipe (torchao on the path: carried wheels)")
+    p.add_argument("--float8-only", action="store_true", help="lerodoc's side only in its --float8 runs")
     p.add_argument("--steps", type=int, default=8, help="timed steps per batch size (after 3 warm-up steps)")
     p.add_argument("--prompt", type=int, default=28, help="prompt tokens (lerobot: its tokenizer_max_length)")
     p.add_argument("--preset", choices=["full", "tiny"], default="full")
@@ -257,7 +259,8 @@ def plan(args) -> list[tuple[str, str, str | None]]:
     """(name, side, float8 recipe) of each subprocess, in order."""
     runs = []
     for side in args.sides:
-        runs.append((side, side, None))
+        if not (side == "lerodoc" and args.float8_only):
+            runs.append((side, side, None))
         if side == "lerodoc":
             runs += [(f"lerodoc-float8-{recipe}", side, recipe) for recipe in args.float8]
     return runs
