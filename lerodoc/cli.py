@@ -144,6 +144,11 @@ def _is_click_error(exc: BaseException) -> bool:
         and callable(getattr(exc, "show", None))
 
 
+def _error(message: str, **extra) -> dict:
+    """The envelope's `error` for a failure that is not a LerodocError (whose to_json gives the same keys)."""
+    return {"message": message, "file": None, "episode": None, "field": None, "hint": None, **extra}
+
+
 def _fail(as_json: bool, exit_code: int, error: dict, text: str, prefix: str = "error:") -> None:
     if as_json:
         render.write_json(render.envelope(exit_code=exit_code, error=error))
@@ -186,14 +191,13 @@ def main() -> None:
         _causes(exc)
         _fail(as_json, exc.exit_code, exc.to_json(), exc.render())
     except KeyboardInterrupt:
-        _fail(as_json, ExitCode.INTERRUPTED, {"message": "interrupted"}, "interrupted")
+        _fail(as_json, ExitCode.INTERRUPTED, _error("interrupted"), "interrupted")
     except typer.Abort:
-        _fail(as_json, ExitCode.INTERRUPTED, {"message": "aborted"}, "aborted")
+        _fail(as_json, ExitCode.INTERRUPTED, _error("aborted"), "aborted")
     except Exception as exc:
         if _is_click_error(exc):   # a usage error (exit 2): Typer's own rendering, and the envelope
             if as_json and type(exc).__name__ != "NoArgsIsHelpError":
-                render.write_json(render.envelope(exit_code=exc.exit_code, error={
-                    "message": exc.format_message(), "file": None, "episode": None, "field": None, "hint": None}))
+                render.write_json(render.envelope(exit_code=exc.exit_code, error=_error(exc.format_message())))
             if getattr(app, "rich_markup_mode", None) is not None and type(exc).__name__ != "NoArgsIsHelpError":
                 from typer import rich_utils
                 rich_utils.rich_format_error(exc)
@@ -211,11 +215,10 @@ def main() -> None:
         text = (f"{type(exc).__name__}: {' '.join(str(exc).split())} at {where.filename}:{where.lineno} "
                 f"({where.name}); outputs were not promoted")
         _causes(exc)
-        _fail(as_json, ExitCode.BUG, {"message": text, "file": None, "episode": None, "field": None, "hint": None,
-                                      "bug": True},
+        _fail(as_json, ExitCode.BUG, _error(text, bug=True),
               f"{text}. LERODOC_DEBUG=1 shows the traceback; please report it with the command line.",
               prefix=BUG_PREFIX)
     if code == ExitCode.INTERRUPTED:   # Typer turns Ctrl-C into exit 130
-        _fail(as_json, ExitCode.INTERRUPTED, {"message": "interrupted"}, "interrupted")
+        _fail(as_json, ExitCode.INTERRUPTED, _error("interrupted"), "interrupted")
     render.detail(f"lerodoc {render.command or ''}: exit {code or 0} in {time.perf_counter() - started:.2f} s")
     sys.exit(code if isinstance(code, int) else 0)

@@ -63,9 +63,9 @@ class EngineName(str, Enum):
     ray = "ray"
 
 
-EngineOpt = Annotated[EngineName, typer.Option("--engine", help="Where the work units run: this machine's processes "
-                                               "(pool) or a Ray cluster (ray; pip install 'lerodoc\\[scale]'; see "
-                                               "docs/scale.md).", rich_help_panel="Performance")]
+EngineOpt = Annotated[EngineName, typer.Option("--engine", case_sensitive=False, help="Where the work units run: "
+                                               "this machine's processes (pool) or a Ray cluster (ray; pip install "
+                                               "'lerodoc[scale]'; see docs/scale.md).", rich_help_panel="Performance")]
 RayAddressOpt = Annotated[Optional[str], typer.Option("--ray-address", metavar="ADDR", help="With --engine ray: the "
                                                       "cluster to join (host:6379, ray://host:10001).",
                                                       show_default="RAY_ADDRESS, else a local cluster",
@@ -77,8 +77,8 @@ class Target(str, Enum):
     v30 = "v3.0"
 
 
-SameVersionOpt = Annotated[Optional[Target], typer.Option("--to", help="Version to write (default: the dataset's "
-                                                          "own; v2.0 becomes v2.1).")]
+SameVersionOpt = Annotated[Optional[Target], typer.Option("--to", case_sensitive=False, help="Version to write "
+                                                          "(default: the dataset's own; v2.0 becomes v2.1).")]
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, EngineName,
 def convert(
     output: OutputOpt,
     dataset: DatasetArg = None,
-    to: Annotated[Target | None, typer.Option("--to", help="Version to write [default: v3.0 for v2.x "
-                                                         "input, v2.1 for v3.0 input].")] = None,
+    to: Annotated[Target | None, typer.Option("--to", case_sensitive=False, help="Version to write [default: v3.0 "
+                                              "for v2.x input, v2.1 for v3.0 input].")] = None,
     workers: WorkersOpt = DEFAULT_WORKERS,
     engine: EngineOpt = EngineName.pool,
     ray_address: RayAddressOpt = None,
@@ -56,4 +56,4 @@ def convert(
     for clip in report.reencoded_clips:
         render.out.print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
     for warning in report.warnings:
-        render.err.print(f"[yellow]warning:[/] {warning}")
+        render.warning(warning)

@@ -32,7 +32,7 @@ def delete(
         report = delete_episodes(dataset, output, episodes, to=to.value if to else None, progress=track,
                                  **w.to_op())
     if w.json:
-        render.print_json({**report.to_json(), "dry_run": w.dry_run})
+        render.print_json({"dataset": report.sources[0].path, **report.to_json(), "dry_run": w.dry_run})
         return
     source = report.sources[0]
     for clip in report.reencoded_clips:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,8 +19,9 @@ app = typer.Typer(no_args_is_help=True, help="Download a dataset, the tokenizer 
 RevisionOpt = Annotated[Optional[str], typer.Option("--revision", "-r", help="Branch, tag or commit (default: main).")]
 OutputDirOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Put the files in this folder "
                                                       "(default: the Hugging Face cache under HF_HOME).")]
-SourceOpt = Annotated[str, typer.Option("--source", "-s", help=f"Where from: {' or '.join(SOURCES)} "
-                                        "(modelscope needs lerodoc's hub extra).")]
+Source = Enum("Source", {name: name for name in SOURCES}, type=str)   # hub.SOURCES, as choices
+SourceOpt = Annotated[Source, typer.Option("--source", "-s", case_sensitive=False, help="Where from "
+                                           "(modelscope needs lerodoc's hub extra).")]
 RepoOpt = Annotated[Optional[str], typer.Option("--repo", help="Take the files from this repository instead of "
                                                 "the asset's usual one.")]
 
@@ -31,14 +33,12 @@ class Asset:
     repo: RepoOpt = None
     revision: RevisionOpt = None
     output: OutputDirOpt = None
-    source: SourceOpt = "hf"
+    source: SourceOpt = Source.hf
     json: JsonOpt = False
 
 
-def _source(value: str) -> str:
-    if value not in SOURCES:
-        raise typer.BadParameter(f"expected one of {', '.join(SOURCES)}", param_hint="--source")
-    return value
+def _source(value: Source) -> str:
+    return value.value
 
 
 def _show(fetched: Fetched, json: bool) -> None:
@@ -60,7 +60,7 @@ def dataset(
     repo_id: Annotated[str, typer.Argument(help="Dataset repository, e.g. lerobot/aloha_sim_insertion_human.")],
     revision: RevisionOpt = None,
     output: OutputDirOpt = None,
-    source: SourceOpt = "hf",
+    source: SourceOpt = Source.hf,
     include: Annotated[list[str], typer.Option("--include", help="Only files matching this glob (repeatable); "
                                                "the result is then not validated.")] = [],
     json: JsonOpt = False,

@@ -23,8 +23,8 @@ def encode(
     output: OptionalOutput = None,
     reencode: Annotated[bool, typer.Option("--reencode", help="Re-encode the video features instead of encoding "
                                            "image features.")] = False,
-    codec: Annotated[Optional[Codec], typer.Option("--codec", help="Video codec (default: av1 for images; the "
-                                                   "file's own for --reencode).")] = None,
+    codec: Annotated[Optional[Codec], typer.Option("--codec", case_sensitive=False, help="Video codec (default: av1 "
+                                                   "for images; the file's own for --reencode).")] = None,
     gop: Annotated[Optional[int], typer.Option("--gop", min=1, help="Keyframe interval in frames (default 2, "
                                                "lerobot's).")] = None,
     crf: Annotated[Optional[int], typer.Option("--crf", min=0, help="Constant rate factor: lower is better "

@@ -26,8 +26,8 @@ def info(dataset: DatasetArg = None, json: JsonOpt = False) -> None:
         render.print_json(report)
         return
     o = render.out
-    o.print(f"[bold]{report['root']}[/]  LeRobot {report['version']}  {report['fps']} fps  "
-            f"robot {report['robot_type']}")
+    render.heading(f"{report['dataset']}  LeRobot {report['codebase_version']}  {report['fps']} fps  "
+                   f"robot {report['robot_type']}")
     o.print(f"{report['episodes']} episodes, {report['frames']} frames, {report['tasks']} tasks, "
             f"{report['data_files']} data files, {render.human_bytes(report['size_bytes'])} on disk")
     rows = []
@@ -36,9 +36,8 @@ def info(dataset: DatasetArg = None, json: JsonOpt = False) -> None:
         shown = ", ".join(names[:4]) + (f", … ({len(names)})" if len(names) > 4 else "")
         cov = report["stats"][name]
         rows.append([name, feat["dtype"], tuple(feat["shape"]), shown,
-                     _coverage(cov["dataset"]), _coverage(cov["episodes"])])
-    o.print(render.table("features", ["feature", "dtype", "shape", "names", "stats.json", "episode stats"],
-                         rows))
+                     f"{_coverage(cov['dataset'])} / {_coverage(cov['episodes'])}"])
+    o.print(render.table("features", ["feature", "dtype", "shape", "names", "stats (stats.json / episodes)"], rows))
     if report["cameras"]:
         o.print(render.table("cameras", ["camera", "codec", "size", "pix_fmt", "fps", "files"],
                              [[k, c.get("codec"), f"{c.get('width')}x{c.get('height')}", c.get("pix_fmt"),

@@ -23,7 +23,7 @@ def merge(
                                                     "Repeatable.")] = [],
     episodes: Annotated[list[str], typer.Option(help="Keep only these episodes of a source (same syntax); "
                                                      "other sources are kept whole. Repeatable.")] = [],
-    to: Annotated[Target, typer.Option("--to", help="Version to write.")] = Target.v30,
+    to: Annotated[Target, typer.Option("--to", case_sensitive=False, help="Version to write.")] = Target.v30,
     workers: WorkersOpt = DEFAULT_WORKERS,
     engine: EngineOpt = EngineName.pool,
     ray_address: RayAddressOpt = None,

@@ -70,8 +70,8 @@ def quantiles(
           ", ".join(r["flags"])] for r in report.channels]))
     flagged = [r for r in report.channels if r["flags"]]
     if flagged:
-        render.err.print(f"[yellow]warning:[/] {len(flagged)} channels flagged; drop them from state/action "
-                         "with `lerodoc select` before training")
+        render.warning(f"{len(flagged)} channels flagged; drop them from state/action "
+                       "with `lerodoc select` before training")
     render.out.print(change_summary(report.changes))
     where = report.output if report.stored else "nowhere (--dry-run)"
     render.out.print(f"stats stored in {where}" + (f"; openpi norm stats in {report.openpi_norm_stats}"

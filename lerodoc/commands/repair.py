@@ -29,8 +29,9 @@ def repair(
     """
     from lerodoc.ops.repair import repair as repair_dataset
     report = repair_dataset(dataset, output, drop_broken=drop_broken, **w.to_op())
+    code = ExitCode.FINDINGS if any(f["severity"] == "error" for f in report.remaining) else ExitCode.OK
     if w.json:
-        render.print_json(report.to_json())
+        render.print_json(report.to_json(), exit_code=code)
     elif w.dry_run:
         render.print_plan(report.plan)
         return
@@ -43,5 +44,5 @@ def repair(
         for finding in report.remaining:
             render.out.print(f"needs a human: {finding['code']} {finding['message']}")
         render.out.print(f"written to {report.output} ({report.seconds:.2f} s)")
-    if any(f["severity"] == "error" for f in report.remaining):
-        raise typer.Exit(int(ExitCode.FINDINGS))
+    if code:
+        raise typer.Exit(int(code))

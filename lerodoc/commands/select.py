@@ -39,7 +39,7 @@ def select(
         [[c["target"], c["channel"], c["name"], f"{c['source']}[{c['source_channel']}]", f"{c['q01']:.6g}",
           f"{c['q99']:.6g}", ", ".join(c["flags"])] for c in report.channels]))
     for warning in report.warnings:
-        render.err.print(f"[yellow]warning:[/] {warning}")
+        render.warning(warning)
     if report.dropped:
         render.out.print(f"dropped source features: {', '.join(report.dropped)}")
     if w.dry_run:

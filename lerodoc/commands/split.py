@@ -42,11 +42,10 @@ def split(
     if json:
         render.print_json({**report.to_json(), "dry_run": dry_run})
         return
-    rows = [[name, format_ranges(eps), part["episodes"], part["frames"], part["tasks"],
-             len(part["reencoded_clips"]), part["output"]] for (name, eps), part in
-            zip(report.parts.items(), report.reports.values())]
-    render.out.print(render.table("parts", ["part", "source episodes", "episodes", "frames", "tasks",
-                                            "re-encoded clips", "output"], rows))
+    rows = [[name, f"{part['episodes']} ({format_ranges(eps)})", part["frames"], part["tasks"],
+             len(part["reencoded_clips"])] for (name, eps), part in zip(report.parts.items(), report.reports.values())]
+    render.out.print(render.table(f"parts (each at {report.output}/PART)",
+                                  ["part", "episodes (of the source)", "frames", "tasks", "re-encoded"], rows))
     for name, part in report.reports.items():
         for clip in part["reencoded_clips"]:
             render.out.print(f"{name}: re-encoded episode {clip['episode']} {clip['camera']}: its start is not a "

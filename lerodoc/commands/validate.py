@@ -19,6 +19,8 @@ def validate(
     videos: Annotated[bool, typer.Option("--videos", help="Also check the video containers (no decoding).")] = False,
     deep: Annotated[bool, typer.Option("--deep", help="Also decode the first and last frame of each episode.")] = False,
     tolerance_s: Annotated[float, typer.Option(help="Timestamp tolerance, as lerobot's tolerance_s.")] = 1e-4,
+    strict: Annotated[bool, typer.Option("--strict", help="Count warnings as errors: exit 1 when there is any "
+                                         "finding.")] = False,
     list_checks: Annotated[bool, typer.Option("--list-checks", help="Print every check code and exit.")] = False,
     engine: EngineOpt = EngineName.pool,
     ray_address: RayAddressOpt = None,
@@ -28,7 +30,7 @@ def validate(
 
     Each finding has a stable code, a severity, where it is (file, episode, feature, channel), what is
     wrong and how to fix it, and whether `lerodoc repair` fixes it. Exit 0 when there is no error
-    (warnings allowed), 1 when there are errors.
+    (warnings allowed), 1 when there are errors (with --strict: any finding).
 
     Example: lerodoc validate data/pusht --videos
     """
@@ -36,7 +38,7 @@ def validate(
     if list_checks:
         rows = catalogue()
         if json:
-            render.print_json(rows)
+            render.print_json({"checks": rows})
         else:
             render.out.print(render.table("checks", ["code", "family", "severity", "meaning", "fix", "repair"],
                                           [[r["code"], r["family"], r["severity"], r["meaning"], r["fix"],
@@ -46,8 +48,10 @@ def validate(
     from lerodoc.engine import make as make_engine
     report = validate_dataset(dataset, videos=videos, deep=deep, tolerance_s=tolerance_s,
                               engine=make_engine(engine.value, ray_address))
+    failed = report.errors or (strict and report.warnings)
+    code = ExitCode.FINDINGS if failed else ExitCode.OK
     if json:
-        render.print_json(report.to_json())
+        render.print_json({**report.to_json(), "strict": strict}, exit_code=code)
     else:
         if report.findings:
             render.out.print(render.table(
@@ -56,8 +60,8 @@ def validate(
                  for f in report.findings]))
         render.out.print(f"{report.dataset}: {report.errors} errors, {report.warnings} warnings "
                          f"({report.seconds:.2f} s)")
-    if report.errors:
-        raise typer.Exit(int(ExitCode.FINDINGS))
+    if code:
+        raise typer.Exit(int(code))
 
 
 def _where(finding) -> str:

@@ -101,17 +101,17 @@ def _summary_html(summary: dict, verdict: dict, videos: bool) -> str:
              ["episodes", summary["episodes"]], ["frames", summary["frames"]],
              ["duration", f"{summary['duration_s'] / 60:.1f} min ({summary['duration_s']:.1f} s)"],
              ["size on disk", f"{summary['size_bytes'] / 1e6:,.1f} MB"]]
-    html = page.table(["", ""], [[escape(k), page.number(v)] for k, v in facts])
+    html = page.table(["", ""], [[k, page.number(v)] for k, v in facts])
     top = sorted(summary["episodes_per_task"].items(), key=lambda kv: -kv[1])[:SHOWN_TASKS]
     html += f"<h3>Tasks ({summary['tasks']})</h3>" + page.table(
-        ["task", "episodes"], [[escape(t), str(n)] for t, n in top], numeric={1})
+        ["task", "episodes"], [[t, n] for t, n in top], numeric={1})
     if summary["tasks"] > len(top):
         html += f"<p class=note>... and {summary['tasks'] - len(top)} more under Tasks.</p>"
     if summary["cameras"]:
         html += "<h3>Cameras</h3>" + page.table(
             ["camera", "files", "codec", "size", "pixel format", "fps", "GOP (frames)"],
-            [[escape(c["camera"]), c["files"], page.number(c["codec"]),
-              f"{c['width']}x{c['height']}" if c["width"] else escape(c["error"] or ""), page.number(c["pix_fmt"]),
+            [[c["camera"], c["files"], page.number(c["codec"]),
+              f"{c['width']}x{c['height']}" if c["width"] else c["error"], page.number(c["pix_fmt"]),
               page.number(c["fps"]), page.number(c["gop"])] for c in summary["cameras"]])
     errors, warnings = verdict["errors"], verdict["warnings"]
     kind = "bad" if errors else "warn" if warnings else "ok"
@@ -125,8 +125,8 @@ def _summary_html(summary: dict, verdict: dict, videos: bool) -> str:
         by_family.setdefault(families.get(f["code"], "other"), []).append(f)
     for family, findings in by_family.items():
         shown = findings[:SHOWN_FINDINGS]
-        rows = [[escape(f["code"]), escape(f["severity"]), escape(_where(f)), escape(f["message"]),
-                 escape((f["hint"] or "") + (" (lerodoc repair fixes it)" if f["fixable"] else ""))] for f in shown]
+        rows = [[f["code"], f["severity"], _where(f), f["message"],
+                 (f["hint"] or "") + (" (lerodoc repair fixes it)" if f["fixable"] else "")] for f in shown]
         html += f"<h3>{escape(family)} ({len(findings)})</h3>" + page.table(
             ["code", "severity", "where", "what", "fix"], rows, [f'class="{f["severity"]}"' for f in shown])
         if len(findings) > len(shown):
@@ -157,9 +157,9 @@ def _channels_html(features: list[str], values: dict[str, np.ndarray], rows: lis
     def channel_table(chosen: list[dict]) -> str:
         return page.table(
             headers,
-            [[escape(r["feature"]), r["channel"], escape(r["name"] or ""),
+            [[r["feature"], r["channel"], r["name"],
               *(page.number(r[k]) for k in ("min", "q01", "q50", "q99", "max", "std")),
-              escape(", ".join(r["flags"]) + (f" ({r['nan']} values)" if r["nan"] else ""))] for r in chosen],
+              ", ".join(r["flags"]) + (f" ({r['nan']} values)" if r["nan"] else "")] for r in chosen],
             [(f'class="flagged" data-feature="{escape(r["feature"])}" data-channel="{r["channel"]}" '
               f'data-flags="{escape(",".join(r["flags"]))}"') if r["flags"] else "" for r in chosen],
             numeric={1, 3, 4, 5, 6, 7, 8})
@@ -206,7 +206,7 @@ def _episodes_html(ds: Dataset, sampled, columns, rows: list[dict], thumbs, vide
         for t in mine:
             by_episode.setdefault(t.episode, []).append(t)
         html += page.table(["episode", "first", "middle", "last"],
-                           [[str(e), *(_thumb(t, tolerance_s) for t in ts)] for e, ts in by_episode.items()])
+                           [[e, *(page.Html(_thumb(t, tolerance_s)) for t in ts)] for e, ts in by_episode.items()])
     return html
 
 
@@ -228,7 +228,7 @@ def _tasks_html(ds: Dataset, counts: list[int], changes: list[dict], plots) -> s
     if not ds.tasks:
         return "<p class=note>No tasks listed.</p>"
     html = page.table(["task_index", "task", "episodes"],
-                      [[str(i), escape(t), str(c)] for i, (t, c) in enumerate(zip(ds.tasks, counts))], numeric={2})
+                      [[i, t, c] for i, (t, c) in enumerate(zip(ds.tasks, counts))], numeric={2})
     if len(ds.tasks) > 1:
         html += page.image(plots.task_counts(ds.tasks, counts), alt="episodes per task")
     episodes = len({c["episode"] for c in changes})
@@ -236,7 +236,7 @@ def _tasks_html(ds: Dataset, counts: list[int], changes: list[dict], plots) -> s
              f"episodes.</p>")
     if changes:
         def name(i: int) -> str:
-            return escape(ds.tasks[i]) if 0 <= i < len(ds.tasks) else f"(no task {i})"
+            return ds.tasks[i] if 0 <= i < len(ds.tasks) else f"(no task {i})"
         shown = changes[:200]
         html += page.table(["episode", "frame", "from", "to"],
                            [[str(c["episode"]), str(c["frame"]), name(c["from"]), name(c["to"])] for c in shown])

@@ -30,21 +30,34 @@ def image(data: bytes, mime: str = "image/png", alt: str = "", cls: str = "plot"
     return f'<img class="{cls}" alt="{escape(alt)}" src="data:{mime};base64,{base64.b64encode(data).decode()}">'
 
 
+class Html(str):
+    """Markup made here (a thumbnail figure): `table` inserts it as it is. Every other cell is text, escaped."""
+
+
+def cell(value) -> str:
+    """A table cell's HTML: text (task strings, feature and file names, messages: anything from a dataset) is
+    escaped, so `<script>` or `the [red] cube` shows as typed; None is empty; `Html` is inserted as it is."""
+    if isinstance(value, Html):
+        return value
+    return escape("" if value is None else str(value))
+
+
 def table(headers: list[str], rows: list[list], row_attrs: list[str] | None = None, numeric: set[int] = frozenset()) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = []
     for i, row in enumerate(rows):
-        cells = "".join(f'<td{" class=num" if j in numeric else ""}>{cell}</td>' for j, cell in enumerate(row))
+        cells = "".join(f'<td{" class=num" if j in numeric else ""}>{cell(c)}</td>' for j, c in enumerate(row))
         body.append(f"<tr{(' ' + row_attrs[i]) if row_attrs and row_attrs[i] else ''}>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def number(value) -> str:
+    """A number as the tables show it (text: `table` escapes it)."""
     if value is None:
         return ""
     if isinstance(value, float):
         return "NaN" if value != value else f"{value:.6g}"
-    return escape(str(value))
+    return str(value)
 
 
 def document(title: str, sections: list[tuple[str, str, str]], subtitle: str) -> str:

@@ -7,6 +7,7 @@ import io
 import matplotlib
 
 matplotlib.use("Agg")
+matplotlib.rcParams["text.parse_math"] = False   # a task or channel name is shown as written: "$5" is not math
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FormatStrFormatter, LogFormatter, MaxNLocator  # noqa: E402
