@@ -69,7 +69,7 @@ def main() -> None:
     lerodoc("flatten", part_b.root, "-o", work / "part_b_flat")
     lerodoc("merge", part_a.root, work / "part_b_flat", "-o", work / "merged_v30", "--exclude", "A:1")
     lerodoc("validate", work / "merged_v30", "--videos")
-    lerodoc("quantiles", work / "merged_v30", "--in-place", "--openpi-norm-stats", work / "norm_stats.json")
+    lerodoc("quantiles", work / "merged_v30", "--openpi-norm-stats", work / "norm_stats.json")   # stored in its meta/
     lerodoc("select", work / "merged_v30", "-o", work / "merged_selected", "--state", "observation.state[0:6]",
             "--state", "observation.state[j7]", "--action", "action[0:6]")
     shutil.copytree(work / "merged_v30", work / "broken_v30")

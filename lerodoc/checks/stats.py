@@ -21,6 +21,7 @@ from lerodoc.dataset import Dataset, Stats
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
+from lerodoc.formats.stats import is_placeholder
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_matrix, read_parquet
 from lerodoc.stats import BASIC, EXTREME, NEAR_CONSTANT, aggregate, channel_flags, merge_dataset_stats, normalised
@@ -167,10 +168,6 @@ def _coverage(ctx: Context, sources: list[Source]) -> list[Finding]:
 
 # ---------------------------------------------------------------- one stats dict
 
-def _placeholder(by_stat: dict[str, np.ndarray]) -> bool:
-    """count == 0: a feature whose stats were never computed (lerobot's aggregation divides by it)."""
-    count = by_stat.get("count")
-    return count is not None and count.size > 0 and not count.any()
 
 
 def _expected_shapes(spec: dict) -> list[tuple[int, ...]]:
@@ -190,7 +187,7 @@ def _well_formed(ds: Dataset, source: Source) -> list[Finding]:
             continue
         where = dict(file=source.file, episode=source.episode, feature=feature)
         count = by_stat.get("count")
-        if _placeholder(by_stat):
+        if is_placeholder(by_stat):
             out.append(_finding("STA011", f"{source.label}: {feature} has count {count.tolist()} (a placeholder)",
                                 **where))
             continue
@@ -645,7 +642,7 @@ def _agreement(ctx: Context, sources: list[Source]) -> list[Finding]:
     for source in sources:
         actual = recomputed if source.episode is None else data.per_episode.get(source.episode, {})
         for feature, stated in source.stats.items():
-            if feature not in actual or (source.episode, feature) in data.dirty or _placeholder(stated):
+            if feature not in actual or (source.episode, feature) in data.dirty or is_placeholder(stated):
                 continue
             exact = actual[feature]
             magnitude = np.maximum(np.abs(exact["min"]), np.abs(exact["max"]))

@@ -196,7 +196,8 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
             summaries[i].episodes_out += 1
             summaries[i].frames_out += ep.length
     if reshaped:
-        notes.append("per-episode stats reshaped to their feature's shape (e.g. (1,1) -> (1,))")
+        notes.append("per-episode stats reshaped to their feature's shape (e.g. (1,1) -> (1,)); count=0 placeholder "
+                     "stats dropped")
     if not picks:
         raise LerodocError("nothing to write: every episode is excluded")
     targets = [rewrite.target_schema(ds, info.features) for ds in datasets]

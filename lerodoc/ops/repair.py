@@ -116,14 +116,17 @@ def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], 
                            f"said {ep.data_file} at row {ep.data_row} ({ep.length} rows)")
         episodes.append(replace(ep, data_file=file, data_row=first, length=length, videos=dict(ep.videos)))
     loose = formats.loose_files(ds.root, ".mp4") if ds.info.video_keys else []
+    lost: list[tuple[str, str, str, list[int]]] = []      # camera, file, why, episodes: what cannot be fixed
     for key in ds.info.video_keys:
         by_file: dict[str, list[Episode]] = {}
         for ep in episodes:
             by_file.setdefault(ep.videos[key].file, []).append(ep)
         for relative, group in by_file.items():
             found = _find_video(ds, relative, key, loose)
-            if found is None:
-                continue          # the missing file stays missing; validate reports it
+            why = "missing" if found is None else _unreadable(ds.path(found))
+            if why:
+                lost.append((key, relative, why, [e.index for e in group]))
+                continue
             if found != relative:
                 changes.append(f"{key}: {found} is read as {relative} (stored under the wrong folder)")
             windows = _windows(ds, found, [e.length for e in group]) if ds.version == "v3.0" else None
@@ -134,7 +137,47 @@ def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], 
                     changes.append(f"episode {ep.index} {key}: window [{span.from_timestamp:.4f}, "
                                    f"{span.to_timestamp:.4f}) -> [{window[0]:.4f}, {window[1]:.4f}) from the packets")
                 ep.videos[key] = new
+    if lost:
+        episodes, dropped = _salvage(ds, episodes, lost, drop_broken)
+        changes += dropped
     return episodes, changes
+
+
+def _unreadable(path) -> str | None:
+    """Why a video file cannot be read (its container does not open or holds no video stream), or None."""
+    try:
+        video.probe(path)
+    except LerodocError as exc:         # video.probe names the file and the reason
+        return f"unreadable ({exc.message})"
+    return None
+
+
+def _salvage(ds: Dataset, episodes: list[Episode], lost: list[tuple[str, str, str, list[int]]],
+             drop_broken: bool) -> tuple[list[Episode], list[str]]:
+    """Video files that are missing or unreadable: with `drop_broken`, the episodes reading them are dropped (and
+    named); else one error lists every file with its camera and episodes, and the commands that go on from there."""
+    files_of: dict[str, int] = {}
+    for key, *_ in lost:
+        files_of[key] = files_of.get(key, 0) + 1
+    all_files = {key: len({ep.videos[key].file for ep in episodes}) for key in files_of}
+    gone = [key for key, n in files_of.items() if n == all_files[key]]
+    listed = "; ".join(f"{key}: {file} {why} (episode{'s' if len(eps) > 1 else ''} {', '.join(map(str, eps))})"
+                       for key, file, why, eps in lost)
+    if not drop_broken:
+        drop_camera = "".join(f"; lerodoc features {ds.root} -o OUT --drop {key} removes camera {key}, whose every "
+                              "file is gone" for key in gone)
+        first = lost[0]
+        raise LerodocError(f"{len(lost)} video file(s) cannot be read, so their episodes cannot be repaired: {listed}",
+                           file=ds.path(first[1]), episode=first[3][0], field=first[0],
+                           hint=f"restore them (a partial download: download again), or pass --drop-broken to drop "
+                                f"those episodes{drop_camera}")
+    broken = {e for *_, eps in lost for e in eps}
+    kept = [ep for ep in episodes if ep.index not in broken]
+    if not kept:
+        raise LerodocError(f"every episode reads a video file that cannot be read: {listed}", file=ds.root,
+                           hint="".join(f"lerodoc features {ds.root} -o OUT --drop {key}; " for key in gone)
+                                + "or restore the files")
+    return kept, [f"episode(s) {', '.join(map(str, sorted(broken)))} dropped (--drop-broken): {listed}"]
 
 
 def restore_cameras(ds: Dataset) -> list[str]:
@@ -174,11 +217,10 @@ def _canonical_features(ds: Dataset, episodes: list[Episode]) -> dict:
 
 
 def _clean_stats(stats: dict, features: dict) -> dict:
-    """Stats without count=0 placeholders, NaN or values of another size than their feature (a damaged file),
-    reshaped to their feature; repair recomputes what is dropped."""
+    """Stats without NaN or values of another size than their feature (a damaged file), reshaped to their feature
+    and without count=0 placeholders (normalise_stats); repair recomputes what is dropped."""
     kept = {name: by_stat for name, by_stat in stats.items()
             if name in features and all(_fits(stat, v, features[name]) for stat, v in by_stat.items())
-            and int(np.ravel(by_stat.get("count", [1]))[0]) > 0
             and all(np.all(np.isfinite(np.asarray(v, dtype=np.float64))) for v in by_stat.values())}
     return normalise_stats(kept, features)[0]
 
@@ -249,7 +291,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         report.seconds = round(time.perf_counter() - started, 3)
         return report
     target = Path(ds.root if in_place else out)
-    with staged_output(target, force=force or in_place, keep=(src,)) as tmp:
+    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,)) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers)
         report.changes += _retime_changes(result.retimed)
         module = formats.module(to)

@@ -47,8 +47,7 @@ def channel_histograms(feature: str, values: np.ndarray, rows: list[dict], bins:
         flagged = bool(row["flags"])
         ax.set_yticks([])
         if len(column):
-            lo, hi = float(column.min()), float(column.max())
-            counts, edges = np.histogram(column, bins=bins, range=(lo, hi) if hi > lo else (lo - 0.5, hi + 0.5))
+            counts, edges = histogram(column, bins)
             ax.stairs(counts, edges, fill=True, color=FLAG_EDGE if flagged else BAR)
             ax.set_xlim(edges[0], edges[-1])
             ax.set_xticks([edges[0], edges[-1]], [f"{edges[0]:.3g}", f"{edges[-1]:.3g}"], fontsize=6)
@@ -64,6 +63,23 @@ def channel_histograms(feature: str, values: np.ndarray, rows: list[dict], bins:
                 spine.set_color(FLAG_EDGE)
                 spine.set_linewidth(1.5)
     return png(fig)
+
+
+def histogram(column: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.histogram of finite values of any dtype and magnitude: counted in float64 on values scaled to [-1, 1], the
+    range widened to a millionth of the magnitude (and to +-0.5 around a constant small channel), so near-constant
+    channels at large magnitude (1e5 +- 1e-3 in float32) and huge ones (1e308) get finite, distinct edges."""
+    column = np.asarray(column, dtype=np.float64)
+    scale = float(np.max(np.abs(column))) or 1.0
+    scaled = column / scale
+    lo, hi = float(scaled.min()), float(scaled.max())
+    least = 1.0 / scale if scale > 1.0 else 1.0      # a constant channel spans +-0.5 in its own units where it can
+    least = max(least, 1e-6)
+    if hi - lo < least:
+        middle = (lo + hi) / 2
+        lo, hi = middle - least / 2, middle + least / 2
+    counts, edges = np.histogram(scaled, bins=bins, range=(lo, hi))
+    return counts, edges * scale
 
 
 def episode_lengths(lengths: list[int], fps: int) -> bytes:
