@@ -13,6 +13,12 @@ def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+def data_workers(most: int = 8) -> int:
+    """Training's DataLoader workers per process by default: `most`, capped at the CPUs this process may use
+    (torch warns above that, and more workers than cores only queue)."""
+    return min(most, default_workers())
+
+
 def _worker_init() -> None:
     """A pool worker runs pyarrow's decoding and encoding on one thread: the pool already fills the cores,
     and a thread pool per worker on top of it only adds switching."""

@@ -9,6 +9,7 @@ import typer
 
 from lerodoc import render
 from lerodoc.options import DatasetArg, JsonOpt
+from lerodoc.parallel import data_workers
 
 app = typer.Typer(name="train", no_args_is_help=True, help="Train policies on a dataset.")
 
@@ -75,10 +76,11 @@ def pi05(
     fsdp_reshard: Annotated[bool, typer.Option("--fsdp-reshard/--fsdp-keep-gathered",
                                                help="With --fsdp: free each layer's gathered parameters after "
                                                "forward and gather again in backward, or keep them (ZeRO-2: one "
-                                               "gather per step, 6.7 GB more per GPU; the fastest 2-GPU setting "
-                                               "measured, see docs/train.md).", rich_help_panel=PERF)] = True,
+                                               "gather per step, more memory per GPU; measurements in "
+                                               "docs/train.md).", rich_help_panel=PERF)] = True,
     workers: Annotated[int, typer.Option(min=0, help="DataLoader processes decoding video, per GPU.",
-                                         rich_help_panel=PERF)] = 8,
+                                         show_default="8, at most the CPUs available",
+                                         rich_help_panel=PERF)] = data_workers(),
     nproc: Annotated[Optional[int], typer.Option(min=1, help="Training processes on this host (one per GPU), "
                                                  "started through torch's elastic launcher; ignored under torchrun.",
                                                  show_default="every GPU torch sees (GPU_NUM_PER_NODE on a platform "

@@ -15,7 +15,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,7 @@ from lerodoc import render
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json
+from lerodoc.parallel import data_workers
 from lerodoc.pi05 import checkpoint, launch, preflight, runs
 from lerodoc.pi05.distributed import Processes, all_sum, parallelise, shutdown, start_processes
 from lerodoc.pi05.data import DataSpec, Frames, Tokenizer, TrainingBatches, load_frames, longest_prompt
@@ -44,7 +45,7 @@ class RunConfig:
     dataset: str
     output: str
     tokenizer: str
-    preset: str = "tiny"
+    preset: str = "full"
     weights: str | None = None
     steps: int = 1000
     batch_per_device: int = 4
@@ -69,7 +70,7 @@ class RunConfig:
     pin_workers: bool = True              # each rank's data workers on its own share of the CPUs
     gradient_checkpointing: bool = False
     fsdp: bool = False
-    workers: int = 4
+    workers: int = field(default_factory=data_workers)
     save_every: int = 1000
     keep: int = 2
     log_every: int = 10
