@@ -149,10 +149,13 @@ def _error(message: str, **extra) -> dict:
     return {"message": message, "file": None, "episode": None, "field": None, "hint": None, **extra}
 
 
-def _fail(as_json: bool, exit_code: int, error: dict, text: str, prefix: str = "error:") -> None:
+def _fail(as_json: bool, exit_code: int, error: dict, text: str, prefix: str = "error:",
+          cause: BaseException | None = None) -> None:
     if as_json:
         render.write_json(render.envelope(exit_code=exit_code, error=error))
     render.error(text, prefix=prefix)
+    if cause is not None:
+        _causes(cause)
     sys.exit(int(exit_code))
 
 
@@ -167,7 +170,7 @@ def _quiet_no_room(hook):
 
 
 def _causes(exc: BaseException) -> None:
-    """-v: the exceptions behind an error, one line each."""
+    """-v: the exceptions behind an error, one line each (a bug's own exception is in its message already)."""
     seen = exc.__cause__ or exc.__context__
     while seen is not None:
         render.detail(f"caused by {type(seen).__name__}: {' '.join(str(seen).split())}")
@@ -188,8 +191,7 @@ def main() -> None:
     except LerodocError as exc:
         if os.environ.get("LERODOC_DEBUG"):
             raise
-        _causes(exc)
-        _fail(as_json, exc.exit_code, exc.to_json(), exc.render())
+        _fail(as_json, exc.exit_code, exc.to_json(), exc.render(), cause=exc)
     except KeyboardInterrupt:
         _fail(as_json, ExitCode.INTERRUPTED, _error("interrupted"), "interrupted")
     except typer.Abort:
@@ -209,15 +211,15 @@ def main() -> None:
         full = no_room(exc)   # a write outside a staging folder (which names its file itself) found the disk full
         if full is not None:
             _fail(as_json, full.exit_code, full.to_json(), full.render())
+        # not bad input (that is a LerodocError): a bug, said as one, where it happened
         frames = traceback.extract_tb(exc.__traceback__)
         ours = [f for f in frames if Path(f.filename).is_relative_to(PACKAGE)]
         where = (ours or frames)[-1]   # the last line of lerodoc's own code that ran, not pyarrow's or PyAV's
         text = (f"{type(exc).__name__}: {' '.join(str(exc).split())} at {where.filename}:{where.lineno} "
                 f"({where.name}); outputs were not promoted")
-        _causes(exc)
         _fail(as_json, ExitCode.BUG, _error(text, bug=True),
               f"{text}. LERODOC_DEBUG=1 shows the traceback; please report it with the command line.",
-              prefix=BUG_PREFIX)
+              prefix=BUG_PREFIX, cause=exc)
     if code == ExitCode.INTERRUPTED:   # Typer turns Ctrl-C into exit 130
         _fail(as_json, ExitCode.INTERRUPTED, _error("interrupted"), "interrupted")
     render.detail(f"lerodoc {render.command or ''}: exit {code or 0} in {time.perf_counter() - started:.2f} s")

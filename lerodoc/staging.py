@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lerodoc import formats
-from lerodoc.errors import LerodocError, VerificationError, no_room
+from lerodoc.errors import LerodocError, UsageError, VerificationError, no_room
 from lerodoc.kept import require_kept
 from lerodoc.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
 from lerodoc.locks import output_lock
@@ -154,7 +154,7 @@ def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: b
     only after the new one is in place). Unchanged files are hard links, so no bytes are copied.
     """
     if in_place == (out is not None):
-        raise LerodocError("give either -o OUTPUT or --in-place")
+        raise UsageError("give either -o OUTPUT or --in-place")
     target = Path(src) if in_place else Path(out)
     with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,),
                        dropped=dropped, renamed=renamed) as tmp:

@@ -90,7 +90,7 @@ def test_every_command_is_covered_here():
 # the commands whose success this file runs on the module's datasets (the others: the hub and train tests below)
 SUCCESS = {
     "info": lambda d, t: [d["v3"]],
-    "convert": lambda d, t: [d["v3"], "-o", t / "convert", "--to", "v2.1"],
+    "convert": lambda d, t: [d["v3"], "-o", t / "convert", "--to", "V2.1"],   # choices are case-insensitive
     "merge": lambda d, t: [d["v3"], d["v3"], "-o", t / "merge"],
     "delete": lambda d, t: [d["v3"], "-o", t / "delete", "--episodes", "1"],
     "split": lambda d, t: [d["v3"], "-o", t / "split", "--into", "train=0.5,val=0.5"],
@@ -137,6 +137,8 @@ def test_bad_input_is_the_envelope_with_exit_3_naming_the_file(command, args, da
     ("info", ["MISSING"]), ("validate", ["MISSING"]), ("train pi05", ["MISSING"]), ("export lerobot", ["MISSING", "-o", "OUT"]),
     ("download dataset", ["lab/x", "--source", "nowhere"]), ("tasks", ["v3", "-o", "OUT", "--set", "nope=x"]),
     ("features", ["v3", "-o", "OUT", "--drop", "nope"]), ("validate", ["v3", "--tolerance-s", "x"]),
+    ("flatten", ["v21", "-o", "OUT", "--columns", "nope"]), ("features", ["v3", "--drop", "action"]),
+    ("encode", ["v3", "-o", "OUT", "--reencode", "--codec", "nope"]), ("merge", ["v3", "-o", "OUT", "--to", "v9"]),
 ])
 def test_usage_mistakes_are_exit_2(command, args, data, tmp_path):
     """Typer's own checks and lerodoc's UsageError alike: exit 2, the envelope on stdout."""
@@ -203,7 +205,7 @@ def test_hub_commands_are_the_envelope(data, tmp_path, hub_env):
     serve_assets(hub)
     got = run("download dataset", "lab/ds", "-o", tmp_path / "ds", env=env)
     assert got["path"] == str(tmp_path / "ds")
-    run("download tokenizer", env=env)
+    run("download tokenizer", "--source", "HF", env=env)   # choices are case-insensitive
     run("download weights", env=env)
     pushed = run("push", data["v3"], "lab/pushed", env=env)
     assert pushed["dataset"] == str(data["v3"])

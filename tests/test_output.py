@@ -132,6 +132,26 @@ def test_short_help_option_completion_and_quiet_verbose():
     assert both.returncode == 2 and "not both" in both.stderr
 
 
+def test_quiet_shows_no_progress_and_verbose_says_more(ds, tmp_path):
+    """-q: only errors and results (no progress bar on a terminal); -v: the cause behind an error and the time
+    taken, never a traceback (that is LERODOC_DEBUG's)."""
+    rc, normal = in_terminal("convert", ds, "-o", tmp_path / "a", "--to", "v2.1")
+    assert rc == 0 and "files" in normal and "3/3" in normal, normal          # the bar: "files ━━━ 3/3"
+    rc, quiet = in_terminal("-q", "convert", ds, "-o", tmp_path / "b", "--to", "v2.1")
+    assert rc == 0 and "3/3" not in quiet and "converted v3.0 -> v2.1" in quiet, quiet
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "meta").mkdir()
+    (broken / "meta/info.json").write_text("{ not json")
+    plain, verbose = through_pipe("info", broken), through_pipe("-v", "info", broken)
+    assert plain.returncode == verbose.returncode == 3
+    assert "caused by" not in plain.stderr and "Traceback" not in verbose.stderr
+    lines = verbose.stderr.splitlines()
+    assert lines[0].startswith("error: ") and lines[1].startswith("caused by JSONDecodeError: "), verbose.stderr
+    done = through_pipe("-v", "info", ds)
+    assert done.returncode == 0 and "lerodoc info: exit 0 in " in done.stderr and done.stdout.startswith(str(ds))
+
+
 # ---------------------------------------------------------------- tables
 
 def test_info_through_a_pipe_is_one_full_line_per_feature(ds):

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from lerodoc import formats
 from lerodoc.dataset import Dataset
-from lerodoc.errors import LerodocError
+from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.hf import dtype_name
 from lerodoc.ops import derive
 from lerodoc.parallel import pmap
@@ -74,8 +74,8 @@ def plan(ds: Dataset, columns: list[str] | None, workers: int) -> tuple[Flatten,
     chosen = candidates if columns is None else list(columns)
     for name in chosen:
         if name not in schema.names or not is_list_type(schema.field(name).type):
-            raise LerodocError(f"{name!r} is not a list column of this dataset (list columns: "
-                               f"{', '.join(candidates) or 'none'})", field=name)
+            raise UsageError(f"{name!r} is not a list column of this dataset (list columns: "
+                             f"{', '.join(candidates) or 'none'})", field=name)
     by_file = {str(ds.path(f)): [(ep.index, ep.data_row, ep.length) for ep in eps]
                for f, eps in ds.episodes_by_data_file().items()}
     seen: dict[str, list[tuple[int, int, int]]] = {name: [] for name in chosen}
