@@ -32,6 +32,7 @@ from lerodoc import formats, video
 from lerodoc.dataset import Dataset, VideoSpan, read_rows
 from lerodoc.errors import LerodocError, UsageError, VerificationError
 from lerodoc.formats import v21
+from lerodoc.formats.paths import inside
 from lerodoc.formats.jsonl import write_json
 from lerodoc.ops import rewrite
 from lerodoc.ops.derive import derive
@@ -342,7 +343,7 @@ def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: 
         return
     changed = {rel for rel, _ in jobs}
     with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=changed | {formats.INFO_PATH}) as tmp:
-        work = [replace(job, out=str(tmp / rel)) for rel, job in jobs]
+        work = [replace(job, out=str(inside(tmp, rel, field="video_path"))) for rel, job in jobs]
         tick = progress("encoding", len(work)) if progress else None
         results = pmap(reencode_file, work, workers=workers, progress=tick)
         raw = formats.read_json(ds.root / formats.INFO_PATH)
