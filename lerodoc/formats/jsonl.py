@@ -11,22 +11,16 @@ from pathlib import Path
 
 import numpy as np
 
-from lerodoc.errors import LerodocError, no_room
+from lerodoc.errors import LerodocError
 from lerodoc.formats.paths import new_file
 
 
 def replace_file(path: Path, write) -> None:
     """Call `write(tmp_path)`, then rename the result over `path` (atomic; never writes into `path`'s inode):
-    `paths.new_file`, whose temporary name no file (a hard link into an input included) can already have. A
-    write that runs out of room is one LerodocError naming `path` (`errors.no_room`); `path` is left as it was."""
-    try:
-        with new_file(path) as tmp:
-            write(tmp)
-    except OSError as exc:
-        full = no_room(exc, path)
-        if full is None:
-            raise
-        raise full from exc
+    `paths.new_file`, whose temporary name no file (a hard link into an input included) can already have, and
+    which names `path` when the disk is full."""
+    with new_file(path) as tmp:
+        write(tmp)
 
 
 def write_text(path: Path, text: str) -> None:
