@@ -210,6 +210,22 @@ def test_links_leading_outside_are_refused(clean, tmp_path):
     refused(["merge", ds, ds, "-o", sandbox / "outs/m"], "video_path", sandbox)
 
 
+def test_a_fifo_where_a_file_should_be_is_refused_not_read(clean, tmp_path):
+    """Reading a FIFO would wait for ever: a data file that is one is refused before anything opens it."""
+    sandbox = copy(clean, tmp_path)
+    data = sandbox / "v21/data/chunk-000/episode_000001.parquet"
+    data.unlink()
+    os.mkfifo(data)
+    before = listing(sandbox)
+    proc = subprocess.run([sys.executable, "-m", "lerodoc", "convert", str(sandbox / "v21"), "-o",
+                           str(sandbox / "outs/c"), "--to", "v3.0", "--json"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stderr
+    error = json.loads(proc.stdout)["error"]
+    assert error["field"] == "data_path" and "FIFO" in error["message"] and error["file"].endswith(data.name)
+    assert listing(sandbox) == before
+
+
 def test_a_hugging_face_cache_snapshot_keeps_working(clean, tmp_path):
     """Snapshot files are links into the repository's blobs/: they are read, converted and never written."""
     repo = tmp_path / "hub/datasets--lab--ds"

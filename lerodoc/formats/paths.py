@@ -174,15 +174,24 @@ def check_links(root: Path | str, relatives: Iterable[str], *, field: str | None
             raise UnsafePath(f"leads to {real} through a link, outside the dataset folder", file=folder,
                              field=field, hint="copy the files into the dataset instead of linking them")
         try:
-            with os.scandir(folder) as entries:
-                links = [e.name for e in entries if e.name in names and e.is_symlink()]
+            with os.scandir(folder) as entries:   # the kinds come with the listing: no call per file
+                named = [e for e in entries if e.name in names]
         except OSError:   # a missing folder: its files are reported missing where they are read
             continue
-        for name in sorted(links):
-            target = os.path.realpath(folder / name)
-            if not _within(target, areas):
-                raise UnsafePath(f"is a link to {target}, outside the dataset folder", file=folder / name,
-                                 field=field, hint="copy the file into the dataset instead of linking it")
+        for entry in named:
+            if entry.is_file(follow_symlinks=False):
+                continue
+            if entry.is_symlink():
+                target = os.path.realpath(entry.path)
+                if not _within(target, areas):
+                    raise UnsafePath(f"is a link to {target}, outside the dataset folder", file=entry.path,
+                                     field=field, hint="copy the file into the dataset instead of linking it")
+                special = os.path.exists(target) and not (os.path.isfile(target) or os.path.isdir(target))
+            else:
+                special = not entry.is_dir(follow_symlinks=False)
+            if special:   # reading a FIFO would wait for ever, a device would never end
+                raise UnsafePath("is not a regular file (a FIFO, socket or device), so it is not read",
+                                 file=entry.path, field=field, hint="put the file itself there")
 
 
 def fresh_name(path: Path) -> Path:
