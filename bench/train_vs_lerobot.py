@@ -46,6 +46,17 @@ import), draccus 0.11.6 and mergedeep 1.3.4 (lerobot's config parser), gymnasium
 0.0.6 (lerobot.envs). `datasets` is left out on purpose: without it lerobot imports neither datasets nor PyAV
 for the policy (with datasets but no PyAV its import fails).
 
+Issue 28's best-vs-best call (one nvidia-h200, carry [".whl", ".whl2"]; .whl2 holds PyAV 18.1.0, which lerodoc's
+side imports through lerodoc.pi05.train, and torchao 0.17.0 for --float8, installed into --torchao-site):
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-torchao .whl2/*.whl && PYTHONUNBUFFERED=1 python3 -m bench.train_vs_lerobot --compile --batch 56 32 --lerobot-batch 32 --lerobot-compile-mode default --steps 8 --budget 575 --reserve 400 --out $OUT/tvl_best_h200.json
+
+Both sides run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (as lerodoc's trainer sets it) unless
+--no-expandable-segments. A compiled lerobot compiles once per batch size (about 280 s on an H200, cold), so
+--lerobot-batch usually names one. `--sides lerodoc --float8 tensorwise [--float8-only]` times lerodoc's side with
+float8 training (PI05.convert_float8). The JSON holds provenance (commit, command, date; each side's versions and
+device), every step's loss, and the labelled ratios: best vs best and same batch.
+
 CPU check (tiny preset; the lerodoc side in this Python, lerobot's in the reference venv):
 
     python3 -m bench.train_vs_lerobot --preset tiny --device cpu --batch 2 --steps 2 --lerobot-python ~/.cache/lerodoc/lerobot-0.6.1/bin/python
@@ -72,16 +83,7 @@ LR = 2.5e-5
 RESERVE = 200       # seconds kept for each side still to run (lerobot: imports, build, 3 batch sizes)
 FLOAT8_LAYERS = ("the Linear layers of the SigLIP, Gemma and expert layers whose in and out widths are both "
                  ">= 1024 (not the 256-wide Gemma k/v projections, the action and time projections or the adaRMS "
-                 "layers)")
-
-
-def float8_filter(module, fqn: str) -> bool:
-    """Which linears torchao's float8 training converts (FLOAT8_LAYERS); the frozen ones stay as they are."""
-    import torch
-    return (isinstance(module, torch.nn.Linear) and ".layers." in fqn and not fqn.endswith(".dense")
-            and module.weight.requires_grad
-            and min(module.in_features, module.out_features) >= 1024
-            and module.in_features % 16 == 0 and module.out_features % 16 == 0)
+                 "layers): lerodoc.pi05.model.float8_filter")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -165,13 +167,10 @@ def run_side(args) -> None:
             if not hasattr(model, "gradient_checkpointing"):
                 raise SystemExit("this lerodoc's PI05 has no gradient_checkpointing")
             model.gradient_checkpointing = True
-        if args.side_float8:
+        if args.side_float8:   # as the trainer converts (RunConfig.float8)
             import torchao
-            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-            convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(args.side_float8),
-                                       module_filter_fn=float8_filter)
             result.update(torchao=torchao.__version__, float8=args.side_float8,
-                          float8_linears=sum(type(m).__name__ == "Float8Linear" for m in model.modules()))
+                          float8_linears=model.convert_float8(args.side_float8))
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01, fused=True)
         if args.compile:   # as the trainer compiles (RunConfig.compile_scope="layers")

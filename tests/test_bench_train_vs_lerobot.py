@@ -65,8 +65,10 @@ def test_tiny_run_measures_both_sides_and_their_ratio(tmp_path):
                            "--batch", "2", "--steps", "1", "--lerobot-python", python, "--site", str(tmp_path / "no"),
                            "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "batch 2: lerodoc / lerobot = " in proc.stdout
+    assert "x  same batch 2: lerodoc / lerobot" in proc.stdout and "x  best vs best: lerodoc" in proc.stdout
     result = json.loads(out.read_text())
+    assert result["provenance"]["command"].startswith("python -m bench.train_vs_lerobot --preset tiny")
+    assert [c["label"].split(":")[0] for c in result["comparisons"]] == ["best vs best", "same batch 2"]
     ours, theirs = result["sides"]["lerodoc"], result["sides"]["lerobot"]
     assert theirs["lerobot"] == "0.6.1" and theirs["param_dtypes"] == ["torch.bfloat16", "torch.float32"]
     assert ours["flops_per_sample"] == theirs["flops_per_sample"] > 0

@@ -344,6 +344,15 @@ class PI05(nn.Module):
         for layer in self.paligemma.vision_tower.vision_model.encoder.layers:
             layer.compile(**options)
 
+    def convert_float8(self, recipe: str = "tensorwise") -> int:
+        """torchao's float8 training (`recipe`: "tensorwise" or "rowwise") for the linears `float8_filter` picks;
+        call before compile_layers. Returns how many were converted. torch._scaled_mm needs every matrix dimension
+        it multiplies over to be a multiple of 16, the token counts included (the trainer checks the batch)."""
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        convert_to_float8_training(self, config=Float8LinearConfig.from_recipe_name(recipe),
+                                   module_filter_fn=float8_filter)
+        return sum(type(m).__name__ == "Float8Linear" for m in self.modules())
+
     @property
     def paligemma(self) -> nn.ModuleDict:
         return self.model.paligemma_with_expert.paligemma.model
@@ -447,6 +456,15 @@ class PI05(nn.Module):
             t = torch.full((B,), 1.0 + step * dt, device=x.device, dtype=x.dtype)
             x = x + dt * velocity_fn(x, t, cache, mask, positions)
         return x[..., :c.action_dim]
+
+
+def float8_filter(module: nn.Module, fqn: str) -> bool:
+    """The linears float8 training converts: those of the SigLIP, Gemma and expert layers whose in and out widths are
+    both >= 1024 (not the 256-wide Gemma k/v projections), and not the adaRMS `dense` layers (one row per sample),
+    the action and time projections or the frozen last-layer ones."""
+    return (isinstance(module, nn.Linear) and ".layers." in fqn and not fqn.endswith(".dense")
+            and module.weight.requires_grad and min(module.in_features, module.out_features) >= 1024
+            and module.in_features % 16 == 0 and module.out_features % 16 == 0)
 
 
 def init_weights(module: nn.Module):

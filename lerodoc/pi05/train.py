@@ -37,7 +37,7 @@ from lerodoc.pi05.weights import check_policy, locate_assets
 
 # options that change the loss curve: a resume must use the values the run started with
 CURVE_OPTIONS = ("dataset", "preset", "steps", "lr", "min_lr", "warmup_steps", "weight_decay",
-                 "clip", "ema", "seed", "weights", "precision", "data")
+                 "clip", "ema", "seed", "weights", "precision", "float8", "data")
 
 
 @dataclass
@@ -69,6 +69,9 @@ class RunConfig:
     fsdp_reshard: bool = True             # FSDP2 frees each layer's gathered parameters after forward (False: ZeRO-2)
     pin_workers: bool = True              # each rank's data workers on its own share of the CPUs
     gradient_checkpointing: bool = False
+    # torchao float8 training of the large linears (PI05.convert_float8): "tensorwise" (1.15x at batch 48 on an H200,
+    # and batch 64 fits: docs/train.md) or "rowwise"; needs torchao and a GPU with float8 matrix units
+    float8: str | None = None
     fsdp: bool = False
     workers: int = field(default_factory=data_workers)
     save_every: int = 1000
@@ -340,6 +343,9 @@ def build(setup: Setup) -> Parts:
     if run.ema and run.fsdp:
         raise LerodocError("--ema is not supported with --fsdp", hint="drop one of them")
     ema = EMA(model, run.ema) if run.ema else None
+    if run.float8:
+        check_float8(run, setup.config, procs)
+        model.convert_float8(run.float8)
     # FSDP2's per-layer hooks sit inside the joint layer (attention_inputs/outputs), so FSDP compiles the whole model
     layers = run.compile and run.compile_scope == "layers" and not run.fsdp
     if layers:   # before DDP wraps the model: DDP then runs eager around compiled layers
@@ -350,6 +356,30 @@ def build(setup: Setup) -> Parts:
     optimizer = make_optimizer(wrapped, run, procs.device)
     return Parts(model, ema, wrapped, optimizer, torch.compile(wrapped) if run.compile and not layers else wrapped,
                  bf16)
+
+
+def check_float8(run: RunConfig, config: PI05Config, procs: Processes) -> None:
+    """Float8 training runs on CUDA GPUs with float8 matrix units (compute capability 8.9+), without FSDP, with
+    torchao installed, and at a batch whose token counts are multiples of 16 (torch._scaled_mm's rule)."""
+    if run.float8 not in ("tensorwise", "rowwise"):
+        raise LerodocError(f"float8 recipe {run.float8!r} is not known", hint="use tensorwise or rowwise")
+    B, H = run.batch_per_device, config.action_horizon
+    prefix = len(run.data.cameras) * config.vision.num_patches + run.data.max_token_len
+    if (B * H) % 16 or (B * prefix) % 16:
+        good = [b for b in range(8, 129, 8) if not (b * H) % 16 and not (b * prefix) % 16][:4]
+        raise LerodocError(f"float8 training multiplies over the batch's tokens, which must be a multiple of 16: "
+                           f"batch {B} gives {B * H} action and {B * prefix} prefix tokens per device",
+                           hint=f"use a batch per device such as {', '.join(map(str, good))}")
+    if procs.device.type != "cuda" or torch.cuda.get_device_capability(procs.device) < (8, 9):
+        raise LerodocError(f"float8 training needs a GPU with float8 matrix units (H100, H200, L40S, ...); this run "
+                           f"is on {procs.device}", hint="drop the float8 option")
+    if run.fsdp:
+        raise LerodocError("float8 training is not supported with --fsdp", hint="drop one of them")
+    try:
+        import torchao  # noqa: F401
+    except ImportError:
+        raise LerodocError("float8 training needs torchao, which is not installed",
+                           hint="pip install torchao (a release built for this torch)") from None
 
 
 PEAK_BF16_FLOPS = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12}   # dense tensor-core spec sheets
