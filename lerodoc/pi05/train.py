@@ -69,8 +69,9 @@ class RunConfig:
     fsdp_reshard: bool = True             # FSDP2 frees each layer's gathered parameters after forward (False: ZeRO-2)
     pin_workers: bool = True              # each rank's data workers on its own share of the CPUs
     gradient_checkpointing: bool = False
-    # torchao float8 training of the large linears (PI05.convert_float8): "tensorwise" (1.15x at batch 48 on an H200,
-    # and batch 64 fits: docs/train.md) or "rowwise"; needs torchao and a GPU with float8 matrix units
+    # "tensorwise": torchao float8 training of the large linears (PI05.convert_float8): 1.15x at batch 48 on an H200,
+    # and batch 64 fits (docs/train.md; rowwise scaling was no faster than bf16 and is not offered); needs torchao
+    # and a GPU with float8 matrix units
     float8: str | None = None
     fsdp: bool = False
     workers: int = field(default_factory=data_workers)
@@ -361,8 +362,9 @@ def build(setup: Setup) -> Parts:
 def check_float8(run: RunConfig, config: PI05Config, procs: Processes) -> None:
     """Float8 training runs on CUDA GPUs with float8 matrix units (compute capability 8.9+), without FSDP, with
     torchao installed, and at a batch whose token counts are multiples of 16 (torch._scaled_mm's rule)."""
-    if run.float8 not in ("tensorwise", "rowwise"):
-        raise LerodocError(f"float8 recipe {run.float8!r} is not known", hint="use tensorwise or rowwise")
+    if run.float8 != "tensorwise":
+        raise LerodocError(f"float8 recipe {run.float8!r} is not offered (rowwise scaling was no faster than bf16)",
+                           hint="use tensorwise")
     B, H = run.batch_per_device, config.action_horizon
     prefix = len(run.data.cameras) * config.vision.num_patches + run.data.max_token_len
     if (B * H) % 16 or (B * prefix) % 16:
