@@ -135,7 +135,8 @@ def slice_v21(v21: Path, out: Path, episodes: int) -> Path:
     """The first `episodes` of the v2.1 collection as a v2.1 dataset of its own."""
     if not out.exists():
         from lerodoc.ops.merge import merge
-        merge([v21], out, episodes=[f"A:0-{episodes - 1}"], to="v2.1", workers=os.cpu_count() or 1)
+        from lerodoc.selection import Selection
+        merge([v21], out, episodes={0: Selection.of(range(episodes))}, to="v2.1", workers=os.cpu_count() or 1)
     return out
 
 

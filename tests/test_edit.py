@@ -31,13 +31,23 @@ def tree_digests(root) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def same_rows(out_rows: dict, src_rows: dict, mapping: dict[int, int], skip=("episode_index", "index")) -> None:
-    """Output episode e holds exactly source episode mapping[e]'s values (but the renumbered columns)."""
+def same_rows(out_rows: dict, src_rows: dict, mapping: dict[int, int], skip=("episode_index", "index"),
+              tasks: tuple[list[str], list[str]] | None = None) -> None:
+    """Output episode e holds exactly source episode mapping[e]'s values (but the renumbered columns); with
+    `tasks` (the output's and the source's task lists) task_index is compared as the task text it names."""
     assert sorted(out_rows) == sorted(mapping)
     for new, old in mapping.items():
         for column, values in src_rows[old].items():
-            if column not in skip:
+            if column in skip:
+                continue
+            if column == "task_index" and tasks is not None:
+                assert [tasks[0][i] for i in out_rows[new][column]] == [tasks[1][i] for i in values], (new, old)
+            else:
                 assert out_rows[new][column] == values, (new, old, column)
+
+
+def task_lists(out, src) -> tuple[list[str], list[str]]:
+    return Dataset.open(out).tasks, Dataset.open(src).tasks
 
 
 def assert_exact_stats(root) -> None:
@@ -146,34 +156,53 @@ def test_delete_renumbers_keeps_values_and_stats_exact_and_leaves_the_input(buil
     case = built["delete"]
     assert case["report"]["episodes"] == 3 and case["report"]["sources"][0]["excluded"] == [1, 3, 4]
     assert case["report"]["to_version"] == "v3.0"
-    same_rows(rows_by_episode(case["out"]), rows_by_episode(case["src"].root), case["mapping"])
+    same_rows(rows_by_episode(case["out"]), rows_by_episode(case["src"].root), case["mapping"],
+              tasks=task_lists(case["out"], case["src"].root))
     assert_exact_stats(case["out"])
     assert built["a_before"] == built["a_after"]
 
 
 def test_delete_dry_run_writes_nothing_and_in_place_swaps(tmp_path):
     f = make_dataset(tmp_path / "b", version="v2.1", dataset_id=3, episodes=4)
-    src_rows = rows_by_episode(f.root)
+    src_rows, src_tasks = rows_by_episode(f.root), Dataset.open(f.root).tasks
     plan = run_json("delete", f.root, "--episodes", "0,2", "--dry-run")
     assert plan["dry_run"] and plan["episodes"] == 2 and plan["frames"] == f.lengths[1] + f.lengths[3]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b"] and rows_by_episode(f.root) == src_rows
     run_cli("delete", f.root, "--in-place", "--episodes", "0,2")
     ds = Dataset.open(f.root)
     assert ds.version == "v2.1" and [e.length for e in ds.episodes] == [f.lengths[1], f.lengths[3]]
-    same_rows(rows_by_episode(f.root), src_rows, {0: 1, 1: 3}, skip=("episode_index", "index"))
+    same_rows(rows_by_episode(f.root), src_rows, {0: 1, 1: 3}, tasks=(ds.tasks, src_tasks))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]   # no temp or old tree left behind
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--episodes", "9"], "no episode 9"),
-    (["--episodes", "0-3"], "every episode is excluded"),
-    (["--episodes", "x"], "expected SOURCE:N"),
+    (["--episodes", "9"], "--episodes 9: the dataset has no episode 9 (it holds episodes 0-3)"),
+    (["--episodes", "2-6"], "--episodes 2-6: the dataset has no episode 6 (it holds episodes 0-3)"),
+    (["--episodes", "[1, 7]"], "the dataset has no episode 7 (it holds episodes 0-3)"),
+    (["--episodes", "0-3"], "that is every episode of the dataset (0-3); nothing would be left"),
+    (["--episodes", "5-3"], "--episodes '5-3': 5-3 is a reversed range (write 3-5)"),
+    (["--episodes", "x"], "'x' is not an episode number or range"),
+    (["--episodes", "[1, -2]"], "not a JSON list of episode numbers"),
+    (["--episodes", "[]"], "no episode given"),
 ])
-def test_delete_bad_selections_are_named(tmp_path, args, words):
+def test_delete_bad_selections_are_usage_errors_in_deletes_words(tmp_path, args, words):
     f = make_dataset(tmp_path / "c", version="v3.0", episodes=4, cameras=())
     proc = run_cli("delete", f.root, "-o", tmp_path / "out", *args, check=False)
-    assert proc.returncode == 3 and words in proc.stderr, proc.stderr
+    message = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and words in message, proc.stderr
+    assert "source A" not in message and "--exclude" not in message and "Traceback" not in message
     assert not (tmp_path / "out").exists()
+
+
+def test_delete_takes_lerobots_json_list_and_drops_tasks_no_episode_uses(tmp_path):
+    f = make_dataset(tmp_path / "d", version="v3.0", episodes=4, cameras=(), tasks=("pick", "place", "wipe", "stack"))
+    src_rows, src_tasks = rows_by_episode(f.root), Dataset.open(f.root).tasks
+    assert [Dataset.open(f.root).episodes[e].tasks for e in (1, 3)] == [["place"], ["stack"]]
+    report = run_json("delete", f.root, "-o", tmp_path / "out", "--episodes", "[3, 1]")   # lerobot's syntax
+    out = Dataset.open(tmp_path / "out")
+    assert report["sources"][0]["excluded"] == [1, 3] and report["tasks"] == 2
+    assert out.tasks == ["pick", "wipe"] and [ep.tasks for ep in out.episodes] == [["pick"], ["wipe"]]
+    same_rows(rows_by_episode(tmp_path / "out"), src_rows, {0: 0, 1: 2}, tasks=(out.tasks, src_tasks))
 
 
 def test_split_parts_are_complete_seeded_and_exact(built):
@@ -184,7 +213,8 @@ def test_split_parts_are_complete_seeded_and_exact(built):
     src = rows_by_episode(built["delete"]["src"].root)
     for name in parts:
         case = built[f"split-{name}"]
-        same_rows(rows_by_episode(case["out"]), src, case["mapping"])
+        same_rows(rows_by_episode(case["out"]), src, case["mapping"],
+                  tasks=task_lists(case["out"], built["delete"]["src"].root))
         assert_exact_stats(case["out"])
     assert sorted(p.name for p in built["split-seed7"]["out"].iterdir()) == ["train", "val"]
 
@@ -195,16 +225,34 @@ def test_split_without_seed_is_in_order_and_bad_parts_are_refused(tmp_path):
                                                                                    "val": [9]}
     assert parse_parts(["train:0-2,5", "val:3"], list(range(6))) == {"train": [0, 1, 2, 5], "val": [3]}
     f = make_dataset(tmp_path / "d", version="v2.1", episodes=3, cameras=())
+    assert parse_parts(["train:[0, 5, 1],val:3-4"], list(range(6))) == {"train": [0, 1, 5], "val": [3, 4]}
     for args, words in ((["--episodes", "a:0-1,b:1"], "episode 1 is in both"),
                         (["--into", "a=0.9,b=0.05"], "would hold no episode"),
                         (["--into", "a=0.7,b=0.7"], "sum to at most 1"),
-                        (["--episodes", "a:7"], "does not hold")):
+                        (["--episodes", "a:7"], "--episodes a:7: the dataset has no episode 7 (it holds episodes 0-2)"),
+                        (["--episodes", "a:[0, 9]"], "the dataset has no episode 9 (it holds episodes 0-2)"),
+                        (["--episodes", "a:2-1"], "2-1 is a reversed range (write 1-2)")):
         proc = run_cli("split", f.root, "-o", tmp_path / "out", *args, check=False)
-        assert proc.returncode == 3 and words in proc.stderr, (args, proc.stderr)
+        message = " ".join(proc.stderr.split())
+        assert proc.returncode == 2 and words in message, (args, proc.stderr)
         assert not (tmp_path / "out").exists()
-    report = run_json("split", f.root, "-o", tmp_path / "v21", "--episodes", "x:2,y:0")
+    report = run_json("split", f.root, "-o", tmp_path / "v21", "--episodes", "x:[2],y:0")
     assert report["left_out"] == [1]
     assert [Dataset.open(tmp_path / "v21" / p).version for p in "xy"] == ["v2.1", "v2.1"]
+
+
+def test_split_parts_list_only_the_tasks_their_episodes_use(built):
+    """As lerobot's split_dataset: a part's tasks are those its frames use (task_index renumbered to them); the
+    parts load in lerobot 0.6.1 with each frame's task text (test_every_output_loads_aligned_in_lerobot)."""
+    source = Dataset.open(built["split-keyframes"]["src"].root).tasks
+    assert source == ["pick up the cube", "place the cube"]
+    for label in ("split-keyframes", "split-keyframes-v21"):
+        reports = built[label]["report"]["reports"]
+        assert reports["odd"]["tasks"] == reports["even"]["tasks"] == 1, label
+    for name, task in (("odd", "place the cube"), ("even", "pick up the cube")):
+        out = built[f"split-keyframes-{name}"]["out"]
+        assert Dataset.open(out).tasks == [task]
+        assert {t for r in rows_by_episode(out).values() for t in r["task_index"]} == {0}
 
 
 def test_split_reencodes_only_clips_off_a_keyframe_and_says_which(built):

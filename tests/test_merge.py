@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from lerodoc.dataset import Dataset
-from lerodoc.errors import LerodocError
-from lerodoc.ops.merge import merge, parse_selection
+from lerodoc.errors import LerodocError, UsageError
+from lerodoc.ops.merge import merge, source_selections
 from tests.fixtures.factory import make_dataset
 from tests.helpers import expect_episodes, rows_by_episode, run_cli
 from tests.lerobot_oracle import check_with_lerobot
@@ -51,11 +51,16 @@ def assert_stats_from_scratch(root, parts):
         assert ep.stats["index"]["min"].tolist() == [ep.from_index]
 
 
+
+def sel(values: list[str], sources: list, option: str = "--exclude") -> dict:
+    """The typed selections `merge` takes, read from command-line values as `lerodoc merge` reads them."""
+    return source_selections(values, sources, option)
+
 def test_two_v21_exports_one_excluded_merge_to_v30_and_load_aligned(tmp_path):
     a = make_dataset(tmp_path / "a", version="v2.1", dataset_id=1, episodes=4, codec="h264")
     b = make_dataset(tmp_path / "b", version="v2.1", dataset_id=2, episodes=3, codec="h264",
                      tasks=("place the cube", "wipe the table"))
-    report = merge([a.root, b.root], tmp_path / "out", exclude=["A:2"])
+    report = merge([a.root, b.root], tmp_path / "out", exclude=sel(["A:2"], [a.root, b.root]))
     assert [(s.episodes_out, s.excluded) for s in report.sources] == [(3, [2]), (3, [])]
     assert report.tasks == 3 and report.episodes == 6
     parts = [(a, [0, 1, 3]), (b, [0, 1, 2])]
@@ -69,7 +74,7 @@ def test_v30_inputs_with_a_middle_episode_excluded(tmp_path):
                      gop=2)
     b = make_dataset(tmp_path / "b", version="v3.0", dataset_id=4, episodes=4, episodes_per_file=4, codec="av1",
                      gop=2)
-    report = merge([a.root, b.root], tmp_path / "out", exclude=["A:1", "B:1-2"])
+    report = merge([a.root, b.root], tmp_path / "out", exclude=sel(["A:1", "B:1-2"], [a.root, b.root]))
     assert report.reencoded_clips == []
     expect = {"fps": 30, "episodes": expect_episodes(a, [0, 2, 3, 4]) + expect_episodes(b, [0, 3])}
     check_with_lerobot(tmp_path / "out", expect, backend="pyav")
@@ -89,8 +94,8 @@ def test_mixed_versions_merge_to_v21(tmp_path):
 
 def test_single_source_exclude_is_deletion_and_episodes_is_a_split(tmp_path):
     a = make_dataset(tmp_path / "a", version="v2.1", dataset_id=1, episodes=5)
-    merge([a.root], tmp_path / "deleted", exclude=["A:0,3"])
-    merge([a.root], tmp_path / "split", episodes=["a:1-2"])
+    merge([a.root], tmp_path / "deleted", exclude=sel(["A:0,3"], [a.root]))
+    merge([a.root], tmp_path / "split", episodes=sel(["a:1-2"], [a.root], "--episodes"))
     assert [e.length for e in Dataset.open(tmp_path / "deleted").episodes] == [a.lengths[i] for i in (1, 2, 4)]
     split = rows_by_episode(tmp_path / "split")
     assert sorted(split) == [0, 1] and split[0]["frame_index"][-1] == a.lengths[1] - 1
@@ -148,24 +153,28 @@ def test_conflicts_fail_before_writing_naming_both_sides(tmp_path, field, edit, 
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
 
 
-def test_selection_syntax():
-    assert parse_selection(["A:1,3-5", "b:7"], ["A", "B"], ["a", "b"], "--exclude") == {0: {1, 3, 4, 5}, 1: {7}}
-    with pytest.raises(LerodocError, match="no source called 'C'"):
-        parse_selection(["C:1"], ["A", "B"], ["a", "b"], "--exclude")
-    with pytest.raises(LerodocError, match="expected SOURCE:N"):
-        parse_selection(["A:x"], ["A", "B"], ["a", "b"], "--exclude")
+def test_selection_syntax(tmp_path):
+    sources = [tmp_path / "a", tmp_path / "b"]
+    chosen = source_selections(["A:1,3-5", "b:7", "B:[9, 8]"], sources, "--exclude")
+    assert {i: s.resolve(range(10), "--exclude") for i, s in chosen.items()} == {0: (1, 3, 4, 5), 1: (7, 8, 9)}
+    with pytest.raises(UsageError, match="no source called 'C'"):
+        source_selections(["C:1"], sources, "--exclude")
+    with pytest.raises(UsageError, match="'x' is not an episode number"):
+        source_selections(["A:x"], sources, "--exclude")
+    with pytest.raises(UsageError, match="5-3 is a reversed range"):
+        source_selections(["A:5-3"], sources, "--exclude")
 
 
 def test_unknown_episode_is_named(tmp_path):
     a = make_dataset(tmp_path / "a", version="v2.1", episodes=2)
-    with pytest.raises(LerodocError, match="no episode 9"):
-        merge([a.root], tmp_path / "out", exclude=["A:9"])
+    with pytest.raises(UsageError, match=r"--exclude A:9: source A \(.*\) has no episode 9 \(it holds episodes 0-1\)"):
+        merge([a.root], tmp_path / "out", exclude=sel(["A:9"], [a.root]))
 
 
 def test_inputs_are_not_modified(tmp_path):
     a = make_dataset(tmp_path / "a", version="v3.0", episodes=3)
     before = {p: p.read_bytes() for p in a.root.rglob("*") if p.is_file()}
-    merge([a.root, a.root], tmp_path / "out", exclude=["B:0"])
+    merge([a.root, a.root], tmp_path / "out", exclude=sel(["B:0"], [a.root, a.root]))
     assert before == {p: p.read_bytes() for p in a.root.rglob("*") if p.is_file()}
     assert Dataset.open(tmp_path / "out").total_frames == sum(a.lengths) + sum(a.lengths[1:])
     shutil.rmtree(tmp_path / "out")
@@ -175,7 +184,7 @@ def test_inputs_are_not_modified(tmp_path):
 def test_whole_v30_video_files_are_reused_not_rewritten(tmp_path):
     a = make_dataset(tmp_path / "a", version="v3.0", dataset_id=1, episodes=4, episodes_per_file=2)
     b = make_dataset(tmp_path / "b", version="v3.0", dataset_id=2, episodes=3, episodes_per_file=3)
-    merge([a.root, b.root], tmp_path / "out", exclude=["A:3"])
+    merge([a.root, b.root], tmp_path / "out", exclude=sel(["A:3"], [a.root, b.root]))
     out = Dataset.open(tmp_path / "out")
     key = "observation.images.top"
     files = out.video_files(key)

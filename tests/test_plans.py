@@ -11,7 +11,7 @@ import pytest
 from lerodoc.dataset import Dataset
 from lerodoc.ops.convert import convert
 from lerodoc.ops.flatten import flatten
-from lerodoc.ops.merge import merge
+from lerodoc.ops.merge import merge, source_selections
 from lerodoc.ops.repair import repair
 from lerodoc.ops.select import select
 from tests.fixtures.factory import make_dataset
@@ -77,12 +77,13 @@ def test_merge_dry_run_plan_matches_the_merge(tmp_path):
     a = make_dataset(tmp_path / "in" / "a", version="v2.1", episodes=3, noise=20)
     b = make_dataset(tmp_path / "in" / "b", version="v3.0", episodes=3, episodes_per_file=2)
     before = snapshot(tmp_path)
-    dry = merge([a.root, b.root], tmp_path / "out", exclude=["B:1"], dry_run=True)
+    exclude = source_selections(["B:1"], [a.root, b.root], "--exclude")
+    dry = merge([a.root, b.root], tmp_path / "out", exclude=exclude, dry_run=True)
     assert written_nothing(tmp_path, before)
     plan = dry.plan
     assert [(e["source"], e["source_episode"]) for e in plan["episodes"]] == \
         [(str(a.root), 0), (str(a.root), 1), (str(a.root), 2), (str(b.root), 0), (str(b.root), 2)]
-    report = merge([a.root, b.root], tmp_path / "out", exclude=["B:1"])
+    report = merge([a.root, b.root], tmp_path / "out", exclude=exclude)
     assert report.reencoded_clips == plan["reencode"] == []
     assert planned_episodes(plan) == actual_episodes(tmp_path / "out")
     assert planned_files(plan) == actual_files(tmp_path / "out")

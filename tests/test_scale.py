@@ -16,7 +16,7 @@ import pytest
 from lerodoc.engine import RayEngine, make
 from lerodoc.errors import LerodocError
 from lerodoc.ops.convert import convert
-from lerodoc.ops.merge import merge
+from lerodoc.ops.merge import merge, source_selections
 from lerodoc.ops.quantiles import quantiles
 from lerodoc.ops.validate import validate
 from tests.fixtures.factory import make_dataset
@@ -60,8 +60,9 @@ def test_convert_on_ray_writes_the_pool_bytes(cluster, sources, tmp_path, source
 def test_merge_on_ray_writes_the_pool_bytes(cluster, sources, tmp_path):
     convert(sources["v30"], tmp_path / "b", to="v2.1", workers=1)     # the same rows in the other layout
     sources_ = [sources["v30"], tmp_path / "b"]
-    pool = merge(sources_, tmp_path / "pool", exclude=["B:2"], workers=2)
-    on_ray = merge(sources_, tmp_path / "ray", exclude=["B:2"], engine=RayEngine())
+    exclude = source_selections(["B:2"], sources_, "--exclude")
+    pool = merge(sources_, tmp_path / "pool", exclude=exclude, workers=2)
+    on_ray = merge(sources_, tmp_path / "ray", exclude=exclude, engine=RayEngine())
     assert on_ray.episodes == pool.episodes == 13
     assert tree_digests(tmp_path / "ray") == tree_digests(tmp_path / "pool")
 

@@ -32,6 +32,7 @@ def convert(
     v2.x -> v3.0 joins episodes into files; v3.0 -> v2.1 splits them into one parquet and one mp4
     per episode (a clip that does not start on a keyframe is re-encoded, and the report says so).
     The output is written beside its final name and appears only after every episode verified.
+    A dataset that already is the --to version is left as it is (exit 0, "unchanged" in --json).
 
     Example: lerodoc convert data/pusht_v21 -o data/pusht_v30 --to v3.0
     """
@@ -44,6 +45,9 @@ def convert(
                                  engine=make_engine(engine.value, ray_address), dry_run=dry_run)
     if json:
         render.print_json(report.to_json())
+        return
+    if report.unchanged:
+        render.out.print(f"{report.source} is already {report.to_version}: nothing to convert, nothing written")
         return
     if dry_run:
         render.print_plan(report.plan)

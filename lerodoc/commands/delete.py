@@ -26,10 +26,11 @@ def delete(
 
     Example: lerodoc delete DATASET -o OUT --episodes 3,7-9
     """
-    from lerodoc.ops.merge import format_ranges
     from lerodoc.ops.delete import delete as delete_episodes
+    from lerodoc.selection import format_ranges, parse
+    selection = parse(episodes, "--episodes")
     with render.progress(not w.json and not w.dry_run) as track:
-        report = delete_episodes(dataset, output, episodes, to=to.value if to else None, progress=track,
+        report = delete_episodes(dataset, output, selection, to=to.value if to else None, progress=track,
                                  **w.to_op())
     if w.json:
         render.print_json({"dataset": report.sources[0].path, **report.to_json(), "dry_run": w.dry_run})

@@ -18,9 +18,9 @@ SourcesArg = Annotated[list[Path], typer.Argument(help="Datasets to merge, in or
 def merge(
     sources: SourcesArg,
     output: OutputOpt,
-    exclude: Annotated[list[str], typer.Option(help="Leave out episodes: SOURCE:N, SOURCE:N-M or "
-                                                    "SOURCE:N,M-K (SOURCE is A, B, ... or a folder name). "
-                                                    "Repeatable.")] = [],
+    exclude: Annotated[list[str], typer.Option(help="Leave out episodes: SOURCE:N, SOURCE:N-M, "
+                                                    "SOURCE:N,M-K or SOURCE:[N, M] (SOURCE is A, B, ... or a folder "
+                                                    "name). Repeatable.")] = [],
     episodes: Annotated[list[str], typer.Option(help="Keep only these episodes of a source (same syntax); "
                                                      "other sources are kept whole. Repeatable.")] = [],
     to: Annotated[Target, typer.Option("--to", case_sensitive=False, help="Version to write.")] = Target.v30,
@@ -36,14 +36,16 @@ def merge(
     Inputs may be v2.0, v2.1 or v3.0, mixed. Differences of representation (names nested or flat,
     codec spelled libsvtav1 or av1, list storage, stats shapes) are unified and listed; real conflicts
     (fps, features, shapes, dtypes, codecs) stop before anything is written. Dataset stats are
-    recomputed from the merged rows (quantiles exact). A single source with --exclude deletes episodes.
+    recomputed from the merged rows (quantiles exact). A single source with --exclude deletes episodes; a
+    source that loses episodes keeps only the tasks its kept episodes use.
 
     Example: lerodoc merge data/day1 data/day2 -o data/both --exclude data/day2:4
     """
     with render.progress(not json and not dry_run) as track:
         from lerodoc.engine import make as make_engine
-        from lerodoc.ops.merge import merge as merge_datasets
-        report = merge_datasets(sources, output, exclude=exclude, episodes=episodes, to=to.value,
+        from lerodoc.ops.merge import merge as merge_datasets, source_selections
+        report = merge_datasets(sources, output, exclude=source_selections(exclude, sources, "--exclude"),
+                                episodes=source_selections(episodes, sources, "--episodes"), to=to.value,
                                 workers=workers, force=force, progress=track, dry_run=dry_run,
                                 engine=make_engine(engine.value, ray_address))
     if json:
@@ -66,5 +68,5 @@ def merge(
 
 
 def _ranges(numbers: list[int]) -> str:
-    from lerodoc.ops.merge import format_ranges
+    from lerodoc.selection import format_ranges
     return format_ranges(numbers)

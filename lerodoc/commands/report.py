@@ -15,6 +15,7 @@ def report(
     dataset: DatasetArg = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write (outside the dataset).",
                                          rich_help_panel="Output")] = Path("report.html"),
+    force: ForceOpt = False,
     videos: Annotated[bool, typer.Option("--videos", help="Check the video containers and decode the first, middle "
                                          "and last frame of each sampled episode per camera.")] = False,
     episodes: Annotated[int, typer.Option("--episodes", "-n", min=1, help="Episodes to sample for time series "
@@ -48,7 +49,7 @@ def report(
     from lerodoc.report import build
     with render.progress(not json) as track:
         result = build(dataset, output, videos=videos, episodes=episodes, workers=workers, tolerance_s=tolerance_s,
-                       progress=track)
+                       progress=track, force=force)
     if json:
         render.print_json(result.to_json())
         return

@@ -18,7 +18,7 @@ def split(
                                                 "train=0.9,val=0.1 (in episode order, or shuffled with "
                                                 "--seed).")] = None,
     episodes: Annotated[list[str], typer.Option("--episodes", "-e", help="Parts by episode: "
-                                                "train:0-99,val:100-119 (repeatable).")] = [],
+                                                "train:0-99,val:100-119 or train:[0, 2, 5] (repeatable).")] = [],
     seed: Annotated[Optional[int], typer.Option("--seed", help="Shuffle the episodes with this seed before "
                                                 "cutting --into fractions.")] = None,
     to: SameVersionOpt = None,
@@ -30,12 +30,13 @@ def split(
     """Split DATASET into parts, each a complete dataset at OUTPUT/<part>.
 
     Rows are renumbered per part, videos cut by stream copy at episode boundaries (a clip that does not
-    start on a keyframe is re-encoded and listed), and each part gets exact stats of its own.
+    start on a keyframe is re-encoded and listed), and each part gets exact stats of its own. A part lists
+    only the tasks its episodes use, as lerobot's split does.
 
     Example: lerodoc split DATASET -o OUT --into train=0.9,val=0.1 --seed 0
     """
-    from lerodoc.ops.merge import format_ranges
     from lerodoc.ops.split import split as split_dataset
+    from lerodoc.selection import format_ranges
     with render.progress(not json and not dry_run) as track:
         report = split_dataset(dataset, output, into=into, episodes=episodes, seed=seed, to=to.value if to else None,
                                workers=workers, force=force, dry_run=dry_run, progress=track)

@@ -15,14 +15,14 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.ops import rewrite
-from lerodoc.staging import staged_output
+from lerodoc.staging import check_output, staged_output
 from lerodoc.stats import aggregate, merge_dataset_stats
 
 
 @dataclass
 class ConvertReport:
     source: str
-    output: str
+    output: str | None            # None when nothing was written (`unchanged`)
     from_version: str
     to_version: str
     episodes: int
@@ -38,6 +38,7 @@ class ConvertReport:
     normalised_columns: dict[str, dict] = field(default_factory=dict)   # column -> {"from", "to"} Arrow types
     warnings: list[str] = field(default_factory=list)
     plan: dict | None = None      # --dry-run: what a run would write
+    unchanged: bool = False       # the dataset already is `to_version`: nothing converted, nothing written
 
     def to_json(self) -> dict:
         """--json: the input is `dataset`, as in every command's report (docs/json.md)."""
@@ -53,10 +54,16 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
     (`rewrite.Plan.to_json`), writing nothing."""
     started = time.perf_counter()
     ds = Dataset.open(src)
-    ds.require_complete()
     to = to or ("v2.1" if ds.version == "v3.0" else "v3.0")
-    if ds.version == to:
-        raise LerodocError(f"dataset is already {to}; nothing to convert", file=ds.root / formats.INFO_PATH)
+    if ds.version == to:   # "convert if needed": nothing to do is a success that says so, and writes nothing
+        return ConvertReport(source=str(src), output=None, from_version=ds.version, to_version=to,
+                             episodes=len(ds.episodes), frames=ds.total_frames, data_files=len(ds.data_files()),
+                             video_files=sum(len(ds.video_files(k)) for k in ds.info.video_keys), bytes_in=0,
+                             bytes_out=0, unchanged=True,
+                             seconds=round(time.perf_counter() - started, 3))
+    if not dry_run:   # before any work: an -o on the input, or taken, stops here
+        check_output(out, (ds.root,), force=force)
+    ds.require_complete()
     if not ds.episodes:
         raise LerodocError("dataset has no episodes", file=ds.root / formats.INFO_PATH)
     caps = (data_file_size_mb or ds.info.data_files_size_in_mb, video_file_size_mb or ds.info.video_files_size_in_mb)
@@ -75,7 +82,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
         report.video_files = len(plan.video_files)
         report.seconds = round(time.perf_counter() - started, 3)
         return report
-    with staged_output(out, force=force, keep=(src,)) as tmp:
+    with staged_output(out, force=force, inputs=(ds.root,), keep=(src,)) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
         episodes = result.episodes
         stats = merge_dataset_stats(aggregate([ep.stats for ep in episodes]), ds.stats) if to == "v3.0" else None

@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from lerodoc import formats
-from lerodoc.errors import LerodocError
+from lerodoc.dataset import Dataset
+from lerodoc.errors import UsageError
 from lerodoc.ops import rewrite
 from lerodoc.ops.merge import MergeReport, merge
+from lerodoc.selection import Selection, format_ranges
 
 
 def output_version(root: Path) -> str:
@@ -20,15 +22,20 @@ def output_version(root: Path) -> str:
     return version if version in rewrite.TARGETS else "v2.1"
 
 
-def delete(src: Path, out: Path | None, episodes: list[str], *, to: str | None = None, in_place: bool = False,
+def delete(src: Path, out: Path | None, episodes: Selection, *, to: str | None = None, in_place: bool = False,
            workers: int = 1, force: bool = False, dry_run: bool = False,
            progress: rewrite.Progress | None = None) -> MergeReport:
-    """Write `src` without the `episodes` (specs `3`, `7-9`, `3,7-9`) to `out`, or swap it in for `src`;
-    as version `to` (default: `output_version(src)`)."""
-    if not episodes:
-        raise LerodocError("nothing to delete: give --episodes N,M-K")
+    """Write `src` without the `episodes` to `out`, or swap it in for `src`; as version `to` (default:
+    `output_version(src)`). An episode the dataset does not hold, or all of them, is a usage error in delete's
+    words (`--episodes`), before anything is read but the metadata."""
     if not dry_run and in_place == (out is not None):
-        raise LerodocError("give either -o OUTPUT or --in-place")
+        raise UsageError("give either -o OUTPUT or --in-place")
+    ds = Dataset.open(src)
+    numbers = [ep.index for ep in ds.episodes]
+    chosen = episodes.resolve(numbers, "--episodes")
+    if len(chosen) == len(numbers):
+        raise UsageError(f"--episodes {episodes.text}: that is every episode of the dataset ({format_ranges(numbers)}); "
+                         "nothing would be left", hint="keep at least one episode")
     target = Path(src) if in_place else Path(out or src)
-    return merge([Path(src)], target, exclude=[f"A:{spec}" for spec in episodes], to=to or output_version(src),
-                 workers=workers, force=force or in_place, dry_run=dry_run, progress=progress)
+    return merge([ds], target, exclude={0: episodes}, to=to or output_version(src), workers=workers,
+                 force=force or in_place, dry_run=dry_run, progress=progress, in_place=in_place)

@@ -7,20 +7,22 @@ A single source with --exclude deletes episodes; with --episodes it keeps a subs
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
 from lerodoc import formats
 from lerodoc.dataset import Dataset
-from lerodoc.errors import LerodocError
+from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import Info, canonical_feature, codec_name, flat_names
 from lerodoc.formats.stats import normalise_stats
 from lerodoc.ops import rewrite
-from lerodoc.staging import staged_output
+from lerodoc.parquet_io import column_matrix, read_parquet
+from lerodoc.selection import Selection, parse
+from lerodoc.staging import check_output, staged_output
 from lerodoc.stats import aggregate, dataset_quantiles
 
 STREAM_KEYS = ("video.height", "video.width", "video.pix_fmt", "video.channels")
@@ -65,37 +67,40 @@ def labels_for(paths: list[Path]) -> list[str]:
     return [chr(ord("A") + i) if i < 26 else f"S{i}" for i in range(len(paths))]
 
 
-def parse_selection(values: list[str], labels: list[str], names: list[str], option: str) -> dict[int, set[int]]:
-    """`A:355`, `B:0-9`, `part_b:1,4-6` -> {source position: episode numbers}."""
-    chosen: dict[int, set[int]] = {}
+def source_selections(values: list[str], sources: list[Path], option: str) -> dict[int, Selection]:
+    """`A:355`, `B:0-9`, `day2:[1, 4]` (repeatable; SOURCE is A, B, ... or a folder name) -> {source position:
+    its selection}; syntax errors are usage errors naming `option`."""
+    labels, names = labels_for(sources), [Path(p).name for p in sources]
+    specs: dict[int, list[str]] = {}
     for value in values:
-        label, _, spec = value.rpartition(":")
+        label, sep, spec = value.rpartition(":")
+        if not sep:
+            raise UsageError(f"{option} {value!r}: expected SOURCE:EPISODES (SOURCE is {', '.join(labels)} or a "
+                             "folder name)", hint=f"e.g. {option} {labels[0]}:{value}")
         if label in labels:
             source = labels.index(label)
         elif label in names:
             source = names.index(label)
         else:
-            raise LerodocError(f"{option} {value!r}: no source called {label!r} (use {', '.join(labels)} or a "
-                               "folder name)")
-        if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", spec):
-            raise LerodocError(f"{option} {value!r}: expected SOURCE:N, SOURCE:N-M or SOURCE:N,M-K")
-        numbers = chosen.setdefault(source, set())
-        for part in spec.split(","):
-            lo, _, hi = part.partition("-")
-            numbers.update(range(int(lo), int(hi or lo) + 1))
-    return chosen
+            raise UsageError(f"{option} {value!r}: no source called {label!r} (use {', '.join(labels)} or a "
+                             "folder name)")
+        specs.setdefault(source, []).append(spec)
+    return {i: replace(parse(given, option), text=f"{labels[i]}:{','.join(s.strip() for s in given)}")
+            for i, given in specs.items()}
 
 
-def format_ranges(numbers: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5' (the inverse of the selection syntax)."""
-    parts, start = [], None
-    for i, n in enumerate(numbers):
-        if start is None:
-            start = n
-        if i + 1 == len(numbers) or numbers[i + 1] != n + 1:
-            parts.append(str(start) if start == n else f"{start}-{n}")
-            start = None
-    return ",".join(parts)
+def used_tasks(ds: Dataset, episodes: list) -> set[int]:
+    """The task_index values the frames of `episodes` hold (the task_index column of their data files only)."""
+    used: set[int] = set()
+    by_file: dict[str, list] = {}
+    for ep in episodes:
+        by_file.setdefault(ep.data_file, []).append(ep)
+    for data_file, eps in by_file.items():
+        table = read_parquet(ds.path(data_file), columns=["task_index"], episode=eps[0].index)
+        values = column_matrix(table.column("task_index"), table.num_rows)[:, 0]
+        for ep in eps:
+            used.update(int(v) for v in np.unique(values[ep.data_row:ep.data_row + ep.length]))
+    return used
 
 
 def reconcile(datasets: list[Dataset], labels: list[str]) -> tuple[Info, list[str]]:
@@ -154,17 +159,23 @@ def _differing_keys(a: dict, b: dict) -> set[str]:
     return keys
 
 
-def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: list[str] = (),
-          to: str = "v3.0", workers: int = 1, force: bool = False, dry_run: bool = False,
-          progress: rewrite.Progress | None = None, engine=None) -> MergeReport:
-    """Merge `sources` (in order) into a new dataset at `out`; `dry_run` returns the plan's report, writing
-    nothing. The plan is made here; `engine` (`lerodoc.engine`) runs the copies and the quantile passes on a
-    cluster."""
+def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Selection] | None = None,
+          episodes: Mapping[int, Selection] | None = None, to: str = "v3.0", workers: int = 1, force: bool = False,
+          dry_run: bool = False, progress: rewrite.Progress | None = None, engine=None,
+          in_place: bool = False) -> MergeReport:
+    """Merge `sources` (in order; folders, or datasets already open) into a new dataset at `out`; `exclude` and
+    `episodes` map a source's position to the episodes it leaves out or keeps only (`source_selections` reads
+    them from the command line). A source that loses episodes keeps only the tasks its kept frames use, as
+    lerobot's delete and split do. `dry_run` returns the plan's report, writing nothing; `in_place` (one source,
+    `out` its root) lets `out` be that source. The plan is made here; `engine` (`lerodoc.engine`) runs the copies
+    and the quantile passes on a cluster."""
     started = time.perf_counter()
-    datasets = [Dataset.open(p) for p in sources]
-    labels, names = labels_for(sources), [Path(p).name for p in sources]
-    excluded = parse_selection(list(exclude), labels, names, "--exclude")
-    kept_only = parse_selection(list(episodes), labels, names, "--episodes")
+    exclude, episodes = dict(exclude or {}), dict(episodes or {})
+    datasets = [p if isinstance(p, Dataset) else Dataset.open(p) for p in sources]
+    roots = [ds.root for ds in datasets]
+    if not dry_run:   # before any work: an -o on an input, or taken, stops here
+        check_output(out, () if in_place else roots, force=force or in_place)
+    labels = labels_for(roots)
     info, notes = reconcile(datasets, labels)
     for ds in datasets:   # after reconcile: a conflict between the sources is the better message
         ds.require_complete()
@@ -175,19 +186,24 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
     picks: list[rewrite.Pick] = []
     reshaped = False
     for i, ds in enumerate(datasets):
-        numbers = {ep.index for ep in ds.episodes}
-        for option, chosen in (("--exclude", excluded), ("--episodes", kept_only)):
-            unknown = sorted(chosen.get(i, set()) - numbers)
-            if unknown:
-                raise LerodocError(f"{option}: source {labels[i]} has no episode {unknown[0]} "
-                                   f"(it holds {min(numbers)}..{max(numbers)})", file=ds.root, episode=unknown[0])
+        numbers = [ep.index for ep in ds.episodes]
+        holder = f"source {labels[i]} ({ds.root})"
+        dropped = set(exclude[i].resolve(numbers, "--exclude", holder)) if i in exclude else set()
+        only = set(episodes[i].resolve(numbers, "--episodes", holder)) if i in episodes else None
+        kept = [ep for ep in ds.episodes if ep.index not in dropped and (only is None or ep.index in only)]
+        kept_numbers = {ep.index for ep in kept}
+        used = (used_tasks(ds, kept) if len(kept) < len(ds.episodes) and "task_index" in ds.info.features
+                else range(len(ds.tasks)))
         task_map = []
-        for task in ds.tasks:
+        for index, task in enumerate(ds.tasks):
+            if index not in used:
+                task_map.append(-1)   # no kept frame points here (read from the frames themselves)
+                continue
             if task not in tasks:
                 tasks.append(task)
             task_map.append(tasks.index(task))
         for ep in ds.episodes:
-            if ep.index in excluded.get(i, set()) or (i in kept_only and ep.index not in kept_only[i]):
+            if ep.index not in kept_numbers:
                 summaries[i].excluded.append(ep.index)
                 continue
             ep.stats, changed = normalise_stats(ep.stats, info.features)
@@ -199,7 +215,7 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
         notes.append("per-episode stats reshaped to their feature's shape (e.g. (1,1) -> (1,)); count=0 placeholder "
                      "stats dropped")
     if not picks:
-        raise LerodocError("nothing to write: every episode is excluded")
+        raise UsageError("nothing to write: every episode is excluded", hint="keep at least one episode")
     targets = [rewrite.target_schema(ds, info.features) for ds in datasets]
     schema = targets[0][0]
     normalised = {name: change for _, changes in targets for name, change in changes.items()}
@@ -219,7 +235,7 @@ def merge(sources: list[Path], out: Path, *, exclude: list[str] = (), episodes: 
         report.plan = plan.to_json()
         report.seconds = round(time.perf_counter() - started, 3)
         return report
-    with staged_output(Path(out), force=force, keep=[ds.root for ds in datasets]) as tmp:
+    with staged_output(Path(out), force=force or in_place, inputs=() if in_place else roots, keep=roots) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
         new_eps = result.episodes
         stats = aggregate([ep.stats for ep in new_eps])

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from lerodoc import formats
 from lerodoc.dataset import Dataset
-from lerodoc.errors import LerodocError
+from lerodoc.errors import UsageError
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
 from lerodoc.ops import derive
 from lerodoc.parquet_io import column_matrix
@@ -79,36 +79,44 @@ def resolve(ds: Dataset, spec: str) -> Part:
     info_file = ds.root / formats.INFO_PATH   # the features a SPEC names are info.json's
     feature = match.group("feature").strip() if match else spec
     if not match or feature not in ds.info.features:
-        raise LerodocError(f"{spec!r}: no feature {feature!r} (features: {', '.join(ds.info.numeric_keys)})",
-                           field=feature, file=info_file,
-                           hint="write SPEC as feature, feature[28:42], feature[3,5] or feature[name*]")
+        raise UsageError(f"{spec!r}: no feature {feature!r} (features: {', '.join(ds.info.numeric_keys)})",
+                         field=feature, file=info_file,
+                         hint="write SPEC as feature, feature[28:42], feature[3,5] or feature[name*]")
     shape = ds.info.features[feature]["shape"]
     if ds.info.features[feature]["dtype"] in ("video", "image", "string") or len(shape) != 1:
-        raise LerodocError(f"{spec!r}: {feature} is not a numeric vector", field=feature, file=info_file)
+        raise UsageError(f"{spec!r}: {feature} is not a numeric vector", field=feature, file=info_file)
     width, names = int(shape[0]), flat_names(ds.info.features[feature].get("names")) or []
     if match.group("items") is None:
         return Part(feature, tuple(range(width)))
     indices: list[int] = []
     for item in (i.strip() for i in match.group("items").split(",") if i.strip()):
         if re.fullmatch(r"-?\d*(:-?\d*){1,2}", item):
-            indices += range(width)[slice(*(int(x) if x else None for x in item.split(":")))]
+            bounds = [int(x) if x else None for x in item.split(":")]
+            if any(b is not None and not -width <= b <= width for b in bounds[:2]) or bounds[2:3] == [0]:
+                raise UsageError(f"{spec!r}: the slice {item} is out of range: {feature} has {width} channels "
+                                 f"(0:{width}, or channels 0-{width - 1})", field=feature, file=info_file)
+            chosen = range(width)[slice(*bounds)]
+            if not chosen:
+                raise UsageError(f"{spec!r}: the slice {item} selects no channel of {feature} ({width} channels, "
+                                 f"0:{width})", field=feature, file=info_file)
+            indices += chosen
         elif re.fullmatch(r"-?\d+", item):
             if not -width <= int(item) < width:
-                raise LerodocError(f"{spec!r}: channel {item} is out of range for {feature} ({width} channels)",
-                                   field=feature, file=info_file)
+                raise UsageError(f"{spec!r}: channel {item} is out of range: {feature} has {width} channels "
+                                 f"(0-{width - 1})", field=feature, file=info_file)
             indices.append(int(item) % width)
         else:
             hits = [i for i, n in enumerate(names) if fnmatch.fnmatchcase(n, item)]
             if not hits:
-                raise LerodocError(f"{spec!r}: no channel of {feature} is named {item!r}", field=feature,
-                                   file=info_file,
-                                   hint=f"names: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''}"
-                                   if names else "this feature has no channel names; use indices")
+                raise UsageError(f"{spec!r}: no channel of {feature} is named {item!r}", field=feature,
+                                 file=info_file,
+                                 hint=f"names: {', '.join(names[:12])}{' ...' if len(names) > 12 else ''}"
+                                 if names else "this feature has no channel names; use indices")
             indices += hits
     if not indices:
-        raise LerodocError(f"{spec!r} selects no channel", field=feature, file=info_file)
+        raise UsageError(f"{spec!r} selects no channel", field=feature, file=info_file)
     if len(set(indices)) != len(indices):
-        raise LerodocError(f"{spec!r} selects a channel twice", field=feature, file=info_file)
+        raise UsageError(f"{spec!r} selects a channel twice", field=feature, file=info_file)
     return Part(feature, tuple(indices))
 
 
@@ -134,7 +142,7 @@ def plan(ds: Dataset, state: list[str], action: list[str], keep_source: bool) ->
             report.warnings.append(f"{name} has {len(names)} channels; pi0.5 pads to at most {PI05_MAX_DIM} "
                                    "(max_state_dim/max_action_dim)")
     if not targets:
-        raise LerodocError("nothing to select: give --state and/or --action")
+        raise UsageError("nothing to select: give --state and/or --action")
     drop = () if keep_source else tuple(sorted({u for u in used if u not in TARGETS.values()
                                                 and u not in INDEX_FEATURES}))
     for name in drop:
@@ -178,7 +186,7 @@ def select(src: Path, out: Path | None = None, *, state: list[str] = (), action:
         report.plan = derive.plan(ds, transform, features).to_json()
     else:
         if out is None and not in_place:
-            raise LerodocError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
+            raise UsageError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
                                file=ds.root / formats.INFO_PATH)
         report.output = str(derive.derive(ds, out, transform, features, in_place=in_place, force=force,
                                           workers=workers, dropped=set(report.dropped)))

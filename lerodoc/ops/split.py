@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from lerodoc.dataset import Dataset
-from lerodoc.errors import LerodocError
+from lerodoc.errors import UsageError
 from lerodoc.ops import rewrite
 from lerodoc.ops.delete import output_version
-from lerodoc.ops.merge import MergeReport, format_ranges, merge, parse_selection
-from lerodoc.staging import staged_output
+from lerodoc.ops.merge import MergeReport, merge
+from lerodoc.selection import Selection, items, parse
+from lerodoc.staging import check_output, staged_output
 
 _PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -37,7 +38,7 @@ class SplitReport:
 
 def _part_name(name: str, option: str) -> str:
     if not _PART.fullmatch(name):
-        raise LerodocError(f"{option}: {name!r} is not a usable part name (letters, digits, _ . -)")
+        raise UsageError(f"{option}: {name!r} is not a usable part name (letters, digits, _ . -)")
     return name
 
 
@@ -51,12 +52,12 @@ def parse_fractions(spec: str) -> dict[str, float]:
         except ValueError:
             fraction = -1.0
         if not sep or not 0 < fraction <= 1:
-            raise LerodocError(f"--into {item!r}: expected NAME=FRACTION with 0 < FRACTION <= 1")
+            raise UsageError(f"--into {item!r}: expected NAME=FRACTION with 0 < FRACTION <= 1")
         if name in parts:
-            raise LerodocError(f"--into: part {name!r} is named twice")
+            raise UsageError(f"--into: part {name!r} is named twice")
         parts[_part_name(name.strip(), "--into")] = fraction
     if not parts or sum(parts.values()) > 1 + 1e-9:
-        raise LerodocError(f"--into {spec!r}: fractions must be given and sum to at most 1")
+        raise UsageError(f"--into {spec!r}: fractions must be given and sum to at most 1")
     return parts
 
 
@@ -72,7 +73,7 @@ def assign_fractions(episodes: list[int], fractions: dict[str, float], seed: int
         counts[name] += 1
     empty = [name for name, c in counts.items() if c == 0]
     if empty:
-        raise LerodocError(f"--into: part {empty[0]!r} would hold no episode ({n} episodes in the dataset)")
+        raise UsageError(f"--into: part {empty[0]!r} would hold no episode ({n} episodes in the dataset)")
     parts, start = {}, 0
     for name, count in counts.items():
         parts[name] = sorted(order[start:start + count])
@@ -81,33 +82,34 @@ def assign_fractions(episodes: list[int], fractions: dict[str, float], seed: int
 
 
 def parse_parts(values: list[str], episodes: list[int]) -> dict[str, list[int]]:
-    """`train:0-99,val:100-119` (or repeated options) -> {part: sorted episodes}; an item without `NAME:`
-    continues the part before it (`train:0-3,7`)."""
+    """`train:0-99,val:100-119` or `train:[0, 3, 4]` (or repeated options) -> {part: sorted episodes}; an item
+    without `NAME:` continues the part before it (`train:0-3,7`). Every episode must be the dataset's and in one
+    part only (usage errors otherwise, naming the dataset's episodes)."""
     parts: dict[str, list[str]] = {}
     current = None
     for value in values:
-        for item in (i.strip() for i in value.split(",") if i.strip()):
-            name, sep, spec = item.rpartition(":")
+        for item in items(value):
+            name, sep, spec = item.partition(":")
             if sep:
-                current = _part_name(name, "--episodes")
+                current = _part_name(name.strip(), "--episodes")
                 parts.setdefault(current, [])
             elif current is None:
-                raise LerodocError(f"--episodes {value!r}: expected PART:N-M,PART:N-M")
+                raise UsageError(f"--episodes {value!r}: expected PART:EPISODES,PART:EPISODES",
+                                 hint="e.g. --episodes train:0-7,val:8-9")
+            else:
+                spec = name
             parts[current].append(spec)
     if not parts:
-        raise LerodocError("--episodes: no part given")
+        raise UsageError("--episodes: no part given", hint="e.g. --episodes train:0-7,val:8-9")
     out, seen = {}, {}
     for name, specs in parts.items():
-        chosen = parse_selection([f"{name}:{','.join(specs)}"], [name], [], "--episodes")[0]
-        unknown = sorted(chosen - set(episodes))
-        if unknown:
-            raise LerodocError(f"--episodes: part {name!r} names episode {unknown[0]}, which the dataset does not "
-                               f"hold ({format_ranges(sorted(episodes))})", episode=unknown[0])
+        chosen = replace(parse(specs, "--episodes"), text=f"{name}:{','.join(specs)}").resolve(episodes, "--episodes")
         for e in chosen:
             if e in seen:
-                raise LerodocError(f"--episodes: episode {e} is in both {seen[e]!r} and {name!r}", episode=e)
+                raise UsageError(f"--episodes: episode {e} is in both {seen[e]!r} and {name!r}", episode=e,
+                                 hint="each episode goes into one part")
             seen[e] = name
-        out[name] = sorted(chosen)
+        out[name] = list(chosen)
     return out
 
 
@@ -117,8 +119,10 @@ def split(src: Path, out: Path, *, into: str | None = None, episodes: list[str] 
     """Write each part of `src` as a complete dataset at `out/<part>`."""
     started = time.perf_counter()
     if (into is None) == (not episodes):
-        raise LerodocError("give either --into NAME=FRACTION,... or --episodes NAME:N-M,...")
+        raise UsageError("give either --into NAME=FRACTION,... or --episodes NAME:N-M,...")
     ds = Dataset.open(src)
+    if not dry_run:   # before any work: an -o on the input, or taken, stops here
+        check_output(out, (ds.root,), force=force)
     numbers = [ep.index for ep in ds.episodes]
     parts = assign_fractions(numbers, parse_fractions(into), seed) if into else parse_parts(list(episodes), numbers)
     used = {e for eps in parts.values() for e in eps}
@@ -128,15 +132,15 @@ def split(src: Path, out: Path, *, into: str | None = None, episodes: list[str] 
 
     def run(root: Path, plan_only: bool) -> None:
         for name, chosen in parts.items():
-            part: MergeReport = merge([Path(src)], root / name, episodes=[f"A:{format_ranges(chosen)}"], to=to,
-                                      workers=workers, dry_run=plan_only, progress=progress)
+            part: MergeReport = merge([ds], root / name, episodes={0: Selection.of(chosen)}, to=to, workers=workers,
+                                      dry_run=plan_only, progress=progress)
             part.output = str(Path(out).absolute() / name)
             report.reports[name] = part.to_json()
 
     if dry_run:
         run(Path(out), True)
     else:
-        with staged_output(Path(out), force=force) as tmp:   # every part, or none
+        with staged_output(Path(out), force=force, inputs=(ds.root,)) as tmp:   # every part, or none
             run(tmp, False)
     report.seconds = round(time.perf_counter() - started, 3)
     return report

@@ -273,9 +273,7 @@ def export_lerobot(source: Path, output: Path, *, device: str = "cuda") -> dict:
                            "the state there", file=folder / "trainer.json", field="data.state_in_prompt",
                            hint="train with a state feature and without --no-state-in-prompt to deploy with lerobot")
     output = Path(output)
-    if output.exists() and any(output.iterdir()):
-        raise LerodocError("already exists", file=output, hint="choose a new -o folder")
-    with staged_output(output, force=output.exists()) as staged:   # an empty folder is taken over
+    with staged_output(output, inputs=(Path(source),)) as staged:   # an empty folder is taken over, nothing else
         tokenizer_name, model_file = write_tokenizer(trainer, staged / "tokenizer")
         if tokenizer_name != PALIGEMMA:
             tokenizer_name = str(output.resolve() / "tokenizer")   # where the folder is once renamed

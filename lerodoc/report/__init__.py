@@ -22,6 +22,7 @@ from lerodoc.formats.jsonl import write_text
 from lerodoc.ops.rewrite import tree_size
 from lerodoc.ops.validate import catalogue, validate
 from lerodoc.report import data, page
+from lerodoc.staging import check_output
 
 Progress = Callable[[str, int], Callable[[int], None]]
 SHOWN_FINDINGS = 100   # per family; the JSON and `lerodoc validate` hold all of them
@@ -46,9 +47,11 @@ class Report:
 
 
 def build(root: Path, out: Path, *, videos: bool = False, episodes: int = 3, workers: int = 1,
-          tolerance_s: float = 1e-4, progress: Progress | None = None) -> Report:
-    """Write the report of the dataset at `root` to `out`; decode frames only with `videos`."""
+          tolerance_s: float = 1e-4, progress: Progress | None = None, force: bool = False) -> Report:
+    """Write the report of the dataset at `root` to `out` (never inside the dataset; over an existing file only with
+    `force`); decode frames only with `videos`."""
     started = time.perf_counter()
+    check_output(out, (root,), force=force, folder=False)   # before any work
     ds = Dataset.open(root)
     ds.require_columns()
     verdict = validate(ds.root, videos=videos, tolerance_s=tolerance_s, dataset=ds)
