@@ -90,8 +90,8 @@ def envelope(result: dict | None = None, *, exit_code: int = 0, error: dict | No
     (exit 0), its exit code, the command's own result keys, and `error` ({message, file, episode, field, hint})
     when it failed with one."""
     from lerodoc import __version__
-    body = {"command": command, "version": __version__, "ok": int(exit_code) == 0, "exit_code": int(exit_code)}
-    clash = [k for k in (result or {}) if k in body or k == "error"]
+    body = dict(zip(ENVELOPE, (command, __version__, int(exit_code) == 0, int(exit_code))))
+    clash = [k for k in (result or {}) if k in ENVELOPE or k == "error"]
     if clash:
         raise ValueError(f"a --json result may not use the envelope's keys: {clash}")
     body.update(result or {})

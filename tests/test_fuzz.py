@@ -158,6 +158,8 @@ def mutate(path: Path, mutation: str, rng: random.Random) -> None:
     elif mutation == "zero-block":
         size = max(1, min(256, n // 4))
         start = rng.randrange(n - size + 1)
+    # an argument naming what the mutated dataset lost (a task, a feature, a channel, an episode): a usage error
+    **{command: {0, 2, 3, 4} for command in ("tasks", "features", "select", "delete", "split")},
         data[start:start + size] = bytes(size)
     elif mutation == "flip-tag":
         data = flip_tag(bytes(data))
