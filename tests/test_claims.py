@@ -1,11 +1,12 @@
 """Every performance figure in README.md and docs/*.md (speed ratios, samples/s, MFU, seconds) is tied to a results
 file in docs/results/ that exists, says where it came from, and holds that figure.
 
-How a figure finds its file: the paragraph (or table) that holds it names one or more `docs/results/*.json` (brace
-lists and `*` as in `scaling_call{6,7}_h200*.json`), or else the nearest paragraph above it in the same section
-does. The figure must then be one of those files' values of its kind, at the digits shown: samples/s a
-`*samples_per_s*` value, MFU a `*mfu*` value x 100, seconds a `*_s`/`*seconds*` value; a speed ratio (`1.56x`, a
-weak-scaling percentage) one of the files' ratios, or the quotient of two of their samples/s or seconds values.
+How a figure finds its files: those the paragraph (or table) that holds it names (`docs/results/*.json`, with brace
+lists and `*` as in `scaling_call{6,7}_h200*.json`), and those of the nearest paragraph above and below it in the
+same section that names any. The figure must then be one of those files' values of its kind, at the digits
+shown: samples/s a `*samples_per_s*` value, MFU a `*mfu*` value x 100, seconds a `*_s`/`*seconds*` value; a
+speed ratio (`1.56x`, a weak-scaling percentage) one of the files' ratios, or the quotient of two of their
+samples/s, seconds or `*_ms` values.
 
 A results file carries provenance (`provenance`: git commit, library versions, device, command); a figure from a
 file without it must say so where it stands ("no provenance recorded", in its paragraph or the one naming the file).
@@ -37,7 +38,8 @@ FIGURE = re.compile(r"(?<![\w.$/^-])(\d+(?:,\d{3})*(?:\.\d+)?)(x(?![\w^])| sampl
 COLUMN_KINDS = (("samples/s", "samples/s"), ("mfu", "MFU"), ("ratio", "x"), ("weak scaling", "%ratio"),
                 ("against 1 gpu", "%ratio"), ("step s", " s"), ("wall s", " s"), ("warm-up s", " s"))
 SECONDS_IN = {"README.md", "train.md", "scale.md"}   # where seconds are run times, not a dataset's timestamps
-NAMED = re.compile(r"[\w{},*.\-]+\.json(?:\[l\])?")   # `x.json[l]`: x.json and x.jsonl
+# a results file's name (`x.json[l]`: x.json and x.jsonl), not a markdown **bold** one
+NAMED = re.compile(r"(?<![\w*{},.\-])[\w{},.\-][\w{},*.\-]*\.json(?:\[l\])?")
 NO_RESULTS_FILE = "no results file kept"   # a run that printed its figures into the page and kept no file
 
 # (document, text that holds the figure, why it is not a measurement held in docs/results)
@@ -149,8 +151,8 @@ def candidates(files: list[Path], kind: str) -> list[float]:
     if kind == " s":
         return seconds
     ratios = [v for k, v in values if "ratio" in k or "_over_" in k.rsplit("/", 1)[-1]]
-    quotients = [a / b for a, b in itertools.permutations(speed, 2) if b] + \
-        [a / b for a, b in itertools.permutations(seconds, 2) if b]
+    millis = [v for k, v in values if k.endswith("_ms")]
+    quotients = [a / b for group in (speed, seconds, millis) for a, b in itertools.permutations(group, 2) if b]
     if kind == "%ratio":
         return [100 * v for v in ratios + quotients]
     return ratios + quotients   # "x"
@@ -163,36 +165,41 @@ def holds(shown: str, values: list[float]) -> bool:
 
 
 def provenance_of(path: Path) -> list[str]:
-    """What the file's provenance lacks: git commit, a library version, the device, the command."""
-    p = load(path)
-    p = p.get("provenance") if isinstance(p, dict) else None
+    """What the file's provenance lacks: git commit, a library version, the device, the command. The device and
+    versions may sit in each side's (or part's) own entry instead, as bench.train_vs_lerobot and
+    bench.infer_latency write them (every such entry must then hold them)."""
+    data = load(path)
+    p = data.get("provenance") if isinstance(data, dict) else None
     if not isinstance(p, dict):
         return ["provenance"]
-    lacking = [name for name, keys in (("git commit", ("git_commit",)), ("command", ("command",)),
-                                       ("device", ("device", "gpu")),
-                                       ("library versions", ("torch", "pyarrow", "numpy", "lerobot", "robovet", "ray")))
-               if not any(p.get(k) for k in keys)]
-    return lacking
+    parts = [v for key in ("sides", "parts") for v in (data.get(key) or {}).values()
+             if isinstance(v, dict) and "device" in v]
+    libraries = ("torch", "pyarrow", "numpy", "lerobot", "robovet", "ray")
+    has = {"git commit": bool(p.get("git_commit")), "command": bool(p.get("command")),
+           "device": bool(p.get("device") or p.get("gpu")) or (bool(parts) and all(v.get("device") for v in parts)),
+           "library versions": any(p.get(k) for k in libraries) or (bool(parts) and all(v.get("torch") for v in parts))}
+    return [name for name, ok in has.items() if not ok]
 
 
 def claims() -> list[dict]:
-    """Every figure of every document with the files it rests on."""
+    """Every figure of every document with the files it rests on: those its paragraph names, and those of the
+    nearest naming paragraph above and below it in the same section (a table's files are often listed under it)."""
     out = []
     for doc in DOCS:
         text = doc.read_text()
-        named_above: dict[str, list[Path]] = {}
-        section_text: dict[str, str] = {}
+        parsed = []
         for line, section, block in blocks(text):
-            section_text[section] = section_text.get(section, "") + "\n" + block
             named = [p for name in NAMED.findall(block) for p in expand(name)
-                     if "docs/results" in block or "results/" in block or name.startswith(("scaling_", "tvl_",
-                                                                                              "train_vs", "bench_",
-                                                                                              "cli_train", "convert_"))]
-            above = named_above.get(section, ([], ""))
-            files = sorted(set(named) | set(above[0]))   # its own, and those of the nearest naming paragraph above
-            naming = block + "\n" + above[1]
-            if named:
-                named_above[section] = (named, block)
+                     if "results/" in block or name.startswith(("scaling_", "tvl_", "train_vs", "bench_",
+                                                                "cli_train", "convert_", "infer_"))]
+            parsed.append((line, section, block, named))
+        section_text: dict[str, str] = {}
+        for i, (line, section, block, named) in enumerate(parsed):
+            section_text[section] = section_text.get(section, "") + "\n" + block
+            near = [next(((b, n) for _, s, b, n in order if s == section and n), ("", []))
+                    for order in (reversed(parsed[:i]), parsed[i + 1:])]
+            files = sorted(set(named) | set(near[0][1]) | set(near[1][1]))
+            naming = "\n".join([block, near[0][0], near[1][0]])
             for number, kind, where in figures(block):
                 if kind == " s" and doc.name not in SECONDS_IN:   # elsewhere seconds are the data's timestamps
                     continue
