@@ -11,9 +11,11 @@ import pytest
 
 from lerodoc.checks import ERROR, WARNING, Context, open_context, run_checks
 from lerodoc.checks import timestamps, videos
+from lerodoc.dataset import Dataset
 from lerodoc.ops.repair import repair
 from tests.fixtures import defects_media as defects
 from tests.fixtures.factory import make_dataset
+from tests.helpers import require
 
 FAMILIES = ("timestamps", "videos")
 CAM = "observation.images.top"
@@ -30,8 +32,10 @@ def clean(tmp_path_factory):
 
     def get(name: str) -> Path:
         if name not in made:
-            made[name] = make_dataset(tmp_path_factory.mktemp(name), **CLEAN[name]).root
+            get.fixtures[name] = make_dataset(tmp_path_factory.mktemp(name), **CLEAN[name])
+            made[name] = get.fixtures[name].root
         return made[name]
+    get.fixtures = {}   # name -> its factory Fixture (what lerobot must find in it)
     return get
 
 
@@ -52,8 +56,7 @@ def test_clean_datasets_have_no_findings(clean, name):
 
 @pytest.mark.shared
 def test_real_g1_has_no_findings():
-    if not G1.is_dir():
-        pytest.skip("../shared/data/g1_v21 is absent")
+    require(G1.is_dir(), "../shared/data/g1_v21 is absent")
     assert check(G1, deep=True) == []
 
 
@@ -99,8 +102,9 @@ def test_planted_defect_is_found_where_it_is(clean, tmp_path, name):
     base, plant_fn, code = DEFECTS[name]
     root, planted = plant(clean, tmp_path, base, plant_fn)
     findings = check(root)
-    if code in ("VID002", "VID003"):     # a camera-wide finding names its first file
-        assert {(f.code, f.feature) for f in findings if f.severity == ERROR} == {(code, planted.feature)}
+    if code in ("VID002", "VID003"):     # a camera-wide finding names the camera's first file and no episode
+        first = Dataset.open(root).video_files(planted.feature)[0]
+        assert errors(findings) == {(code, first, None, planted.feature)}, findings
     else:
         assert errors(findings) == {(code, planted.file, planted.episode, planted.feature)}, findings
     assert all(f.code in timestamps.CODES or f.code in videos.CODES for f in findings)
@@ -116,21 +120,72 @@ def test_demux_fallback_finds_the_same(clean, tmp_path, monkeypatch, name):
     assert check(root) == from_headers
 
 
-@pytest.mark.parametrize("name", DEFECTS)
-def test_repair_fixes_what_is_marked_fixable(clean, tmp_path, name):
-    """The fixable flag is a promise: after `lerodoc repair` those findings are gone, the others stay."""
+@pytest.fixture(scope="module")
+def repaired(clean, tmp_path_factory) -> dict:
+    """Each planted defect, planted and repaired once: name -> (error findings before, repaired root or None when
+    repair refused)."""
     from lerodoc.errors import LerodocError
     from lerodoc.ops.repair import repair
-    base, plant_fn, code = DEFECTS[name]
-    root, _ = plant(clean, tmp_path, base, plant_fn)
-    found = [f for f in check(root) if f.severity == ERROR]
-    try:
-        repair(root, tmp_path / "out")
-    except LerodocError:
+    out = {}
+    for name, (base, plant_fn, _) in DEFECTS.items():
+        work = tmp_path_factory.mktemp(name)
+        root, _ = plant(clean, work, base, plant_fn)
+        found = [f for f in check(root) if f.severity == ERROR]
+        try:
+            repair(root, work / "out")
+        except LerodocError:
+            out[name] = (found, None)
+            continue
+        out[name] = (found, work / "out")
+    return out
+
+
+@pytest.mark.parametrize("name", DEFECTS)
+def test_repair_fixes_what_is_marked_fixable(repaired, name):
+    """The fixable flag is a promise: after `lerodoc repair` those findings are gone, the others stay."""
+    found, out = repaired[name]
+    if out is None:
         assert not all(f.fixable for f in found)      # repair refused: something needed a human
         return
-    left = {f.code for f in check(tmp_path / "out") if f.severity == ERROR}
+    left = {f.code for f in check(out) if f.severity == ERROR}
     assert left == {f.code for f in found if not f.fixable}
+
+
+NOT_REPAIRED = {   # repair refuses these (the finding is not fixable): frames are gone, or the file cannot be read
+    "fewer-frames-h264", "fewer-frames-av1", "truncated", "truncated-faststart"}
+
+
+@pytest.fixture(scope="module")
+def lerobot_on_repaired(clean, repaired, tmp_path_factory) -> dict[str, dict]:
+    """LeRobotDataset 0.6.1 on the output of every repair that went through (a v2.1 output converted to v3.0 by
+    lerodoc first: 0.6.1 loads v3.0 only), in one interpreter, 8 frames per episode against their identity."""
+    from tests.helpers import expect_from_fixture, run_cli
+    from tests.lerobot_oracle import check_many_with_lerobot
+    names, jobs = [], []
+    for name, (_, out) in repaired.items():
+        if out is None:
+            continue
+        if Dataset.open(out).version != "v3.0":
+            converted = tmp_path_factory.mktemp(name) / "v30"
+            run_cli("convert", out, "-o", converted, "--to", "v3.0")
+            out = converted
+        names.append(name)
+        jobs.append({"root": out, "expect": expect_from_fixture(clean.fixtures[DEFECTS[name][0]]),
+                     "frames": 8})   # first, last and 6 between, per episode
+    return dict(zip(names, check_many_with_lerobot(jobs)))
+
+
+@pytest.mark.lerobot
+@pytest.mark.parametrize("name", DEFECTS)
+def test_repaired_media_defect_loads_aligned_in_lerobot(repaired, lerobot_on_repaired, name):
+    """What repair says it fixed loads in lerobot 0.6.1 with its frames aligned; what it refuses is listed."""
+    from tests.lerobot_oracle import summarize
+    if name in NOT_REPAIRED:
+        assert repaired[name][1] is None and name not in lerobot_on_repaired
+        return
+    assert repaired[name][1] is not None, f"{name}: repair refused it"
+    report = lerobot_on_repaired[name]
+    assert report["ok"], summarize(report)
 
 
 def test_duplicate_timestamp_is_not_also_a_dropped_frame(clean, tmp_path):
@@ -209,8 +264,11 @@ def test_errors_are_what_lerobot_trips_over(oracle_base, tmp_path, name):
     plant_fn(root)
     assert {f.code for f in check(root) if f.severity == ERROR} == codes
     report = check_with_lerobot(root, expect_from_fixture(oracle_base), raise_on_failure=False)
-    faults = [p for p in report["problems"] if not p.endswith("value mismatches")]
-    assert bool(faults) == bool(codes), report["problems"]
+    # exactly the episodes validate names are those lerobot raises at or serves wrong frames for
+    named = {f.episode for f in check(root) if f.severity == ERROR}
+    faulted = {x["episode"] for key in ("exceptions", "misaligned_examples", "length_mismatches")
+               for x in report[key]} | ({None} if report["load_error"] else set())
+    assert faulted == named, report["problems"]
 
 
 # ---------------------------------------------------------------- tolerance_s

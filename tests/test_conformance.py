@@ -61,9 +61,10 @@ def test_lerobot_converter_output_converts_back_and_forth(tmp_path):
     check_with_lerobot(tmp_path / "back", expect_from_fixture(fixture), backend="pyav")
 
 
-@pytest.mark.skipif(not G1.is_dir(), reason="../shared/data/g1_v21 is not present")
+@pytest.mark.shared
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_real_g1_converts_and_loads_frame_exact(tmp_path, backend):
+    require(G1.is_dir(), "../shared/data/g1_v21 is not present")
     needs_backend(backend)
     convert(G1, tmp_path / "g1_v30", to="v3.0")
     key = "observation.images.cam_high"
@@ -76,9 +77,10 @@ def test_real_g1_converts_and_loads_frame_exact(tmp_path, backend):
     assert report["misaligned"] == 0 and report["episodes_checked"] == 3
 
 
-@pytest.mark.skipif(not G1.is_dir(), reason="../shared/data/g1_v21 is not present")
+@pytest.mark.shared
 def test_reference_check_catches_a_one_frame_shift(tmp_path):
     """The frame-exact check above can fail: shift one episode's window by a frame and it does."""
+    require(G1.is_dir(), "../shared/data/g1_v21 is not present")
     convert(G1, tmp_path / "g1_v30", to="v3.0")
     key = "observation.images.cam_high"
     path = tmp_path / "g1_v30/meta/episodes/chunk-000/file-000.parquet"

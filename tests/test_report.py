@@ -20,7 +20,9 @@ from tests.helpers import require, run_cli, run_json
 
 FLAT = ("observation.state", 2)        # set to one value on every frame
 SPIKED = ("action", 4)                 # x3000 on one frame (a jump)
-SHIFTED = ("observation.images.top", 1)   # camera, episode whose window is moved 0.4 frame late
+SHIFTED = ("observation.images.top", 2)   # camera, episode whose window is moved 0.4 frame late: the first of
+#                                           file-001, so the window stays inside the file (a file's last episode
+#                                           moved late would pass the file's end: VID006, not VID010)
 CHECKER = """<script>addEventListener('load', () => {
   const images = [...document.images];
   const b = document.body;
@@ -47,7 +49,7 @@ def browse(page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess
 @pytest.fixture(scope="module")
 def defective(tmp_path_factory) -> Path:
     """A v3.0 factory dataset with a flat state channel, an action channel x3000 on one frame and one
-    camera's window of episode 1 moved 0.4 frame late (every frame lerobot looks up there is off by 13 ms)."""
+    camera's window of episode 2 moved 0.4 frame late (every frame lerobot looks up there is off by 13 ms)."""
     root = make_dataset(tmp_path_factory.mktemp("report") / "defective", version="v3.0", episodes=4,
                         lengths=[40, 52, 47, 61], cameras=("observation.images.top", "observation.images.wrist")).root
 
@@ -119,10 +121,12 @@ def test_json_report_is_exact_and_names_the_defects(defective, tmp_path):
         for key, level in (("q01", 0.01), ("q50", 0.5), ("q99", 0.99)):
             assert rows[("observation.state", c)][key] == np.quantile(state[:, c].astype(np.float32), level)
     assert rows[FLAT]["flags"] == ["near-constant"] and rows[SPIKED]["flags"] == ["extreme"]
-    # sampled episodes 0 and 3 are aligned; the shifted window is episode 1's
+    # sampled episodes 0 and 3 are aligned; the shifted window is episode 2's
     assert len(out["thumbnails"]) == 12 and not any(t["mismatch"] for t in out["thumbnails"])
-    codes = {f["code"] for f in out["validate"]["findings"]}
-    assert "VID010" in codes or any(c.startswith("VID") for c in codes)
+    camera, episode = SHIFTED   # the shifted window, and nothing else, is a video error: VID010 at its file
+    video_errors = [(f["code"], f["file"], f["episode"], f["field"]) for f in out["validate"]["findings"]
+                    if f["code"].startswith("VID") and f["severity"] == "error"]
+    assert video_errors == [("VID010", f"videos/{camera}/chunk-000/file-001.mp4", episode, camera)]
     assert out["tasks"]["episodes_per_task"] == {"pick up the cube": 2, "place the cube": 2}
 
 

@@ -191,8 +191,7 @@ G1 = Path(__file__).resolve().parents[2] / "shared/data/g1_v21"
 @pytest.mark.shared
 def test_trains_on_the_real_g1_recordings(tokenizer, tmp_path):
     """Real AV1 640x480 video and a 26-dim humanoid state/action (v2.1): quantiles, then a few tiny steps."""
-    if not G1.is_dir():
-        pytest.skip("../shared/data/g1_v21 is absent")
+    require(G1.is_dir(), "../shared/data/g1_v21 is absent")
     root = tmp_path / "g1"
     run_cli("quantiles", G1, "-o", root)
     proc = train(root, tmp_path / "run", tokenizer, "--steps", "6", "--batch-per-device", "4", "--save-every", "6",
