@@ -210,6 +210,20 @@ def test_links_leading_outside_are_refused(clean, tmp_path):
     refused(["merge", ds, ds, "-o", sandbox / "outs/m"], "video_path", sandbox)
 
 
+def test_a_stray_link_leading_outside_is_never_taken_for_a_misplaced_file(clean, tmp_path):
+    """repair reads a file stored under the wrong folder as the one the metadata names: a link there leading out
+    of the dataset is not such a file (it read and copied the outside file before)."""
+    sandbox = copy(clean, tmp_path)
+    ds, outside = sandbox / "v21", sandbox / "outside"
+    outside.mkdir()
+    shutil.move(ds / f"videos/chunk-000/{TOP}/episode_000000.mp4", outside / "secret.mp4")
+    stray = ds / f"videos/{TOP}/episode_000000.mp4"
+    stray.parent.mkdir(parents=True)
+    stray.symlink_to(os.path.relpath(outside / "secret.mp4", stray.parent))
+    error = refused(["repair", ds, "-o", sandbox / "outs/r"], TOP, sandbox)
+    assert "missing" in error["message"]
+
+
 def test_a_fifo_where_a_file_should_be_is_refused_not_read(clean, tmp_path):
     """Reading a FIFO would wait for ever: a data file that is one is refused before anything opens it."""
     sandbox = copy(clean, tmp_path)

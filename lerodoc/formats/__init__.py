@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 from lerodoc.errors import LerodocError
+from lerodoc.formats import paths
 from lerodoc.formats.jsonl import read_json  # noqa: F401  (re-exported)
 
 VERSIONS = ("v2.0", "v2.1", "v3.0")
@@ -39,14 +40,15 @@ def module(version: str) -> ModuleType:
 
 def loose_files(root: Path, suffix: str) -> list[str]:
     """Every `suffix` file of the dataset tree outside meta/ and hidden folders, relative, sorted: where a
-    data or video file may sit when it is not where the template puts it."""
+    data or video file may sit when it is not where the template puts it. A link leading out of the dataset
+    (or to a FIFO or device) is not one of them: `paths.readable`."""
     root = Path(root)
     out = []
     for path in root.rglob(f"*{suffix}"):
         rel = path.relative_to(root)
-        if rel.parts[0] != "meta" and not any(part.startswith(".") for part in rel.parts) and path.is_file():
+        if rel.parts[0] != "meta" and not any(part.startswith(".") for part in rel.parts):
             out.append(rel.as_posix())
-    return sorted(out)
+    return sorted(paths.readable(root, out))
 
 
 def find_misplaced(expected: str, candidates: list[str], key: str | None = None) -> str | None:

@@ -194,6 +194,25 @@ def check_links(root: Path | str, relatives: Iterable[str], *, field: str | None
                                  file=entry.path, field=field, hint="put the file itself there")
 
 
+def readable(root: Path | str, relatives: Iterable[str]) -> list[str]:
+    """Those of `relatives` (files found by listing a dataset's tree, none named by its metadata) that may be read:
+    regular files, and links to regular files that stay where `check_links` allows. The others are left out,
+    never opened: a stray link does not stop a command, it is simply not followed."""
+    root = Path(root)
+    areas, out = None, []
+    for relative in relatives:
+        path = root / relative
+        mode = path.lstat().st_mode
+        if stat.S_ISLNK(mode):
+            areas = areas or link_areas(root)
+            if not _within(os.path.realpath(path), areas) or not path.is_file():
+                continue
+        elif not stat.S_ISREG(mode):
+            continue
+        out.append(relative)
+    return out
+
+
 def fresh_name(path: Path) -> Path:
     """A name beside `path` that no file has: hidden, this process's and random."""
     return path.with_name(f".{path.name[:180]}.{os.getpid()}-{secrets.token_hex(4)}{NEW_SUFFIX}")
