@@ -38,6 +38,7 @@ ASSETS = {a.name: a for a in (
 )}
 KINDS = {"tokenizer": "tokenizer.model", "weights": "model.safetensors"}
 SOURCES = ("hf", "modelscope")
+INFO_FILE = "meta/info.json"   # formats.INFO_PATH, spelt here so that finding a dataset loads no format code
 
 
 class HubError(LerodocError):
@@ -68,14 +69,57 @@ def modelscope_dir(repo: str) -> Path:
     return Path(constants.HF_HOME) / "modelscope" / repo
 
 
-def cached_file(repo: str, filename: str) -> Path | None:
-    """`filename` of model repo `repo` at `main` in the Hugging Face cache, read from the cache's layout
-    (refs/main names the snapshot) without loading huggingface_hub's download code (a third of a second)."""
+def cached_file(repo: str, filename: str, *, repo_type: str = "model", revision: str | None = None,
+                cache_dir: Path | None = None) -> Path | None:
+    """`filename` of `repo` at `revision` (main) in the Hugging Face cache (HF_HUB_CACHE, or `cache_dir`), found by
+    huggingface_hub's own try_to_load_from_cache (the ref's snapshot, a commit hash too); None when absent. A repo
+    with no folder in the cache answers before that import (most of a second), so a missing asset fails fast."""
     from huggingface_hub import constants
-    folder = Path(constants.HF_HUB_CACHE) / f"models--{repo.replace('/', '--')}"
-    ref = folder / "refs" / "main"
-    found = folder / "snapshots" / ref.read_text().strip() / filename if ref.is_file() else None
-    return found if found and found.is_file() else None
+    folder = f"{repo_type}s--{repo.replace('/', '--')}"   # the cache's layout (huggingface_hub's repo_folder_name)
+    if not (Path(cache_dir or constants.HF_HUB_CACHE) / folder).is_dir():
+        return None
+    from huggingface_hub import try_to_load_from_cache
+    found = try_to_load_from_cache(repo, filename, cache_dir=cache_dir, revision=revision, repo_type=repo_type)
+    return Path(found) if isinstance(found, str) and Path(found).is_file() else None
+
+
+def lerobot_home() -> Path:
+    """lerobot's HF_LEROBOT_HOME (lerobot.utils.constants): $HF_LEROBOT_HOME, else $HF_HOME/lerobot. A dataset named
+    by repo id lives at HF_LEROBOT_HOME/owner/name; lerobot's own hub downloads go to HF_LEROBOT_HOME/hub."""
+    import os
+    from huggingface_hub import constants
+    return Path(os.environ.get("HF_LEROBOT_HOME") or Path(constants.HF_HOME) / "lerobot").expanduser()
+
+
+DATASET_REVISIONS = (None, "v3.0", "v2.1", "v2.0")   # main, then the version tags lerobot downloads by
+
+
+def dataset_places(repo_id: str) -> list[str]:
+    """Where `find_dataset` looks for a repo id, in order (for messages and docs)."""
+    home = lerobot_home()
+    from huggingface_hub import constants
+    return [str(home / repo_id), f"the hub cache {home / 'hub'} (lerobot's downloads)",
+            f"the hub cache {constants.HF_HUB_CACHE}"]
+
+
+def find_dataset(repo_id: str) -> Path:
+    """The root of the dataset that `repo_id` (owner/name) names on this machine, as lerobot finds it: the folder
+    HF_LEROBOT_HOME/owner/name (where LeRobotDataset(repo_id) reads and `lerodoc download dataset` writes), else a
+    snapshot in lerobot's hub cache (HF_LEROBOT_HOME/hub) or in the Hugging Face cache (main or a version tag).
+    Never touches the network. A repo id found nowhere is a LerodocError whose hint is the download command."""
+    home = lerobot_home()
+    local = home / repo_id
+    if (local / INFO_FILE).is_file():
+        return local
+    for cache_dir in (home / "hub", None):
+        for revision in DATASET_REVISIONS:
+            info = cached_file(repo_id, INFO_FILE, repo_type="dataset", revision=revision, cache_dir=cache_dir)
+            if info:
+                return info.parent.parent
+    raise LerodocError(f"is neither a folder here nor a dataset on this machine (looked in "
+                       f"{'; '.join(dataset_places(repo_id))})", file=repo_id,
+                       hint=f"run `lerodoc download dataset {repo_id}` (it puts it at {local}), or give the "
+                            "dataset's folder")
 
 
 def locate(kind: str, spec: str) -> Path:
@@ -148,23 +192,55 @@ def fetch_asset(kind: str, name: str, *, repo: str | None = None, revision: str 
 
 def fetch_dataset(repo: str, *, revision: str | None = None, output: Path | None = None, source: str = "hf",
                   include: list[str] | None = None) -> Fetched:
-    """Download a dataset repository and validate what arrived (unless --include took only part of it)."""
-    if source == "hf":
-        from huggingface_hub import snapshot_download
-        with hub_errors(repo, "--source modelscope"):
-            root = Path(snapshot_download(repo, repo_type="dataset", revision=revision, local_dir=output,
-                                          allow_patterns=include or None))
-    else:
-        root = _modelscope_fetch(repo, "dataset", revision, output or modelscope_dir(repo), include, None)
+    """Download a dataset repository and validate what arrived (unless --include took only part of it).
+
+    Without `output` it goes where LeRobotDataset(repo) reads it, HF_LEROBOT_HOME/owner/name (`placed_download`)."""
+    target = Path(output) if output else lerobot_home() / repo
+    with placed_download(target, repo, placed=output is None):
+        if source == "hf":
+            from huggingface_hub import snapshot_download
+            with hub_errors(repo, "--source modelscope"):
+                root = Path(snapshot_download(repo, repo_type="dataset", revision=revision, local_dir=target,
+                                              allow_patterns=include or None))
+        else:
+            root = _modelscope_fetch(repo, "dataset", revision, target, include, None)
     files = visible_files(root)
     fetched = Fetched("dataset", repo, source, str(root), files, "not validated (--include took part of it)",
-                      f"lerodoc train pi05 {root}")
+                      f"lerodoc train pi05 {repo if output is None else root}")
     if not include:
         from lerodoc.ops.validate import validate
         report = validate(root)
         fetched.findings = [f.to_json() for f in report.findings]
         fetched.verified = f"validate: {report.errors} errors, {report.warnings} warnings"
     return fetched
+
+
+HF_DOWNLOAD_META = Path(".cache/huggingface/download")   # huggingface_hub's local_dir bookkeeping
+KEPT_DOWNLOAD_META = Path(".cache/lerodoc-download")     # the same, once the download is complete
+
+
+@contextmanager
+def placed_download(target: Path, repo: str, *, placed: bool):
+    """Download into HF_LEROBOT_HOME/owner/name so that LeRobotDataset(repo) reads it offline.
+
+    lerobot 0.6.1 takes a folder holding huggingface_hub's local_dir bookkeeping (.cache/huggingface/download) for
+    a stale mirror and fetches the dataset again, so a complete download moves it aside (.cache/lerodoc-download),
+    and the next download of the same repo moves it back (only changed files are fetched again). A folder there
+    that no download made (one lerobot-record wrote, say) is never written into."""
+    if not placed:
+        yield
+        return
+    hf_meta, kept = target / HF_DOWNLOAD_META, target / KEPT_DOWNLOAD_META
+    if kept.is_dir() and not hf_meta.exists():
+        hf_meta.parent.mkdir(parents=True, exist_ok=True)
+        kept.rename(hf_meta)
+    elif target.exists() and not hf_meta.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise LerodocError("holds files that no `lerodoc download dataset` put there (a dataset recorded there, "
+                           "say); nothing was downloaded", file=target,
+                           hint=f"give -o FOLDER to download {repo} elsewhere, or move that folder away")
+    yield
+    if hf_meta.is_dir():
+        hf_meta.rename(kept)
 
 
 def visible_files(root: Path) -> list[str]:

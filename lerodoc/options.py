@@ -19,7 +19,9 @@ INFO_FILE = "meta/info.json"   # formats.INFO_PATH, spelt here so that --help lo
 
 def resolve_dataset(value: Optional[Path]) -> Path:
     """DATASET as typed, or the current folder when it is left out and holds meta/info.json (the card's commands
-    are typed inside a dataset). A usage error (exit 2) otherwise."""
+    are typed inside a dataset), or, when no such folder exists, a repo id (owner/name) found as lerobot finds it
+    (`hub.find_dataset`: HF_LEROBOT_HOME/owner/name, then the hub caches; a folder of that name here wins). A
+    usage error (exit 2) otherwise; a repo id found nowhere is exit 3 with the `lerodoc download dataset` hint."""
     if value is None:
         try:
             here = Path.cwd()
@@ -31,6 +33,9 @@ def resolve_dataset(value: Optional[Path]) -> Path:
         raise typer.BadParameter(f"give a DATASET: the current folder ({here}) holds no {INFO_FILE}",
                                  param_hint="DATASET")
     if not value.exists():
+        if looks_like_repo_id(str(value)):
+            from lerodoc.hub import find_dataset
+            return find_dataset(str(value))
         raise typer.BadParameter(f"{str(value)!r} does not exist", param_hint="DATASET")
     if not value.is_dir():
         raise typer.BadParameter(f"{str(value)!r} is a file; give the dataset's root folder (the one holding meta/)",
@@ -38,8 +43,22 @@ def resolve_dataset(value: Optional[Path]) -> Path:
     return value
 
 
+def looks_like_repo_id(text: str) -> bool:
+    """owner/name as the hub spells repo ids (one slash, no leading dot or slash): what DATASET may be instead of a
+    folder."""
+    import re
+    return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_][A-Za-z0-9_.-]*", text) is not None \
+        and ".." not in text
+
+
+def resolve_datasets(values: list[Path]) -> list[Path]:
+    """`resolve_dataset` for each of several DATASETs (merge's SOURCES); none may be left out."""
+    return [resolve_dataset(v) for v in values]
+
+
 DatasetArg = Annotated[Optional[Path], typer.Argument(
-    help="Dataset root (the folder holding meta/).", callback=resolve_dataset,
+    help="Dataset root (the folder holding meta/), or a repo id (owner/name) found under HF_LEROBOT_HOME or in "
+    "the hub cache, as lerobot finds it.", callback=resolve_dataset,
     show_default="the current folder, when it holds meta/info.json")]
 OutputOpt = Annotated[Path, typer.Option("--output", "-o", help="Where to write the new dataset (must not exist).",
                                          rich_help_panel="Output")]

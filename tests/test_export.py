@@ -173,6 +173,10 @@ def test_export_refuses_a_run_without_state_in_the_prompt_and_a_taken_folder(run
     (tmp_path / "taken/file").write_text("x")
     proc = run_cli("export", "lerobot", run, "-o", tmp_path / "taken", check=False)
     assert proc.returncode == 3 and "already exists" in proc.stderr
+    before = sorted(p.relative_to(run).as_posix() for p in run.rglob("*"))
+    proc = run_cli("export", "lerobot", run, "-o", run / "policy", check=False)   # never inside its input
+    assert proc.returncode == 3 and "-o is inside the input" in " ".join(proc.stderr.split())
+    assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == before
     proc = run_cli("export", "lerobot", tmp_path / "taken", "-o", tmp_path / "p2", check=False)
     assert proc.returncode == 3 and "trainer.json" in proc.stderr
 

@@ -59,7 +59,9 @@ def _show(fetched: Fetched, json: bool) -> None:
 def dataset(
     repo_id: Annotated[str, typer.Argument(help="Dataset repository, e.g. lerobot/aloha_sim_insertion_human.")],
     revision: RevisionOpt = None,
-    output: OutputDirOpt = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Put the files in this folder.",
+                                                   show_default="HF_LEROBOT_HOME/REPO_ID, where "
+                                                   "LeRobotDataset(REPO_ID) and lerodoc read it")] = None,
     source: SourceOpt = Source.hf,
     include: Annotated[list[str], typer.Option("--include", help="Only files matching this glob (repeatable); "
                                                "the result is then not validated.")] = [],
@@ -67,10 +69,13 @@ def dataset(
 ) -> None:
     """Download a LeRobot dataset and validate it (exit 1 when validation finds errors).
 
-    Files already complete are not fetched again, so an interrupted download resumes by running the
+    Without -o the dataset goes to HF_LEROBOT_HOME/REPO_ID (HF_LEROBOT_HOME defaults to
+    ~/.cache/huggingface/lerobot, as in lerobot), where LeRobotDataset(REPO_ID) loads it offline and every
+    lerodoc command finds it by its repo id (lerodoc info REPO_ID). A folder there that no download made is
+    never written into. Files already complete are not fetched again, so an interrupted download resumes by running the
     same command.
 
-    Example: lerodoc download dataset lerobot/pusht -o data/pusht
+    Example: lerodoc download dataset lerobot/pusht
     """
     _show(fetch_dataset(repo_id, revision=revision, output=output, source=_source(source), include=include), json)
 

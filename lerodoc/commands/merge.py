@@ -9,10 +9,10 @@ import typer
 
 from lerodoc import render
 from lerodoc.options import (DEFAULT_WORKERS, DryRunOpt, EngineName, EngineOpt, ForceOpt, JsonOpt, OutputOpt,
-                             RayAddressOpt, Target, WorkersOpt)
+                             RayAddressOpt, Target, WorkersOpt, resolve_datasets)
 
-SourcesArg = Annotated[list[Path], typer.Argument(help="Datasets to merge, in order (called A, B, C, ...).",
-                                                  exists=True, file_okay=False, dir_okay=True)]
+SourcesArg = Annotated[list[Path], typer.Argument(help="Datasets to merge, in order (called A, B, C, ...): "
+                                                  "folders or repo ids.", callback=resolve_datasets)]
 
 
 def merge(
