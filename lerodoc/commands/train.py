@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,6 +15,10 @@ from lerodoc.parallel import data_workers
 app = typer.Typer(name="train", no_args_is_help=True, help="Train policies on a dataset.")
 
 MODEL, DATA, OPTIM, RUN, PERF = "Model", "Data", "Optimisation", "Run", "Performance"
+
+
+class Float8(str, Enum):
+    tensorwise = "tensorwise"
 
 
 @app.command("pi05")
@@ -68,6 +73,12 @@ def pi05(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda (under torchrun: cuda:LOCAL_RANK).",
                                         rich_help_panel=PERF)] = "auto",
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile the model.", rich_help_panel=PERF)] = False,
+    float8: Annotated[Optional[Float8], typer.Option(help="torchao float8 training of the large linear layers "
+                                                     "(tensorwise scaling; CUDA GPUs with float8 units, not with "
+                                                     "--fsdp; pip install 'lerodoc[float8]'). Off by default: "
+                                                     "faster at large batches, slower at small ones, slightly "
+                                                     "different numerics (docs/train.md).",
+                                                     case_sensitive=False, rich_help_panel=PERF)] = None,
     gradient_checkpointing: Annotated[bool, typer.Option("--gradient-checkpointing", help="Recompute layers in "
                                                          "backward: less memory, about 1/3 more compute.",
                                                          rich_help_panel=PERF)] = False,
@@ -137,7 +148,8 @@ def pi05(
     run = RunConfig(dataset=str(dataset), output=str(output), tokenizer=tokenizer, preset=preset, weights=weights,
                     steps=steps, batch_per_device=batch_per_device, lr=lr, min_lr=min_lr, warmup_steps=warmup_steps,
                     weight_decay=weight_decay, clip=clip, ema=ema, seed=seed, precision=precision, device=device,
-                    compile=compile, gradient_checkpointing=gradient_checkpointing, fsdp=fsdp, fsdp_reshard=fsdp_reshard,
+                    compile=compile, float8=float8.value if float8 else None,
+                    gradient_checkpointing=gradient_checkpointing, fsdp=fsdp, fsdp_reshard=fsdp_reshard,
                     workers=workers,
                     save_every=save_every, keep=keep, log_every=log_every, data=data,
                     wandb_project=wandb_project if wandb else None, tensorboard=tensorboard,
