@@ -17,7 +17,7 @@ import numpy as np
 
 from lerodoc import formats
 from lerodoc.dataset import Dataset, Stats
-from lerodoc.errors import LerodocError
+from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import ACTION_FEATURES, INDEX_FEATURES, STATE_FEATURES, flat_names
 from lerodoc.formats.jsonl import write_text
 from lerodoc.staging import staged_edit, staged_meta
@@ -124,7 +124,7 @@ def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, fea
     features = list(features or numeric)
     unknown = [f for f in features if f not in numeric]
     if unknown:
-        raise LerodocError(f"{unknown[0]!r} is not a numeric feature of this dataset (numeric: {', '.join(numeric)})",
+        raise UsageError(f"{unknown[0]!r} is not a numeric feature of this dataset (numeric: {', '.join(numeric)})",
                            file=ds.root / formats.INFO_PATH, field=unknown[0])
     keys = openpi_keys(ds, openpi_features or {}) if openpi_path is not None else None
     dataset, per_episode, passes = exact_stats(ds, features, workers=workers, budget=budget, engine=engine)

@@ -21,7 +21,7 @@ import numpy as np
 
 from lerodoc import formats, mp4, video
 from lerodoc.dataset import Dataset, Episode, VideoSpan, stat_size
-from lerodoc.errors import LerodocError
+from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature
 from lerodoc.formats.stats import normalise_stats
@@ -262,7 +262,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     `dry_run` returns the report with the plan (what would change, `rewrite.Plan.to_json`), writing nothing."""
     started = time.perf_counter()
     if not dry_run and in_place == (out is not None):
-        raise LerodocError("give either -o OUTPUT or --in-place (or --dry-run to only see the plan)")
+        raise UsageError("give either -o OUTPUT or --in-place (or --dry-run to only see the plan)")
     before = validate(src, videos=True)
     ds = Dataset.open(src)
     ds.require_columns()

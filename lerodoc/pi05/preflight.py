@@ -11,7 +11,7 @@ import numpy as np
 
 from lerodoc.checks import Context, open_context, run_checks
 from lerodoc.dataset import Dataset
-from lerodoc.errors import LerodocError
+from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import ACTION_FEATURES, STATE_FEATURES, flat_names
 from lerodoc.stats import channel_flags
 
@@ -69,7 +69,7 @@ def resolve_keys(dataset: Dataset, action_key: str, state_key: str | None, camer
     if cameras == (NO_CAMERAS,):
         return action_key, state_key, ()
     if NO_CAMERAS in cameras:
-        raise LerodocError("--camera none cannot be combined with other cameras", field="--camera")
+        raise UsageError("--camera none cannot be combined with other cameras", field="--camera")
     images = dataset.info.image_keys
     encode = f"lerodoc encode {root} -o ENCODED" + "".join(f" --cameras {k}" for k in images)
     if not cameras:

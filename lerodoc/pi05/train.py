@@ -23,7 +23,7 @@ import torch
 
 from lerodoc import render
 from lerodoc.dataset import Dataset
-from lerodoc.errors import LerodocError
+from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.jsonl import write_json
 from lerodoc.parallel import data_workers
 from lerodoc.pi05 import checkpoint, launch, preflight, runs
@@ -342,7 +342,7 @@ def build(setup: Setup) -> Parts:
     bf16 = run.precision == "bf16" or (run.precision == "auto" and procs.device.type == "cuda")
     model = build_model(setup.config, run, procs, setup.weights)
     if run.ema and run.fsdp:
-        raise LerodocError("--ema is not supported with --fsdp", hint="drop one of them")
+        raise UsageError("--ema is not supported with --fsdp", hint="drop one of them")
     ema = EMA(model, run.ema) if run.ema else None
     if run.float8:
         check_float8(run, setup.config, procs)
@@ -376,7 +376,7 @@ def check_float8(run: RunConfig, config: PI05Config, procs: Processes) -> None:
         raise LerodocError(f"float8 training needs a GPU with float8 matrix units (H100, H200, L40S, ...); this run "
                            f"is on {procs.device}", hint="drop the float8 option")
     if run.fsdp:
-        raise LerodocError("float8 training is not supported with --fsdp", hint="drop one of them")
+        raise UsageError("float8 training is not supported with --fsdp", hint="drop one of them")
     try:
         import torchao  # noqa: F401
     except ImportError:
