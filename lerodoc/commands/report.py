@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -13,8 +13,10 @@ from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, Work
 
 def report(
     dataset: DatasetArg = None,
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write (outside the dataset).",
-                                         rich_help_panel="Output")] = Path("report.html"),
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="The HTML file to write (outside the "
+                                                   "dataset).", show_default="report.html here; beside the dataset "
+                                                   "(NAME-report.html) when here is inside it",
+                                                   rich_help_panel="Output")] = None,
     force: ForceOpt = False,
     videos: Annotated[bool, typer.Option("--videos", help="Check the video containers and decode the first, middle "
                                          "and last frame of each sampled episode per camera.")] = False,
@@ -47,6 +49,7 @@ def report(
     Example: lerodoc report ./my_dataset -o report.html --videos --episodes 4
     """
     from lerodoc.report import build
+    output = output or default_output(dataset)
     with render.progress(not json) as track:
         result = build(dataset, output, videos=videos, episodes=episodes, workers=workers, tolerance_s=tolerance_s,
                        progress=track, force=force)
@@ -60,3 +63,12 @@ def report(
                      + (f"; {late} of {len(result.thumbnails)} frames off their row's time" if result.thumbnails else "")
                      + f" ({result.seconds:.2f} s)")
     render.out.print(f"report written to {result.output}")
+
+
+def default_output(dataset: Path) -> Path:
+    """report.html in the current folder, or NAME-report.html beside the dataset when the current folder is inside
+    it (a report is never written into its dataset)."""
+    here, root = Path.cwd().resolve(), Path(dataset).resolve()
+    if here == root or here.is_relative_to(root):
+        return root.parent / f"{root.name}-report.html"
+    return Path("report.html")

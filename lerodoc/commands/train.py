@@ -25,7 +25,9 @@ class Float8(str, Enum):
 def pi05(
     dataset: DatasetArg = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run folder (config, checkpoints, "
-                                                   "metrics); default runs/<dataset>-pi05.", rich_help_panel=RUN)] = None,
+                                                   "metrics), never inside the dataset.",
+                                                   show_default="runs/NAME-pi05 here, or beside the dataset when "
+                                                   "here is inside it", rich_help_panel=RUN)] = None,
     preset: Annotated[str, typer.Option(help="Model size: tiny (CPU tests, demos) or full (3.35B, the published "
                                         "shapes).", rich_help_panel=MODEL)] = "full",
     weights: Annotated[Optional[str], typer.Option(help="pi0.5 model.safetensors (file or folder), a lerobot PI05 "
@@ -144,7 +146,7 @@ def pi05(
                     cameras=tuple(c.lower() if c.lower() == "none" else c for c in cameras),
                     action_horizon=action_horizon, image_size=0, state_in_prompt=state_in_prompt and not no_state,
                     max_token_len=max_token_len)
-    output = output or Path("runs") / f"{dataset.resolve().name}-pi05"
+    output = output or default_run(dataset)
     run = RunConfig(dataset=str(dataset), output=str(output), tokenizer=tokenizer, preset=preset, weights=weights,
                     steps=steps, batch_per_device=batch_per_device, lr=lr, min_lr=min_lr, warmup_steps=warmup_steps,
                     weight_decay=weight_decay, clip=clip, ema=ema, seed=seed, precision=precision, device=device,
@@ -204,3 +206,11 @@ def render_sweep(rows: list[dict], as_json: bool) -> None:
     if best:
         render.out.print(f"largest batch that fits: {fits[-1]['batch_per_device']}; fastest: "
                          f"{best['batch_per_device']} ({best['samples_per_s']:.1f} samples/s)")
+
+
+def default_run(dataset: Path) -> Path:
+    """runs/NAME-pi05 in the current folder, or beside the dataset when the current folder is inside it (the card's
+    command is typed there; a run folder is never written into its dataset)."""
+    here, root = Path.cwd().resolve(), Path(dataset).resolve()
+    base = root.parent / "runs" if here == root or here.is_relative_to(root) else Path("runs")
+    return base / f"{root.name}-pi05"

@@ -20,7 +20,7 @@ from lerodoc.dataset import Dataset, Stats
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import ACTION_FEATURES, INDEX_FEATURES, STATE_FEATURES, flat_names
 from lerodoc.formats.jsonl import write_text
-from lerodoc.staging import staged_edit, staged_meta
+from lerodoc.staging import check_output, staged_edit, staged_meta
 from lerodoc.stats import channel_flags, exact_stats, merge_dataset_stats
 
 # openpi's norm_stats.json keys, and the dataset features each is found in when not named
@@ -127,6 +127,8 @@ def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, fea
         raise UsageError(f"{unknown[0]!r} is not a numeric feature of this dataset (numeric: {', '.join(numeric)})",
                            file=ds.root / formats.INFO_PATH, field=unknown[0])
     keys = openpi_keys(ds, openpi_features or {}) if openpi_path is not None else None
+    if openpi_path is not None and (out is not None or in_place):   # never into the dataset, an existing file with
+        check_output(Path(openpi_path), (ds.root,), force=force, folder=False)   # --force only
     dataset, per_episode, passes = exact_stats(ds, features, workers=workers, budget=budget, engine=engine)
     report = QuantilesReport(dataset=str(ds.root), output=None, features=features, frames=ds.total_frames,
                              passes=passes, channels=channel_table(ds, dataset, features),

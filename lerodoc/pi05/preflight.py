@@ -5,6 +5,7 @@ Each problem is a LerodocError naming the file or feature and the command that f
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -128,7 +129,13 @@ def check_features(dataset: Dataset, action_key: str, state_key: str | None) -> 
                            field=action_key, hint=f"lerodoc select {root} -o SELECTED --action '{action_key}[0:32]'")
 
 
-def check_run_folder(output: Path, resume: bool) -> None:
+def check_run_folder(output: Path, resume: bool, dataset: Path | None = None) -> None:
+    if dataset is not None:
+        real, data = Path(os.path.realpath(output)), Path(os.path.realpath(dataset))
+        if real == data or real.is_relative_to(data) or data.is_relative_to(real):
+            raise LerodocError("is, holds or is inside the dataset: a run folder there would change the dataset",
+                               file=output, hint="choose an --output outside the dataset (default: runs/NAME-pi05 "
+                                                 "in the current folder)")
     if resume:
         if not (output / "config.json").is_file():
             raise LerodocError("holds no run to resume (no config.json)", file=output,

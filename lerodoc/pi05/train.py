@@ -192,7 +192,7 @@ def check(run: RunConfig, resume: bool, writes: bool = True) -> tuple[RunConfig 
     saved config (or None), the dataset and the resolved data spec."""
     output = Path(run.output)
     if writes:
-        preflight.check_run_folder(output, resume)
+        preflight.check_run_folder(output, resume, Path(run.dataset))
     if resume:
         saved = RunConfig.from_json(json.loads((output / "config.json").read_text()))
         changed = [k for k in CURVE_OPTIONS if k != "data" and getattr(saved, k) != getattr(run, k)]
