@@ -71,7 +71,7 @@ def cli(env: dict, *args: str) -> subprocess.CompletedProcess:
 def test_download_dataset_cut_mid_file_resumes_by_range_and_validates(tmp_path, hub, env):
     from huggingface_hub.constants import DOWNLOAD_CHUNK_SIZE
     # One data file above the client's 10 MiB read chunk: it resumes from the last whole chunk it wrote.
-    make_dataset(tmp_path / "src", version="v3.0", episodes=2, lengths=[6000, 6000], cameras=(),
+    make_dataset(tmp_path / "src", version="v3.0", episodes=2, lengths=[48000, 48000], cameras=(),
                  state_dim=128, action_dim=128)
     source = folder_files(tmp_path / "src")
     big = max(source, key=lambda p: len(source[p]))
