@@ -22,7 +22,7 @@ import pytest
 from lerodoc.checks import ERROR, WARNING, Finding, open_context, run_checks
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
-from lerodoc.pi05.preflight import check_dataset, check_features
+from lerodoc.pi05.preflight import check_dataset, check_features, open_checked
 from tests.fixtures.factory import make_dataset
 
 STATE = "observation.state"
@@ -327,9 +327,10 @@ def test_missing_quantiles_warn_in_validate_and_stop_pi05_preflight(tmp_path):
     found = [f for f in findings(root) if f.code == "STA020"]
     assert [f.severity for f in found if f.feature == STATE] == [WARNING]
     assert errors(findings(root)) == []
-    check_dataset(root)   # validate's errors only
+    ctx = open_checked(root)
+    check_dataset(ctx, tuple(ctx.dataset.info.video_keys))   # validate's errors only
     with pytest.raises(LerodocError) as caught:
-        check_features(Dataset.open(root), "action", STATE, ())
+        check_features(ctx.dataset, "action", STATE)
     assert "q01/q99" in caught.value.message and "lerodoc quantiles" in caught.value.hint
 
 
