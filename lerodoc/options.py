@@ -56,6 +56,13 @@ def resolve_datasets(values: list[Path]) -> list[Path]:
     return [resolve_dataset(v) for v in values]
 
 
+def working_in(dataset: Path) -> bool:
+    """Whether the current folder is the dataset or inside it: a default output path is then put beside the dataset
+    instead, as nothing is ever written into a command's input."""
+    here, root = Path.cwd().resolve(), Path(dataset).resolve()
+    return here == root or here.is_relative_to(root)
+
+
 DatasetArg = Annotated[Optional[Path], typer.Argument(
     help="Dataset root (the folder holding meta/), or a repo id (owner/name) found under HF_LEROBOT_HOME or in "
     "the hub cache, as lerobot finds it.", callback=resolve_dataset,

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, WorkersOpt
+from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, WorkersOpt, working_in
 
 
 def report(
@@ -68,7 +68,5 @@ def report(
 def default_output(dataset: Path) -> Path:
     """report.html in the current folder, or NAME-report.html beside the dataset when the current folder is inside
     it (a report is never written into its dataset)."""
-    here, root = Path.cwd().resolve(), Path(dataset).resolve()
-    if here == root or here.is_relative_to(root):
-        return root.parent / f"{root.name}-report.html"
-    return Path("report.html")
+    root = Path(dataset).resolve()
+    return root.parent / f"{root.name}-report.html" if working_in(root) else Path("report.html")

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.options import DatasetArg, JsonOpt
+from lerodoc.options import DatasetArg, JsonOpt, working_in
 from lerodoc.parallel import data_workers
 
 app = typer.Typer(name="train", no_args_is_help=True, help="Train policies on a dataset.")
@@ -211,6 +211,5 @@ def render_sweep(rows: list[dict], as_json: bool) -> None:
 def default_run(dataset: Path) -> Path:
     """runs/NAME-pi05 in the current folder, or beside the dataset when the current folder is inside it (the card's
     command is typed there; a run folder is never written into its dataset)."""
-    here, root = Path.cwd().resolve(), Path(dataset).resolve()
-    base = root.parent / "runs" if here == root or here.is_relative_to(root) else Path("runs")
-    return base / f"{root.name}-pi05"
+    root = Path(dataset).resolve()
+    return (root.parent / "runs" if working_in(root) else Path("runs")) / f"{root.name}-pi05"
