@@ -77,7 +77,7 @@ def pi05(
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile the model.", rich_help_panel=PERF)] = False,
     float8: Annotated[Optional[Float8], typer.Option(help="torchao float8 training of the large linear layers "
                                                      "(tensorwise scaling; CUDA GPUs with float8 units, not with "
-                                                     "--fsdp; pip install 'lerodoc[float8]'). Off by default: "
+                                                     "--fsdp; needs torchao, the float8 extra). Off by default: "
                                                      "faster at large batches, slower at small ones, slightly "
                                                      "different numerics (docs/train.md).",
                                                      case_sensitive=False, rich_help_panel=PERF)] = None,
