@@ -185,26 +185,40 @@ def test_launch_plan_refuses_a_node_index_past_the_nodes():
         launch.plan({"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "h"}, None, 8)
 
 
-def test_repair_lists_every_lost_video_file_and_drops_their_episodes_when_asked(tmp_path, tokenizer):
+def test_repair_writes_what_it_can_lists_every_lost_video_file_and_drops_their_episodes_when_asked(tmp_path,
+                                                                                                   tokenizer):
+    """Without --drop-broken, repair writes the episodes it can (an output LeRobotDataset 0.6.1 loads), names every
+    lost file with its camera and episodes, and exits 1; --in-place refuses; with --drop-broken it exits 0 and the
+    output trains."""
     from tests.helpers import expect_episodes, expect_from_fixture
     from tests.lerobot_oracle import check_with_lerobot
     fixture = make_dataset(tmp_path / "partial", version="v3.0", episodes=6, lengths=[30, 32, 34, 36, 38, 40],
                            episodes_per_file=2)
     (fixture.root / "videos/observation.images.top/chunk-000/file-001.mp4").unlink()        # episodes 2, 3
     (fixture.root / "videos/observation.images.wrist/chunk-000/file-002.mp4").write_bytes(b"not an mp4")  # 4, 5
-    proc = run_cli("repair", fixture.root, "-o", tmp_path / "fixed", check=False)
-    text = " ".join(proc.stderr.split())
-    assert proc.returncode == 3 and "Traceback" not in proc.stderr
-    assert "2 video file(s) cannot be read" in text and "file-001.mp4 missing (episodes 2, 3)" in text, text
-    assert "file-002.mp4 unreadable" in text and "(episodes 4, 5)" in text and "--drop-broken" in text
-    assert not (tmp_path / "fixed").exists()
-
-    proc = run_cli("repair", fixture.root, "-o", tmp_path / "fixed", "--drop-broken")
-    assert "episode(s) 2, 3, 4, 5 dropped (--drop-broken)" in proc.stdout
+    proc = run_cli("repair", fixture.root, "-o", tmp_path / "fixed", "--json", check=False)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lost = [(f["code"], f["file"], f["field"], f["episode"]) for f in report["remaining"] if f["severity"] == "error"]
+    assert lost == [("LAY040", "videos/observation.images.top/chunk-000/file-001.mp4", "observation.images.top", 2),
+                    ("VID001", "videos/observation.images.wrist/chunk-000/file-002.mp4", "observation.images.wrist",
+                     4)], report["remaining"]
+    assert "episodes 4, 5 of the input" in report["remaining"][1]["message"]
+    assert "--drop-broken" in report["remaining"][0]["hint"]
     fixed = Dataset.open(tmp_path / "fixed")
     assert [ep.length for ep in fixed.episodes] == [30, 32]
     check_with_lerobot(tmp_path / "fixed", {**expect_from_fixture(fixture), "episodes": expect_episodes(fixture, [0, 1])})
-    run_cli("train", "pi05", tmp_path / "fixed", "-o", tmp_path / "run", "--tokenizer", tokenizer, *TINY)
+
+    before = sorted((p.relative_to(fixture.root), p.stat().st_mtime_ns) for p in fixture.root.rglob("*"))
+    proc = run_cli("repair", fixture.root, "--in-place", check=False)
+    text = " ".join(proc.stderr.split())
+    assert proc.returncode == 3 and "file-001.mp4 is missing" in text and "--drop-broken" in text, text
+    assert sorted((p.relative_to(fixture.root), p.stat().st_mtime_ns) for p in fixture.root.rglob("*")) == before
+
+    proc = run_cli("repair", fixture.root, "-o", tmp_path / "dropped", "--drop-broken")
+    assert "episode(s) 2, 3, 4, 5 dropped (--drop-broken)" in proc.stdout
+    assert [ep.length for ep in Dataset.open(tmp_path / "dropped").episodes] == [30, 32]
+    run_cli("train", "pi05", tmp_path / "dropped", "-o", tmp_path / "run", "--tokenizer", tokenizer, *TINY)
 
 
 def test_repair_names_the_features_drop_for_a_camera_with_no_files(tmp_path):

@@ -15,7 +15,8 @@ from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
 def repair(
     dataset: DatasetArg = None,
     output: OptionalOutput = None,
-    drop_broken: Annotated[bool, typer.Option(help="Drop episodes whose rows cannot be found or read.")] = False,
+    drop_broken: Annotated[bool, typer.Option(help="Drop the episodes whose rows or video files are lost, and exit 0. Without it, an episode without rows is "
+                  "an error, and episodes whose video files are lost are left out of the output, listed, exit 1.")] = False,
     w: Writes = Writes(),
 ) -> None:
     """Repair DATASET into -o OUTPUT (or --in-place): metadata rebuilt from the data and video files.

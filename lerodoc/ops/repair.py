@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc import formats, mp4, video
+from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset, Episode, VideoSpan, stat_size
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.hf import schema_for
@@ -98,9 +99,10 @@ def _windows(ds: Dataset, file: str, lengths: list[int]) -> list[tuple[float, fl
     return [(float(pts[a] * tb), float(end[b - 1] * tb)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], list[str]]:
-    """Episodes re-derived from the files; and what changed, in words. An episode without rows is an
-    error unless `drop_broken`, which drops it."""
+def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], list[str], list[Finding]]:
+    """Episodes re-derived from the files; what changed, in words; and the episodes left out because a video file
+    they read is lost (findings, `_salvage`). An episode without rows is an error unless `drop_broken`, which
+    drops it."""
     rows, changes = locate_rows(ds), []
     episodes = []
     for ep in ds.episodes:
@@ -137,10 +139,11 @@ def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], 
                     changes.append(f"episode {ep.index} {key}: window [{span.from_timestamp:.4f}, "
                                    f"{span.to_timestamp:.4f}) -> [{window[0]:.4f}, {window[1]:.4f}) from the packets")
                 ep.videos[key] = new
+    left_out: list[Finding] = []
     if lost:
-        episodes, dropped = _salvage(ds, episodes, lost, drop_broken)
+        episodes, dropped, left_out = _salvage(ds, episodes, lost, drop_broken)
         changes += dropped
-    return episodes, changes
+    return episodes, changes, left_out
 
 
 def _unreadable(path) -> str | None:
@@ -153,9 +156,11 @@ def _unreadable(path) -> str | None:
 
 
 def _salvage(ds: Dataset, episodes: list[Episode], lost: list[tuple[str, str, str, list[int]]],
-             drop_broken: bool) -> tuple[list[Episode], list[str]]:
-    """Video files that are missing or unreadable: with `drop_broken`, the episodes reading them are dropped (and
-    named); else one error lists every file with its camera and episodes, and the commands that go on from there."""
+             drop_broken: bool) -> tuple[list[Episode], list[str], list[Finding]]:
+    """Video files that are missing or unreadable: the episodes reading them are left out of the output, so that it
+    loads, and each file is named with its camera and episodes. Without `drop_broken` each lost file is a finding
+    that needs a human (exit 1); with it, the episodes are dropped as asked (a change). Where every file of a camera
+    is gone, nothing would be left: an error naming `lerodoc features --drop CAMERA`."""
     files_of: dict[str, int] = {}
     for key, *_ in lost:
         files_of[key] = files_of.get(key, 0) + 1
@@ -163,21 +168,25 @@ def _salvage(ds: Dataset, episodes: list[Episode], lost: list[tuple[str, str, st
     gone = [key for key, n in files_of.items() if n == all_files[key]]
     listed = "; ".join(f"{key}: {file} {why} (episode{'s' if len(eps) > 1 else ''} {', '.join(map(str, eps))})"
                        for key, file, why, eps in lost)
-    if not drop_broken:
-        drop_camera = "".join(f"; lerodoc features {ds.root} -o OUT --drop {key} removes camera {key}, whose every "
-                              "file is gone" for key in gone)
+    broken = {e for *_, eps in lost for e in eps}
+    kept = [ep for ep in episodes if ep.index not in broken]
+    if not kept or gone and not drop_broken:
         first = lost[0]
         raise LerodocError(f"{len(lost)} video file(s) cannot be read, so their episodes cannot be repaired: {listed}",
                            file=ds.path(first[1]), episode=first[3][0], field=first[0],
-                           hint=f"restore them (a partial download: download again), or pass --drop-broken to drop "
-                                f"those episodes{drop_camera}")
-    broken = {e for *_, eps in lost for e in eps}
-    kept = [ep for ep in episodes if ep.index not in broken]
-    if not kept:
-        raise LerodocError(f"every episode reads a video file that cannot be read: {listed}", file=ds.root,
-                           hint="".join(f"lerodoc features {ds.root} -o OUT --drop {key}; " for key in gone)
-                                + "or restore the files")
-    return kept, [f"episode(s) {', '.join(map(str, sorted(broken)))} dropped (--drop-broken): {listed}"]
+                           hint="".join(f"lerodoc features {ds.root} -o OUT --drop {key} removes camera {key}, whose "
+                                        "every file is gone; " for key in gone)
+                                + "or restore the files (a partial download: download again)")
+    if drop_broken:
+        return kept, [f"episode(s) {', '.join(map(str, sorted(broken)))} dropped (--drop-broken): {listed}"], []
+    left_out = [Finding("LAY040" if why == "missing" else "VID001", ERROR,
+                        f"{file} is {why}: episode{'s' if len(eps) > 1 else ''} {', '.join(map(str, eps))} of the "
+                        f"input read {key} from it and were left out of the output",
+                        file=file, episode=eps[0], feature=key,
+                        hint="restore the file and repair again (a partial download: download again), or pass "
+                             "--drop-broken to accept the output without those episodes")
+                for key, file, why, eps in lost]
+    return kept, [], left_out
 
 
 def restore_cameras(ds: Dataset) -> list[str]:
@@ -268,8 +277,14 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     ds.require_columns()
     report = RepairReport(dataset=str(ds.root), output=None, before=_counts(before.findings))
     restored = restore_cameras(ds)
-    episodes, report.changes = reconstruct(ds, drop_broken)
+    episodes, report.changes, lost = reconstruct(ds, drop_broken)
     report.changes[:0] = restored
+    if lost and in_place:
+        first = lost[0]
+        raise LerodocError(f"{len(lost)} video file(s) cannot be read ({'; '.join(f.message for f in lost)}); "
+                           "--in-place would replace the input without their episodes", file=ds.path(first.file),
+                           episode=first.episode, field=first.feature,
+                           hint="restore the files, write the repair to -o OUT, or pass --drop-broken to drop them")
     if not episodes:
         raise LerodocError("no episode has rows in the data files; nothing to repair", file=ds.root)
     tasks = list(dict.fromkeys(ds.tasks))
@@ -286,6 +301,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     to = "v2.1" if ds.version == "v2.0" else ds.version
     plan = rewrite.plan(picks, info, tasks, to, schema, caps_mb=caps, retime=True, workers=workers)
     if dry_run:
+        report.remaining = [f.to_json() for f in lost]
         report.changes += _retime_changes(plan.retimed)
         report.plan = {**plan.to_json(), "changes": list(report.changes)}
         report.seconds = round(time.perf_counter() - started, 3)
@@ -306,6 +322,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     after = validate(target, videos=True)
     report.output = str(target.absolute())
     report.after = _counts(after.findings)
-    report.remaining = [f.to_json() for f in after.findings] + _left_out(ds, before.findings)
+    report.remaining = ([f.to_json() for f in lost + after.findings]
+                        + _left_out(ds, before.findings))
     report.seconds = round(time.perf_counter() - started, 3)
     return report
