@@ -119,9 +119,10 @@ def repair(dataset: PathLike, output: PathLike | None = None, *, in_place: bool 
                force=force, drop_broken=drop_broken, dry_run=dry_run).to_json()
 
 
-def report(dataset: PathLike, output: PathLike, *, videos: bool = False, episodes: int = 3, workers: int = 1,
-           force: bool = False) -> dict:
-    """`lerodoc report`: one self-contained HTML page at `output`."""
+def report(dataset: PathLike, output: PathLike, *, videos: bool = False, episodes: Iterable[int] | None = None,
+           sample: int = 3, workers: int = 1, force: bool = False) -> dict:
+    """`lerodoc report`: one self-contained HTML page at `output`; time series and frames of `episodes`, else of
+    `sample` episodes spread evenly."""
     from lerodoc.report import build
-    return build(Path(dataset), Path(output), videos=videos, episodes=episodes, workers=workers,
-                 force=force).to_json()
+    return build(Path(dataset), Path(output), videos=videos, sample=sample, workers=workers, force=force,
+                 episodes=None if episodes is None else _selection(episodes)).to_json()

@@ -50,6 +50,26 @@ def run_cli(*args: str, check: bool = True, env: dict[str, str] | None = None) -
     return proc
 
 
+def run_here(*args, capsys) -> subprocess.CompletedProcess:
+    """`lerodoc ARGS` in this process, through the same `cli.main` a user runs (errors, exit codes, the JSON
+    envelope), with pytest's `capsys` catching stdout and stderr: no interpreter start and no imports per run, for
+    the table-driven tests that must stay fast. The root options' state (render level) is reset afterwards."""
+    from lerodoc import cli, render
+    saved_argv, saved_level, saved_hook = sys.argv, render.level, sys.unraisablehook
+    sys.argv = ["lerodoc", *map(str, args)]
+    capsys.readouterr()
+    try:
+        cli.main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv, sys.unraisablehook = saved_argv, saved_hook
+        render.level, render.command = saved_level, None
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["lerodoc", *map(str, args)], code, out, err)
+
+
 def run_json(*args: str) -> dict:
     return json.loads(run_cli(*args, "--json").stdout)
 

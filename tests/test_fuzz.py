@@ -111,7 +111,7 @@ COMMANDS = {
     "tasks": (("--set", "pick up the cube=grasp the cube"), True),
     "features": (("--rename", "action=action.joints"), True),
     "encode": (("--reencode", "--gop", "5", "-j", "2"), True),
-    "report": (("--videos", "--episodes", "3"), True),
+    "report": (("--videos", "--sample", "3"), True),
     "repair-inplace": (("-j", "2", "--in-place"), False),
     "quantiles-inplace": (("-j", "2", "--in-place"), False),
 }

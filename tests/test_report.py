@@ -69,7 +69,7 @@ def defective(tmp_path_factory) -> Path:
 
 def test_page_loads_in_chromium_and_shows_the_planted_defects(defective, tmp_path):
     page = tmp_path / "report.html"
-    run_cli("report", defective, "-o", page, "--videos", "--episodes", "4")
+    run_cli("report", defective, "-o", page, "--videos", "--sample", "4")
     html = page.read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//|file:)""", html), "the page must not load anything"
     assert "<script" not in html.lower()
@@ -109,7 +109,7 @@ def test_page_loads_in_chromium_and_shows_the_planted_defects(defective, tmp_pat
 
 
 def test_json_report_is_exact_and_names_the_defects(defective, tmp_path):
-    out = run_json("report", defective, "-o", tmp_path / "r.html", "--videos", "--episodes", "2")
+    out = run_json("report", defective, "-o", tmp_path / "r.html", "--videos", "--sample", "2")
     assert Path(out["output"]).exists()
     assert out["summary"]["episodes"] == 4 and out["summary"]["frames"] == 40 + 52 + 47 + 61
     assert [c["codec"] for c in out["summary"]["cameras"]] == ["h264", "h264"]

@@ -11,7 +11,7 @@ import pytest
 from lerodoc.errors import ExitCode, UsageError
 from lerodoc.selection import Selection, format_ranges, items, parse
 from tests.fixtures.factory import make_dataset
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_here
 
 
 @pytest.mark.parametrize("values, episodes", [
@@ -75,3 +75,26 @@ def test_convert_to_the_version_it_already_has_is_a_no_op(tmp_path, version):
     assert as_json.returncode == 0 and report["unchanged"] is True and report["output"] is None
     assert report["to_version"] == version and report["episodes"] == 2
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
+
+
+
+def test_report_episodes_take_the_one_selection(tmp_path, capsys):
+    """report --episodes is the shared selection (ranges, lerobot's JSON list); a reversed, empty or out-of-range
+    one is exit 2 naming the dataset's episodes, before anything is read or written; --sample counts. (The page
+    itself is drawn in test_report; here only the choice of episodes, which comes before any plot.)"""
+    from lerodoc.dataset import Dataset
+    from lerodoc.report.data import sample_episodes
+    f = make_dataset(tmp_path / "ds", version="v3.0", episodes=4, lengths=[6] * 4, cameras=())
+    ds = Dataset.open(f.root)
+    for values, chosen in ((["[0, 3]"], [0, 3]), (["1-2"], [1, 2]), (["3", "0"], [0, 3])):
+        assert [ep.index for ep in sample_episodes(ds, 3, parse(values, "--episodes"))] == chosen
+    assert [ep.index for ep in sample_episodes(ds, 2)] == [0, 3]
+    page = tmp_path / "r.html"
+    for values, words in ((["5-3"], "--episodes '5-3': 5-3 is a reversed range"),
+                          (["9"], "--episodes 9: the dataset has no episode 9 (it holds episodes 0-3)"),
+                          (["[1, 7]"], "--episodes [1, 7]: the dataset has no episode 7 (it holds episodes 0-3)"),
+                          (["[]"], "--episodes '[]': no episode given"), ([""], "--episodes: no episode given")):
+        proc = run_here("report", f.root, "-o", page, *[a for v in values for a in ("--episodes", v)], "--json",
+                        capsys=capsys)
+        assert proc.returncode == 2 and words in json.loads(proc.stdout)["error"]["message"], (values, proc.stdout)
+        assert words in " ".join(proc.stderr.split()) and not page.exists()

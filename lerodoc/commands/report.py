@@ -20,8 +20,11 @@ def report(
     force: ForceOpt = False,
     videos: Annotated[bool, typer.Option("--videos", help="Check the video containers and decode the first, middle "
                                          "and last frame of each sampled episode per camera.")] = False,
-    episodes: Annotated[int, typer.Option("--episodes", "-n", min=1, help="Episodes to sample for time series "
-                                          "and frames (spread evenly, first and last included).")] = 3,
+    episodes: Annotated[list[str], typer.Option("--episodes", "-e", help="Episodes whose time series and frames "
+                                                "to show: N, N-M, N,M-K or a JSON list [N, M] (repeatable).",
+                                                show_default="--sample of them")] = [],
+    sample: Annotated[int, typer.Option("--sample", "-n", min=1, help="Without --episodes: how many episodes to "
+                                        "show, spread evenly (first and last included).")] = 3,
     tolerance_s: Annotated[float, typer.Option(help="Timestamp tolerance, as lerobot's tolerance_s: a frame "
                                                "caption turns red beyond it.")] = 1e-4,
     workers: WorkersOpt = DEFAULT_WORKERS,
@@ -37,22 +40,25 @@ def report(
     exact over all frames, flagged near-constant, extreme or NaN; a histogram per channel (flagged ones
     in red) and a `lerodoc select` command that keeps the trainable channels.
 
-    Episodes: the distribution of lengths; state and action against time for --episodes sampled
-    episodes; with --videos, their first, middle and last frame per camera, each captioned with the
-    row's timestamp and the decoded frame's PTS (red when they disagree beyond --tolerance-s).
+    Episodes: the distribution of lengths; state and action against time for the --episodes chosen
+    (or --sample episodes spread evenly); with --videos, their first, middle and last frame per camera,
+    each captioned with the row's timestamp and the decoded frame's PTS (red when they disagree beyond
+    --tolerance-s).
 
     Tasks: episodes per task and every per-frame task change inside an episode.
 
     Only the columns and frames shown are read. Exit 0 when the report is written (whatever it finds),
     3 when the dataset cannot be read.
 
-    Example: lerodoc report ./my_dataset -o report.html --videos --episodes 4
+    Example: lerodoc report ./my_dataset -o report.html --videos --episodes 0-2,7
     """
     from lerodoc.report import build
+    from lerodoc.selection import parse
+    chosen = parse(episodes, "--episodes") if episodes else None
     output = output or default_output(dataset)
     with render.progress(not json) as track:
-        result = build(dataset, output, videos=videos, episodes=episodes, workers=workers, tolerance_s=tolerance_s,
-                       progress=track, force=force)
+        result = build(dataset, output, videos=videos, episodes=chosen, sample=sample, workers=workers,
+                       tolerance_s=tolerance_s, progress=track, force=force)
     if json:
         render.print_json(result.to_json())
         return

@@ -22,6 +22,7 @@ from lerodoc.formats.jsonl import write_text
 from lerodoc.ops.rewrite import tree_size
 from lerodoc.ops.validate import catalogue, validate
 from lerodoc.report import data, page
+from lerodoc.selection import Selection
 from lerodoc.staging import check_output
 
 Progress = Callable[[str, int], Callable[[int], None]]
@@ -46,16 +47,18 @@ class Report:
         return asdict(self)
 
 
-def build(root: Path, out: Path, *, videos: bool = False, episodes: int = 3, workers: int = 1,
-          tolerance_s: float = 1e-4, progress: Progress | None = None, force: bool = False) -> Report:
+def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | None = None, sample: int = 3,
+          workers: int = 1, tolerance_s: float = 1e-4, progress: Progress | None = None,
+          force: bool = False) -> Report:
     """Write the report of the dataset at `root` to `out` (never inside the dataset; over an existing file only with
-    `force`); decode frames only with `videos`."""
+    `force`); decode frames only with `videos`. Time series and frames show the `episodes` selected (an episode the
+    dataset lacks is a usage error naming the ones it holds), else `sample` episodes spread evenly."""
     started = time.perf_counter()
     check_output(out, (root,), force=force, folder=False)   # before any work
     ds = Dataset.open(root)
     ds.require_columns()
+    sampled = data.sample_episodes(ds, sample, episodes)   # a selection the dataset cannot meet fails before work
     verdict = validate(ds.root, videos=videos, tolerance_s=tolerance_s, dataset=ds)
-    sampled = data.sample_episodes(ds, episodes)
     features = data.channel_features(ds)
     tick = progress("data", len(ds.data_files())) if progress else None
     columns = data.read_columns(ds, features, sampled, workers=workers, tick=tick)

@@ -16,10 +16,11 @@ from typing import Callable
 import numpy as np
 
 from lerodoc.dataset import Dataset, Episode, read_rows
-from lerodoc.errors import LerodocError
+from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import INDEX_FEATURES
 from lerodoc.ops.quantiles import channel_table
 from lerodoc.parquet_io import column_matrix
+from lerodoc.selection import Selection
 from lerodoc.stats import block_stats, groups_of
 from lerodoc.video import READ_ERRORS, frames_at, keyframe_gap, open_video, probe, reason
 
@@ -31,8 +32,15 @@ def channel_features(ds: Dataset) -> list[str]:
     return [k for k in ds.info.numeric_keys if k not in INDEX_FEATURES and ds.info.features[k]["dtype"] != "image"]
 
 
-def sample_episodes(ds: Dataset, count: int) -> list[Episode]:
-    """`count` episodes spread evenly over the dataset, first and last included."""
+def sample_episodes(ds: Dataset, count: int, chosen: Selection | None = None, option: str = "--episodes"
+                    ) -> list[Episode]:
+    """The episodes `chosen` names (checked against the dataset: one it lacks is a usage error naming `option` and
+    the episodes it holds), else `count` spread evenly over the dataset, first and last included."""
+    if chosen is not None:
+        if not chosen.spans:
+            raise UsageError(f"{option}: no episode given", hint="name at least one episode")
+        wanted = set(chosen.resolve((ep.index for ep in ds.episodes), option))
+        return [ep for ep in ds.episodes if ep.index in wanted]
     picks = np.unique(np.linspace(0, len(ds.episodes) - 1, max(1, min(count, len(ds.episodes)))).round().astype(int))
     return [ds.episodes[i] for i in picks]
 
