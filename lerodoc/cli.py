@@ -5,12 +5,10 @@ before any work (a missing tokenizer, say) answer without loading pyarrow, PyAV 
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
 import traceback
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -103,21 +101,12 @@ def root(version: Annotated[bool, typer.Option("--version", is_eager=True, callb
          quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors and results: no progress "
                                              "bars, warnings or notes.")] = False,
          verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More detail on stderr: the libraries' "
-                                               "log, what caused an error, the time taken. (LERODOC_DEBUG=1 "
-                                               "shows tracebacks.)")] = False) -> None:
+                                               "log, what caused an error, the time taken, train's metrics at "
+                                               "each flush. (LERODOC_DEBUG=1 shows tracebacks.)")] = False) -> None:
     """lerodoc: LeRobot datasets that train."""
     if quiet and verbose:
         raise typer.BadParameter("give -q or -v, not both", param_hint="-q/-v")
     render.set_level(quiet, verbose)
-    if quiet:
-        warnings.simplefilter("ignore")
-        logging.basicConfig(level=logging.ERROR)
-        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"   # read when huggingface_hub loads
-        if "huggingface_hub" in sys.modules:
-            from huggingface_hub.utils import disable_progress_bars
-            disable_progress_bars()
-    elif verbose:
-        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
 
 
 BUG_PREFIX = "internal error (a bug in lerodoc, not in your data):"

@@ -54,8 +54,29 @@ ENVELOPE = ("command", "version", "ok", "exit_code")
 
 
 def set_level(quiet: bool, verbose: bool) -> None:
+    """The root options -q / -v, for this process (a launched training process is given them again): -q keeps
+    only errors and results (no progress, warnings, notes, library logs or hub progress bars); -v adds details and
+    the libraries' log on stderr."""
     global level
     level = QUIET if quiet else VERBOSE if verbose else NORMAL
+    import logging
+    import os
+    if quiet:
+        import warnings
+        warnings.simplefilter("ignore")
+        logging.basicConfig(level=logging.ERROR)
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"   # read when huggingface_hub loads
+        if "huggingface_hub" in sys.modules:
+            from huggingface_hub.utils import disable_progress_bars
+            disable_progress_bars()
+    elif verbose:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+
+
+def shows_progress(wanted: bool = True) -> bool:
+    """Whether a progress bar or live line is drawn: where the command wants one (not under --json, say) and -q is
+    not given."""
+    return wanted and level > QUIET
 
 
 def message(kind: str, text: str, *, style: str = "yellow") -> None:
@@ -66,6 +87,12 @@ def message(kind: str, text: str, *, style: str = "yellow") -> None:
 
 def warning(text: str) -> None:
     message("warning", text)
+
+
+def note(text: str) -> None:
+    """A plain line on stderr about what the command is doing (train's start line); nothing under -q."""
+    if level > QUIET:
+        err.print(Text(text), soft_wrap=not err.is_terminal)
 
 
 def detail(text: str) -> None:
@@ -217,7 +244,7 @@ def table(title: str, columns: list[str], rows: list[list]) -> _Table:
 @contextmanager
 def progress(enabled: bool = True):
     """Yield `track(label, total) -> tick(n)`; a live bar on stderr while the block runs (none under -q)."""
-    if not enabled or level == QUIET:
+    if not shows_progress(enabled):
         yield None
         return
     bar = Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),

@@ -42,3 +42,28 @@ def test_no_measured_numbers_in_trains_help():
     for param in command.params:
         text = getattr(param, "help", "") or ""
         assert not re.search(r"\d+(\.\d+)? ?(GB|GiB|samples/s|% MFU|x faster)", text), (param.name, text)
+
+
+
+def test_quiet_train_prints_only_the_result_and_verbose_the_steps(tmp_path, capsys):
+    """-q: no start line, no progress line, no per-step line on stderr, only the result on stdout. -v: what the
+    default shows (the start line, the progress line) plus one line per metrics flush and the time taken, as every
+    command's -v adds detail on stderr. In-process and one step each: a CPU step of the tiny preset is seconds."""
+    from tests.fixtures.factory import make_dataset
+    from tests.fixtures.tokenizer import train_tokenizer
+    from tests.helpers import run_here
+    require(importable("sentencepiece"), "lerodoc's train extra is not installed")
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=2, lengths=[12, 12],
+                        cameras=("observation.images.top",)).root
+    tokenizer = train_tokenizer(tmp_path / "tok")
+    common = ("--preset", "tiny", "--tokenizer", tokenizer, "--steps", "1", "--batch-per-device", "1",
+              "--log-every", "1", "--save-every", "0", "--workers", "0", "--weights", "none")
+    quiet, verbose = (run_here(flag, "train", "pi05", root, "-o", tmp_path / flag, *common, capsys=capsys)
+                      for flag in ("-q", "-v"))
+    for proc in (quiet, verbose):
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("trained 1 steps: loss "), proc.stdout
+    assert quiet.stderr == "", quiet.stderr
+    said = verbose.stderr
+    assert "pi0.5 tiny from random initialisation" in said and "train " in said, said   # start and progress lines
+    assert "step 1/1: loss " in said and "lerodoc train pi05: exit 0 in" in said, said

@@ -157,7 +157,7 @@ def pi05(
                     wandb_project=wandb_project if wandb else None, tensorboard=tensorboard,
                     skip_checks=tuple(c.strip().upper() for c in (skip_checks or "").split(",") if c.strip()))
     from lerodoc.pi05.train import run_job
-    result = run_job(run, resume=resume, progress=not json, nproc=nproc,
+    result = run_job(run, resume=resume, progress=render.shows_progress(not json), nproc=nproc,
                      sweep_batches=_batches(sweep_batches) if sweep else None)
     if result is None:      # not the job's first process: rank 0's process reports
         return

@@ -454,12 +454,14 @@ def run_job(run: RunConfig, resume: bool = False, progress: bool = True, nproc: 
         first = int(os.environ.get("RANK", "0")) == 0
         return result if first else None
     check(run, resume, writes=not sweep_batches)     # once, before any process starts: a bad dataset fails here
-    render.err.print(job.describe())
-    return launch.start(job, _job_process, run.to_json(), resume, progress, sweep_batches)
+    render.note(job.describe())
+    return launch.start(job, _job_process, run.to_json(), resume, progress, sweep_batches, render.level)
 
 
-def _job_process(run_json: dict, resume: bool, progress: bool, sweep_batches: list[int] | None):
-    """One process of a launched job (module level: the launcher starts it by name)."""
+def _job_process(run_json: dict, resume: bool, progress: bool, sweep_batches: list[int] | None,
+                 level: int = render.NORMAL):
+    """One process of a launched job (module level: the launcher starts it by name), at the job's -q / -v."""
+    render.set_level(level == render.QUIET, level == render.VERBOSE)
     run = RunConfig.from_json(run_json)
     result = sweep(run, sweep_batches) if sweep_batches else train(run, resume=resume, progress=progress)
     return result if int(os.environ.get("RANK", "0")) == 0 else None
@@ -495,7 +497,7 @@ def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
     if procs.main:
         start_from = f"from {setup.weights}" if setup.weights else "from random initialisation (no pretrained weights)"
         cams = f"{len(run.data.cameras)} camera(s)" + (" (--camera none)" if not run.data.cameras else "")
-        render.err.print(f"pi0.5 {run.preset} {start_from}: {model.num_params():,} parameters on {procs.device} x "
+        render.note(f"pi0.5 {run.preset} {start_from}: {model.num_params():,} parameters on {procs.device} x "
                          f"{procs.world}"
                          f" ({'FSDP' if run.fsdp else 'DDP' if procs.world > 1 else 'one process'}), global batch "
                          f"{G} = {run.batch_per_device} per device x {procs.world}; prompt {run.data.max_token_len} "
@@ -575,6 +577,10 @@ class Metrics:
         if self.procs.main:
             with open(self.output / "metrics.jsonl", "a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in rows)
+            last = rows[-1]
+            render.detail(f"step {last['step']}/{self.run.steps}: loss {last['loss']:.4f}, grad norm "
+                          f"{last['grad_norm']:.3g}, lr {last['lr']:.3g}, {samples_per_s:.1f} samples/s, data wait "
+                          f"{100 * window['data_wait']:.0f}%")
         if all("skipped" in r for r in rows):
             raise LerodocError(f"diverged: the loss or gradient was not finite at every step from {rows[0]['step']} "
                                f"to {rows[-1]['step']} (loss {rows[-1]['loss']}); those updates were skipped",
