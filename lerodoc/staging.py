@@ -44,6 +44,17 @@ def check_output(out: Path, inputs=(), *, force: bool = False, folder: bool = Tr
     return out
 
 
+def output_target(src: Path, out: Path | None, in_place: bool, *, dry_run: bool = False) -> Path | None:
+    """The one `-o OUTPUT` / `--in-place` rule of the writing commands: exactly one of them (a usage error, exit 2,
+    otherwise), except that a --dry-run, which writes nothing, may have neither. The folder the command writes:
+    `src` itself for --in-place, else `out`; None for a dry run without -o."""
+    if dry_run and out is None and not in_place:
+        return None
+    if in_place == (out is not None):
+        raise UsageError("give either -o OUTPUT or --in-place (or --dry-run to only see the plan)")
+    return Path(src) if in_place else Path(out)
+
+
 def temp_sibling(out: Path) -> Path:
     return out.parent / f".{out.name}{TEMP_SUFFIX}-{os.getpid()}"
 
@@ -153,9 +164,7 @@ def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: b
     The tree is promoted to `out`, or, with `in_place`, swapped in for `src` (the old tree is removed
     only after the new one is in place). Unchanged files are hard links, so no bytes are copied.
     """
-    if in_place == (out is not None):
-        raise UsageError("give either -o OUTPUT or --in-place")
-    target = Path(src) if in_place else Path(out)
+    target = output_target(src, out, in_place)
     with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,),
                        dropped=dropped, renamed=renamed) as tmp:
         link_tree(Path(src), tmp, set(rewrite))

@@ -192,3 +192,25 @@ def test_a_repeated_block_is_found(tmp_path):
     root = _package(tmp_path, {"a.py": "def f(v):\n    return v\n\n\ndef g():\n" + body,
                                "b.py": "def h():\n" + body + "    return x0\n"})
     assert repeated_blocks(root) == [["pkg/a.py:6", "pkg/b.py:2"]]
+
+
+def output_rule_sites(root: Path) -> list[str]:
+    """Places that test 'exactly one of -o and --in-place' themselves (a comparison of `in_place` with whether an
+    output was given), outside `staging.output_target`, which holds the rule once."""
+    sites = []
+    for name, path in modules(root).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and "in_place" in ast.unparse(node) and (
+                    "is not None" in ast.unparse(node) or "is None" in ast.unparse(node)):
+                sites.append(f"{name}:{node.lineno}")
+    return [s for s in sites if not s.startswith(f"{root.name}.staging:")]
+
+
+def test_the_output_or_in_place_rule_is_written_once():
+    assert output_rule_sites(PACKAGE) == []
+
+
+def test_a_copy_of_the_output_rule_is_found(tmp_path):
+    root = _package(tmp_path, {"a.py": "def f(out, in_place):\n    if in_place == (out is not None):\n"
+                                       "        raise ValueError\n"})
+    assert output_rule_sites(root) == ["pkg.a:2"]

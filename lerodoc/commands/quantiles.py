@@ -49,8 +49,8 @@ def quantiles(
 
     Example: lerodoc quantiles data/pusht
     """
-    if output is not None and in_place:
-        raise typer.BadParameter("give either -o OUTPUT or --in-place", param_hint="--in-place")
+    from lerodoc.staging import output_target
+    output_target(dataset, output, in_place or output is None)   # -o or (--in-place, the default): not both
     if dry_run and openpi_norm_stats is not None:
         raise typer.BadParameter("--dry-run writes nothing; drop --openpi-norm-stats or --dry-run",
                                  param_hint="--dry-run")

@@ -14,6 +14,7 @@ from lerodoc.errors import UsageError
 from lerodoc.ops import rewrite
 from lerodoc.ops.merge import MergeReport, merge
 from lerodoc.selection import Selection, format_ranges
+from lerodoc.staging import output_target
 
 
 def output_version(root: Path) -> str:
@@ -28,14 +29,12 @@ def delete(src: Path, out: Path | None, episodes: Selection, *, to: str | None =
     """Write `src` without the `episodes` to `out`, or swap it in for `src`; as version `to` (default:
     `output_version(src)`). An episode the dataset does not hold, or all of them, is a usage error in delete's
     words (`--episodes`), before anything is read but the metadata."""
-    if not dry_run and in_place == (out is not None):
-        raise UsageError("give either -o OUTPUT or --in-place")
+    target = output_target(src, out, in_place, dry_run=dry_run) or Path(src)
     ds = Dataset.open(src)
     numbers = [ep.index for ep in ds.episodes]
     chosen = episodes.resolve(numbers, "--episodes")
     if len(chosen) == len(numbers):
         raise UsageError(f"--episodes {episodes.text}: that is every episode of the dataset ({format_ranges(numbers)}); "
                          "nothing would be left", hint="keep at least one episode")
-    target = Path(src) if in_place else Path(out or src)
     return merge([ds], target, exclude={0: episodes}, to=to or output_version(src), workers=workers,
                  force=force or in_place, dry_run=dry_run, progress=progress, in_place=in_place)

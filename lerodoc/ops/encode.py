@@ -38,7 +38,7 @@ from lerodoc.ops import rewrite
 from lerodoc.ops.derive import derive
 from lerodoc.ops.features import FeatureEdit
 from lerodoc.parallel import pmap
-from lerodoc.staging import staged_edit
+from lerodoc.staging import output_target, staged_edit
 
 SAMPLES = 3            # frames per file compared with the source for the PSNR report
 IMAGE_CODECS = {b"\x89PNG": "png", b"\xff\xd8\xff": "mjpeg"}
@@ -370,8 +370,7 @@ def encode(src: Path, out: Path | None = None, *, reencode: bool = False, codec:
     or in place."""
     started = time.perf_counter()
     ds = Dataset.open(src)
-    if not dry_run and in_place == (out is not None):
-        raise UsageError("give either -o OUTPUT or --in-place (or --dry-run to only see the plan)")
+    output_target(src, out, in_place, dry_run=dry_run)
     report = EncodeReport(dataset=str(ds.root), output=None, mode="reencode" if reencode else "images",
                           workers=workers)
     kind = "video" if reencode else "image"

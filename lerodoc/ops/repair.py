@@ -22,7 +22,7 @@ import numpy as np
 from lerodoc import formats, mp4, video
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset, Episode, VideoSpan, stat_size
-from lerodoc.errors import LerodocError, UsageError
+from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature
 from lerodoc.formats.stats import normalise_stats
@@ -30,7 +30,7 @@ from lerodoc.kept import undeclared_cameras
 from lerodoc.ops import rewrite
 from lerodoc.ops.validate import validate
 from lerodoc.parquet_io import column_matrix, read_parquet
-from lerodoc.staging import staged_output
+from lerodoc.staging import output_target, staged_output
 from lerodoc.stats import aggregate, exact_stats
 
 CAMERA_NAMES = ["height", "width", "channels"]
@@ -270,8 +270,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     """Write a repaired copy of `src` to `out` (or swap it in place), and say what changed and what is left;
     `dry_run` returns the report with the plan (what would change, `rewrite.Plan.to_json`), writing nothing."""
     started = time.perf_counter()
-    if not dry_run and in_place == (out is not None):
-        raise UsageError("give either -o OUTPUT or --in-place (or --dry-run to only see the plan)")
+    target = output_target(src, out, in_place, dry_run=dry_run)
     before = validate(src, videos=True)
     ds = Dataset.open(src)
     ds.require_columns()
@@ -306,7 +305,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         report.plan = {**plan.to_json(), "changes": list(report.changes)}
         report.seconds = round(time.perf_counter() - started, 3)
         return report
-    target = Path(ds.root if in_place else out)
+    target = ds.root if in_place else target
     with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,)) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers)
         report.changes += _retime_changes(result.retimed)
