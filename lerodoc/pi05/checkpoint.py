@@ -8,14 +8,13 @@
         trainer.json           step, config, norm stats: everything to resume or to deploy
         lerobot/               the lerobot PI05 policy directory of this checkpoint (lerodoc.pi05.export)
 
-A checkpoint is written into `.step-000100.partial` and renamed when complete, so an interrupted save never
-looks done; the oldest complete ones beyond `keep` are then removed.
+A checkpoint is written through `staging.staged_output` (a hidden sibling, removed on any failure, renamed when
+complete), so an interrupted save never looks done; the oldest complete ones beyond `keep` are then removed.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -32,6 +31,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json, write_text
 from lerodoc.pi05 import export, weights as layout
 from lerodoc.pi05.runs import complete, path_of
+from lerodoc.staging import staged_output
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -52,22 +52,18 @@ def save(output: Path, step: int, model: torch.nn.Module, optimizer: torch.optim
     optim = get_optimizer_state_dict(model, optimizer, options=FULL)
     final = path_of(output, step)
     if _is_main():
-        partial = final.parent / f".{final.name}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        config = setup.config
-        save_file(layout.to_lerobot({k: v.contiguous() for k, v in state.items()}, config),
-                  str(partial / "model.safetensors"))
-        if ema is not None:
-            save_file({k: v.detach().cpu().contiguous() for k, v in ema.state_dict().items()},
-                      str(partial / "ema.safetensors"))
-        torch.save(optim, partial / "optimizer.pt")
-        trainer = {"step": step, "run": setup.run.to_json(), "model": asdict(config),
-                   "norm_stats": json.loads((output / "norm_stats.json").read_text())}
-        write_json(partial / "trainer.json", trainer)
-        export.checkpoint_policy(partial, output, trainer)   # partial/lerobot: the lerobot policy of this checkpoint
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(partial, final)
+        with staged_output(final, force=True) as partial:   # removed on any failure; renamed to `final` when done
+            config = setup.config
+            save_file(layout.to_lerobot({k: v.contiguous() for k, v in state.items()}, config),
+                      str(partial / "model.safetensors"))
+            if ema is not None:
+                save_file({k: v.detach().cpu().contiguous() for k, v in ema.state_dict().items()},
+                          str(partial / "ema.safetensors"))
+            torch.save(optim, partial / "optimizer.pt")
+            trainer = {"step": step, "run": setup.run.to_json(), "model": asdict(config),
+                       "norm_stats": json.loads((output / "norm_stats.json").read_text())}
+            write_json(partial / "trainer.json", trainer)
+            export.checkpoint_policy(partial, output, trainer)   # partial/lerobot: this checkpoint's lerobot policy
         for _, old in complete(output)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     _barrier()
