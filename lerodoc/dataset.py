@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lerodoc import formats
+from lerodoc import access, formats
 from lerodoc.errors import LerodocError
 from lerodoc.formats import paths
 from lerodoc.formats.info import Info
@@ -30,7 +30,7 @@ class Dataset:
 
     @classmethod
     def open(cls, root: Path | str) -> Dataset:
-        root = Path(root)
+        root = access.path(root)
         if not root.is_dir():
             raise LerodocError("no such dataset folder", file=root)
         try:

@@ -321,6 +321,10 @@ def hub_errors(repo: str, retry: str | None = None, *, taken_as: str = ""):
         raise fail(f"the hub failed or could not be reached ({type(cause).__name__}); what arrived so far is kept",
                    f"run the same command again to resume, set HF_ENDPOINT to a mirror{or_retry}") from None
     except errors.HfHubHTTPError as exc:
+        if exc.response is not None and exc.response.status_code == 429:
+            raise fail("the hub is limiting this client's requests (429 Too Many Requests)",
+                       "wait a few minutes and run the same command again; set HF_TOKEN (signed-in clients get a "
+                       f"higher limit){or_retry}") from None
         raise fail(f"the hub answered {exc.response.status_code}; what arrived so far is kept",
                    "run the same command again to resume") from None
     except (httpx2.HTTPError, OSError) as exc:

@@ -19,6 +19,7 @@ from pathlib import Path
 import av
 import numpy as np
 
+from lerodoc import access
 from lerodoc.clips import READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, reason, window_ticks
 from lerodoc.formats.paths import new_file
 
@@ -182,6 +183,8 @@ class Track:
 def read_track(path: Path) -> Track:
     """Parse `path`'s headers (never its sample bytes) into a Track. Cuts of one file in a row parse it once."""
     try:
+        if access.is_remote(path):   # a hub file at one commit: its size is its version
+            return _read_track(path, 0, access.size(path), 0)
         stat = os.stat(path)
         return _read_track(Path(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
     except (OSError, struct.error, ValueError, IndexError) as exc:
@@ -191,8 +194,8 @@ def read_track(path: Path) -> Track:
 @functools.lru_cache(maxsize=1024)
 def _read_track(path: Path, *version: int) -> Track:
     """read_track, remembered while the file's inode, size and modification time stay the same."""
-    with open(path, "rb") as f:
-        ftyp, moov, mdats = _top_level(f, os.fstat(f.fileno()).st_size)
+    with access.open_binary(path) as f:
+        ftyp, moov, mdats = _top_level(f, version[1])
     return _track(path, ftyp, moov, mdats)
 
 

@@ -21,7 +21,9 @@ def resolve_dataset(value: Optional[Path]) -> Path:
     """DATASET as typed, or the current folder when it is left out and holds meta/info.json (the card's commands
     are typed inside a dataset), or, when no such folder exists, a repo id (owner/name) found as lerobot finds it
     (`hub.find_dataset`: HF_LEROBOT_HOME/owner/name, then the hub caches; a folder of that name here wins). A
-    usage error (exit 2) otherwise; a repo id found nowhere is exit 3 with the `lerodoc download dataset` hint."""
+    usage error (exit 2) otherwise; a repo id found nowhere is exit 3 with the `lerodoc download dataset` hint.
+    `hf://datasets/OWNER/NAME[@REVISION]` is the hub dataset itself, read in place by range requests
+    (`lerodoc.access`; exit 5 when the hub refuses or cannot be reached)."""
     if value is None:
         try:
             here = Path.cwd()
@@ -32,6 +34,9 @@ def resolve_dataset(value: Optional[Path]) -> Path:
             return here
         raise typer.BadParameter(f"give a DATASET: the current folder ({here}) holds no {INFO_FILE}",
                                  param_hint="DATASET")
+    if str(value).startswith(("hf:/", "hf://")):   # a hub dataset, read by range requests (lerodoc.access)
+        from lerodoc.access import open_url
+        return open_url(str(value))
     if not value.exists():
         if looks_like_repo_id(str(value)):
             from lerodoc.hub import find_dataset
@@ -65,7 +70,8 @@ def working_in(dataset: Path) -> bool:
 
 DatasetArg = Annotated[Optional[Path], typer.Argument(
     help="Dataset root (the folder holding meta/), or a repo id (owner/name) found under HF_LEROBOT_HOME or in "
-    "the hub cache, as lerobot finds it.", callback=resolve_dataset,
+    "the hub cache, as lerobot finds it, or hf://datasets/OWNER/NAME[@REVISION] where the command only reads "
+    "(info, validate, report, quantiles --dry-run): read in place by range requests.", callback=resolve_dataset,
     show_default="the current folder, when it holds meta/info.json")]
 OutputOpt = Annotated[Path, typer.Option("--output", "-o", help="Where to write the new dataset (must not exist).",
                                          rich_help_panel="Output")]

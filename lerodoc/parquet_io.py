@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lerodoc import access
 from lerodoc.errors import LerodocError
 
 
@@ -28,14 +29,15 @@ def read_parquet(path: Path | str, columns: list[str] | None = None, episode: in
     small buffer, not pre-buffered: pre-buffering a local file allocates its bytes once more, and fresh pages
     cost more than the read."""
     with _readable(path, episode):
-        return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20).read(columns=columns)
+        return pq.ParquetFile(access.source(path), pre_buffer=False, buffer_size=1 << 20).read(columns=columns)
 
 
 def open_parquet(path: Path | str, episode: int | None = None, streaming: bool = False) -> pq.ParquetFile:
     """A parquet file opened for its footer (schema, row counts) and row groups; an unreadable file is a clear
     error. `streaming` reads it through a small buffer, for `iter_batches`."""
     with _readable(path, episode):
-        return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20) if streaming else pq.ParquetFile(path)
+        source = access.source(path)
+        return pq.ParquetFile(source, pre_buffer=False, buffer_size=1 << 20) if streaming else pq.ParquetFile(source)
 
 
 def leaf_values(meta: pq.FileMetaData) -> dict[str, int]:
@@ -82,7 +84,7 @@ def read_row_groups(file: pq.ParquetFile, path: Path | str, groups: list[int], c
 def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:
     """A parquet file's Arrow schema from its footer; an unreadable file is a clear error."""
     with _readable(path, episode):
-        return pq.read_schema(path)
+        return pq.read_schema(access.source(path))
 
 
 def is_list_type(kind: pa.DataType) -> bool:

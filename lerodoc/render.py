@@ -53,6 +53,15 @@ command: str | None = None   # the command line's command ("info", "train pi05")
 ENVELOPE = ("command", "version", "ok", "exit_code")
 
 
+def transfer_line(transfer: dict | None) -> str | None:
+    """What reading a hub dataset cost, in words (lerodoc.access.HubStore.transfer), or None for a local one."""
+    if not transfer:
+        return None
+    share = transfer["bytes"] / transfer["repository_bytes"] if transfer["repository_bytes"] else 0
+    return (f"read {human_bytes(transfer['bytes'])} in {transfer['requests']} requests from {transfer['source']} "
+            f"({share:.1%} of its {human_bytes(transfer['repository_bytes'])})")
+
+
 def set_level(quiet: bool, verbose: bool) -> None:
     """The root options -q / -v, for this process (a launched training process is given them again): -q keeps
     only errors and results (no progress, warnings, notes, library logs or hub progress bars); -v adds details and

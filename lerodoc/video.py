@@ -16,6 +16,7 @@ import av
 
 from lerodoc import mp4
 # re-exported: the clip primitives live in lerodoc.clips, which mp4 shares
+from lerodoc import access
 from lerodoc.clips import (READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, grid_deviation,  # noqa: F401
                            grid_time_base, reason, window_ticks)
 from lerodoc.errors import LerodocError
@@ -49,14 +50,19 @@ def open_video(path: Path | str, **options):
     """av.open for reading. Metadata tags (moov/udta, stream tags) that are not UTF-8 are read with
     replacement characters, as lerodoc never uses them: PyAV's strict default turns one flipped bit in an
     encoder tag into a UnicodeDecodeError for a file whose frames are intact."""
-    return av.open(str(path), metadata_errors="replace", **options)
+    return av.open(_av_source(path), metadata_errors="replace", **options)
+
+
+def _av_source(path):
+    """What av.open reads: a local path as text, a hub file as a range-reading file object (lerodoc.access)."""
+    return access.source(path) if access.is_remote(path) else str(path)
 
 
 def strict_tags(path: Path | str) -> bool:
     """Whether PyAV's default, strict, reader opens the file, i.e. its metadata tags are UTF-8: lerobot's pyav
     backend reads that way, so a file lerodoc writes must pass (other faults are reported where they matter)."""
     try:
-        with av.open(str(path)):
+        with av.open(_av_source(path)):
             return True
     except UnicodeDecodeError:
         return False
@@ -85,14 +91,14 @@ def probe(path: Path, count_packets: bool = False) -> Probe:
         ctx = stream.codec_context
         frames = stream.frames
         if count_packets or not frames:
-            frames = sum(1 for p in _demux_checked(container.demux(stream), Path(path), None) if p.size)
+            frames = sum(1 for p in _demux_checked(container.demux(stream), access.path(path), None) if p.size)
         duration = (float(stream.duration * stream.time_base) if stream.duration
                     else (container.duration or 0) / av.time_base)
         rate = stream.average_rate or stream.base_rate or 0
         return Probe(codec=ctx.codec.canonical_name, width=ctx.width, height=ctx.height,
                      pix_fmt=ctx.pix_fmt, fps=float(rate), time_base=Fraction(stream.time_base),
                      frames=frames, duration_s=duration, bit_rate=ctx.bit_rate or None,
-                     size_bytes=Path(path).stat().st_size)
+                     size_bytes=access.path(path).stat().st_size)
 
 
 def signature(path: Path, episode: int | None = None) -> tuple:

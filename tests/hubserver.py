@@ -1,14 +1,16 @@
 """A hub on 127.0.0.1 for tests: the routes huggingface_hub 2.4 and modelscope_hub 0.5 call, over real HTTP.
 
 Hugging Face layout (HF_ENDPOINT=server.url):
-  GET  /api/{type}s/{repo}/revision/{rev}        repo info with `sha` and `siblings`
-  GET  /api/{type}s/{repo}/tree/{rev}            recursive file listing
+  GET  /api/{type}s/{repo}[/revision/{rev}]      repo info with `sha` and `siblings`
+  GET  /api/{type}s/{repo}/tree/{rev}[/{path}]   file and folder listing (?recursive=true: every level)
   HEAD/GET /[datasets/]{repo}/resolve/{rev}/{path}  ETag, X-Repo-Commit, Content-Length; Range -> 206
   POST /api/repos/create, /api/validate-yaml, /api/{type}s/{repo}/preupload/{rev}, .../commit/{rev}
 ModelScope layout (MODELSCOPE_ENDPOINT=server.url): see `_modelscope`.
 
 `cut[path] = n` makes the next GET of that file stop after n bytes and drop the connection (once);
-`fail.add(path)` answers 500 to its GETs until removed. Every request is kept in `log`.
+`fail.add(path)` answers 500 to its GETs until removed; `refuse[repo_id] = status` answers every route of that
+repository with `status` (429: rate-limited). Every request is kept in `log`; `Range: bytes=a-b` (or `a-`) is
+served as 206, and `sent` counts the body bytes of every answer (`file_bytes` those of file contents).
 """
 
 from __future__ import annotations
@@ -57,7 +59,11 @@ class HubServer:
         self.repos: dict[tuple[str, str], Repo] = {}
         self.cut: dict[str, int] = {}
         self.fail: set[str] = set()
+        self.refuse: dict[str, int] = {}
         self.log: list[Request] = []
+        self.sent = 0
+        self.file_bytes = 0
+        self._count = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
@@ -66,6 +72,17 @@ class HubServer:
     def add(self, repo_type: str, repo_id: str, files: dict[str, bytes], gated: bool = False) -> Repo:
         self.repos[(repo_type, repo_id)] = Repo(dict(files), gated)
         return self.repos[(repo_type, repo_id)]
+
+    def reset_counts(self) -> None:
+        with self._count:
+            self.log.clear()
+            self.sent = self.file_bytes = 0
+
+    def counted(self, n: int, file: bool = False) -> None:
+        with self._count:
+            self.sent += n
+            if file:
+                self.file_bytes += n
 
     def gets(self, suffix: str) -> list[Request]:
         """GET requests whose unquoted path (query included) ends with `suffix`."""
@@ -119,11 +136,15 @@ def _handler(hub: HubServer):
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
+                hub.counted(len(data))
 
         def _repo(self, kind: str | None, repo_id: str) -> Repo | None:
             repo_type = {"datasets": "dataset", "dataset": "dataset", None: "model", "models": "model",
                          "model": "model"}[kind]
             repo = hub.repos.get((repo_type, repo_id))
+            if repo_id in hub.refuse:
+                self._json({"error": "refused"}, hub.refuse[repo_id], {"Retry-After": "0"})
+                return None
             if repo is None:
                 self._json({"error": "Repository not found"}, 404, {"X-Error-Code": "RepoNotFound"})
             elif repo.gated and not self.headers.get("Authorization"):
@@ -137,19 +158,23 @@ def _handler(hub: HubServer):
             if path in hub.fail and self.command == "GET":
                 return self._json({"error": "internal"}, 500)
             data = repo.files[path]
-            start = int(m.group(1)) if (m := re.fullmatch(r"bytes=(\d+)-", self.headers.get("Range", ""))) else 0
-            self.send_response(206 if start else 200)
-            headers = {"Content-Length": str(len(data) - start), "Accept-Ranges": "bytes",
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            start = int(m.group(1)) if m else 0
+            stop = min(len(data), int(m.group(2)) + 1) if m and m.group(2) else len(data)
+            self.send_response(206 if m else 200)
+            headers = {"Content-Length": str(max(0, stop - start)), "Accept-Ranges": "bytes",
                        "Content-Type": "application/octet-stream", **extra}
-            if start:
-                headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+            if m:
+                headers["Content-Range"] = f"bytes {start}-{stop - 1}/{len(data)}"
             for k, v in headers.items():
                 self.send_header(k, v)
             self.end_headers()
             if self.command == "HEAD":
                 return
             cut = hub.cut.pop(path, None) if self.command == "GET" else None
-            self.wfile.write(data[start:] if cut is None else data[start:cut])
+            body = data[start:stop] if cut is None else data[start:cut]
+            self.wfile.write(body)
+            hub.counted(len(body), file=True)
             if cut is not None:
                 self.wfile.flush()
                 self.close_connection = True
@@ -160,10 +185,24 @@ def _handler(hub: HubServer):
                 self._json({"id": repo_id, "sha": repo.sha, "private": False, "gated": repo.gated,
                             "siblings": [{"rfilename": p} for p in repo.files]})
 
-        def _hf_tree(self, body, kind, repo_id, rev) -> None:
+        def _hf_tree(self, body, kind, repo_id, rev, path=None) -> None:
+            """Files and folders below `path` (all levels with ?recursive=true, else its children), in one page."""
             if repo := self._repo(kind, repo_id):
-                self._json([{"type": "file", "path": p, "size": len(d), "oid": git_oid(d)}
-                            for p, d in repo.files.items()])
+                prefix = f"{path.strip('/')}/" if path else ""
+                recursive = self.query.get("recursive", ["false"])[0].lower() == "true"
+                entries: dict[str, dict] = {}
+                for p, d in sorted(repo.files.items()):
+                    if not p.startswith(prefix):
+                        continue
+                    parts = p[len(prefix):].split("/")
+                    for i in range(1, len(parts) if recursive else min(2, len(parts))):
+                        folder = prefix + "/".join(parts[:i])
+                        entries.setdefault(folder, {"type": "directory", "path": folder, "oid": "0" * 40, "size": 0})
+                    if recursive or len(parts) == 1:
+                        entries[p] = {"type": "file", "path": p, "size": len(d), "oid": git_oid(d)}
+                if path and not entries:
+                    return self._json({"error": "Entry not found"}, 404, {"X-Error-Code": "EntryNotFound"})
+                self._json(list(entries.values()))
 
         def _hf_file(self, body, kind, repo_id, rev, path) -> None:
             if repo := self._repo(kind, repo_id):
@@ -214,7 +253,8 @@ def _handler(hub: HubServer):
     get, post, file = ("GET",), ("POST",), ("GET", "HEAD")
     ROUTES = [
         (get, rf"/api/(?P<kind>models|datasets)/{repo}/revision/(?P<rev>[^/]+)", Handler._hf_info),
-        (get, rf"/api/(?P<kind>models|datasets)/{repo}/tree/(?P<rev>[^/]+)", Handler._hf_tree),
+        (get, rf"/api/(?P<kind>models|datasets)/{repo}", Handler._hf_info),
+        (get, rf"/api/(?P<kind>models|datasets)/{repo}/tree/(?P<rev>[^/]+)(?:/(?P<path>.+))?", Handler._hf_tree),
         (post, r"/api/repos/create", Handler._hf_create),
         (post, r"/api/validate-yaml", Handler._hf_validate_yaml),
         (post, rf"/api/(?P<kind>models|datasets)/{repo}/preupload/(?P<rev>[^/]+)", Handler._hf_preupload),

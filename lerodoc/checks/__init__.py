@@ -10,6 +10,7 @@ import importlib
 from pathlib import Path
 from typing import Callable
 
+from lerodoc import access
 from lerodoc.checks.common import ERROR, WARNING, Context, Finding  # noqa: F401  (re-exported)
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
@@ -26,11 +27,11 @@ def open_context(root: Path, dataset: Dataset | None = None, **options) -> Conte
     """Open the dataset for checking (or use `dataset`, `root` already opened); a dataset that cannot be opened
     still gets a context."""
     if dataset is not None:
-        return Context(Path(root), dataset, **options)
+        return Context(access.path(root), dataset, **options)
     try:
-        return Context(Path(root), Dataset.open(root), **options)
+        return Context(access.path(root), Dataset.open(root), **options)
     except LerodocError as exc:
-        return Context(Path(root), None, open_error=exc, **options)
+        return Context(access.path(root), None, open_error=exc, **options)
 
 
 def run_checks(ctx: Context, families: tuple[str, ...] = FAMILIES) -> list[Finding]:

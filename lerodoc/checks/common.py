@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lerodoc import access
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
@@ -91,7 +92,7 @@ def read_data_file(root: Path, path: str) -> DataFile:
     if not full.is_file():
         return DataFile(path, error="missing")
     try:
-        parquet = pq.ParquetFile(full)
+        parquet = pq.ParquetFile(access.source(full))
         schema = parquet.schema_arrow
         return DataFile(path, schema, parquet.read(columns=[c for c in INDEX_FEATURES if c in schema.names]))
     except (OSError, pa.ArrowException, ValueError) as exc:
@@ -119,7 +120,7 @@ def episode_meta_files(ctx: Context) -> list[str]:
         if ds.version == "v3.0":
             files = []
             for path in sorted(ctx.root.glob(v30.EPISODES_GLOB)):
-                files += [path.relative_to(ctx.root).as_posix()] * pq.ParquetFile(path).metadata.num_rows
+                files += [path.relative_to(ctx.root).as_posix()] * pq.ParquetFile(access.source(path)).metadata.num_rows
         else:
             files = [v21.EPISODES_PATH]
         ctx.cache["episode_meta_files"] = (files + files[-1:] * len(ds.episodes))[:len(ds.episodes)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lerodoc import formats
+from lerodoc import access, formats
 from lerodoc.checks.common import (ERROR, WARNING, Context, DataFile, Finding, data_files, finding_factory, relative,
                                     valid_spec)
 from lerodoc.errors import LerodocError
@@ -123,7 +123,7 @@ def _open_failure(ctx: Context) -> Finding:
                                 "and put the files there")
         if (error.field or "").startswith("features."):
             return _finding("LAY015", text, feature=error.field[len("features."):], **where)
-    if error.file is not None and not Path(error.file).exists():
+    if error.file is not None and not access.path(error.file).exists():
         return _finding("LAY001", text, **where)
     return _finding("LAY002", text + (f" ({error.hint})" if error.hint else ""), **where)
 

@@ -507,7 +507,7 @@ def _data_stats(ctx: Context) -> DataStats:
         columns = [f for f in numeric if f in data.schema.names]
         result.incomplete |= set(numeric) - set(columns)
         whole = {r.episode for r in runs if runs_per_episode.get(r.episode) == 1}
-        units.append((str(ctx.root / path), path, {f: widths[f] for f in columns}, runs,
+        units.append((ctx.root / path, path, {f: widths[f] for f in columns}, runs,
                       {k: v for k, v in stated_quantiles.items() if k[0] in whole}))
     for part in pmap(file_stats, units, engine=ctx.engine):
         result.incomplete |= part.incomplete

@@ -42,3 +42,5 @@ def info(dataset: DatasetArg = None, json: JsonOpt = False) -> None:
         o.print(render.table("cameras", ["camera", "codec", "size", "pix_fmt", "fps", "files"],
                              [[k, c.get("codec"), f"{c.get('width')}x{c.get('height')}", c.get("pix_fmt"),
                                c.get("fps"), c["files"]] for k, c in report["cameras"].items()]))
+    if report.get("transfer"):
+        o.print(render.transfer_line(report["transfer"]))

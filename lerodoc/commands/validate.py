@@ -13,7 +13,9 @@ from lerodoc.options import EngineName, EngineOpt, JsonOpt, RayAddressOpt, resol
 
 
 def validate(
-    dataset: Annotated[Optional[Path], typer.Argument(help="Dataset root (the folder holding meta/).",
+    dataset: Annotated[Optional[Path], typer.Argument(help="Dataset root (the folder holding meta/), or "
+                                                      "hf://datasets/OWNER/NAME[@REVISION], read in place by "
+                                                      "range requests.",
                                                       show_default="the current folder, when it holds "
                                                       "meta/info.json")] = None,
     videos: Annotated[bool, typer.Option("--videos", help="Also check the video containers (no decoding).")] = False,
@@ -60,6 +62,8 @@ def validate(
                  for f in report.findings]))
         render.out.print(f"{report.dataset}: {report.errors} errors, {report.warnings} warnings "
                          f"({report.seconds:.2f} s)")
+        if report.transfer:
+            render.out.print(render.transfer_line(report.transfer))
     if code:
         raise typer.Exit(int(code))
 

@@ -10,6 +10,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
+from lerodoc import access
 from lerodoc.errors import LerodocError
 from lerodoc.formats import paths
 from lerodoc.formats.jsonl import read_json  # noqa: F401  (re-exported)
@@ -21,13 +22,14 @@ INFO_PATH = "meta/info.json"
 
 def detect_version(root: Path) -> str:
     """The dataset's `codebase_version`, checked against the versions lerodoc reads."""
-    info = read_json(Path(root) / INFO_PATH)
+    root = access.path(root)
+    info = read_json(root / INFO_PATH)
     if not isinstance(info, dict):
-        raise LerodocError("is not a JSON object", file=Path(root) / INFO_PATH)
+        raise LerodocError("is not a JSON object", file=root / INFO_PATH)
     version = info.get("codebase_version")
     if version not in VERSIONS:
         raise LerodocError(f"unknown codebase_version {version!r}; lerodoc reads {', '.join(VERSIONS)}",
-                           file=Path(root) / INFO_PATH, field="codebase_version")
+                           file=root / INFO_PATH, field="codebase_version")
     return version
 
 
@@ -42,7 +44,7 @@ def loose_files(root: Path, suffix: str) -> list[str]:
     """Every `suffix` file of the dataset tree outside meta/ and hidden folders, relative, sorted: where a
     data or video file may sit when it is not where the template puts it. A link leading out of the dataset
     (or to a FIFO or device) is not one of them: `paths.readable`."""
-    root = Path(root)
+    root = access.path(root)
     out = []
     for path in root.rglob(f"*{suffix}"):
         rel = path.relative_to(root)
@@ -75,13 +77,13 @@ def load_problems(root: Path) -> list[str]:
 
     from lerodoc.formats.hf import CAST_ON_LOAD, schema_problems
 
-    root = Path(root)
+    root = access.path(root)
     info = read_json(root / INFO_PATH)
     features = info.get("features") or {}
     problems = []
     for path in sorted(root.glob("data/**/*.parquet")):
         try:
-            schema = pq.read_schema(path)
+            schema = pq.read_schema(access.source(path))
         except (OSError, pa.ArrowException) as exc:
             problems.append(f"{path.relative_to(root)}: cannot be read ({exc})")
             continue

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from lerodoc import access
 from lerodoc.errors import LerodocError, no_room
 
 NAME_MAX = 255   # bytes in one file name (ext4, xfs, btrfs, APFS, NTFS in UTF-16 units)
@@ -123,7 +124,7 @@ def inside(root: Path | str, relative: str, *, field: str | None = None, file: o
     if problem:
         raise UnsafePath(f"path {str(relative)!r} {problem}, so it would lead outside {root}",
                          file=file if file is not None else root, field=field)
-    return Path(root) / relative
+    return access.path(root) / relative
 
 
 def link_areas(root: Path | str) -> tuple[str, ...]:
@@ -146,7 +147,7 @@ def _within(path: str, areas: tuple[str, ...]) -> bool:
 def tree(folder: Path | str, root: Path | str) -> list[str]:
     """Every entry under `folder` (links not followed into), relative to `root`: what `check_links` checks
     of a folder read whole, such as meta/. Empty when `folder` is not there."""
-    return [p.relative_to(root).as_posix() for p in sorted(Path(folder).rglob("*"))]
+    return [p.relative_to(root).as_posix() for p in sorted(access.path(folder).rglob("*"))]
 
 
 def check_links(root: Path | str, relatives: Iterable[str], *, field: str | None = None) -> None:
@@ -154,7 +155,7 @@ def check_links(root: Path | str, relatives: Iterable[str], *, field: str | None
     `link_areas(root)`; else UnsafePath naming the file. One `realpath` per folder and one directory listing
     per folder find the links, so a dataset of many files costs little; files that are missing are left to
     the callers that report them."""
-    root = Path(root)
+    root = access.path(root)
     relatives = [str(r) for r in relatives]
     # All their letters at once (a superset of what `_segments_problem` refuses: a '//' or ':' may pass on the
     # second look, which names the path at fault); string searches only, for a dataset of 10^5 files.
@@ -162,6 +163,8 @@ def check_links(root: Path | str, relatives: Iterable[str], *, field: str | None
     if _CONTROL.search(joined) or "\\" in joined or "/../" in joined or "//" in joined or ":" in joined:
         for relative in relatives:
             inside(root, relative, field=field)
+    if access.is_remote(root):   # a hub repository holds no links, FIFOs or devices
+        return
     by_folder: dict[str, set[str]] = {}
     for relative in relatives:
         parent, _, name = relative.rpartition("/")
@@ -198,7 +201,7 @@ def readable(root: Path | str, relatives: Iterable[str]) -> list[str]:
     """Those of `relatives` (files found by listing a dataset's tree, none named by its metadata) that may be read:
     regular files, and links to regular files that stay where `check_links` allows. The others are left out,
     never opened: a stray link does not stop a command, it is simply not followed."""
-    root = Path(root)
+    root = access.path(root)
     areas, out = None, []
     for relative in relatives:
         path = root / relative

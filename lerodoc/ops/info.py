@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lerodoc import video
+from lerodoc import access, video
 from lerodoc.dataset import Dataset
 from lerodoc.formats.info import flat_names
 from lerodoc.stats import BASIC, QUANTILES
@@ -39,4 +39,5 @@ def describe(root: Path) -> dict:
         "data_files": len(ds.data_files()),
         "size_bytes": sum(p.stat().st_size for p in ds.root.rglob("*") if p.is_file()),
         "features": features, "cameras": cameras, "stats": coverage,
+        **({"transfer": access.transfer(ds.root)} if access.is_remote(ds.root) else {}),
     }

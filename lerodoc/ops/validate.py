@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lerodoc import access
 from lerodoc.checks import ERROR, FAMILIES, Finding, family, open_context, run_checks
 from lerodoc.dataset import Dataset
 
@@ -16,6 +17,7 @@ class ValidateReport:
     version: str | None
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
+    transfer: dict | None = None   # a hub dataset: what reading it cost (lerodoc.access)
 
     @property
     def errors(self) -> int:
@@ -28,7 +30,8 @@ class ValidateReport:
     def to_json(self) -> dict:
         return {"dataset": self.dataset, "codebase_version": self.version, "errors": self.errors,
                 "warnings": self.warnings, "fixable": sum(f.fixable for f in self.findings),
-                "seconds": self.seconds, "findings": [f.to_json() for f in self.findings]}
+                "seconds": self.seconds, "findings": [f.to_json() for f in self.findings],
+                **({"transfer": self.transfer} if self.transfer else {})}
 
 
 def validate(root: Path, *, videos: bool = False, deep: bool = False, tolerance_s: float = 1e-4,
@@ -37,10 +40,11 @@ def validate(root: Path, *, videos: bool = False, deep: bool = False, tolerance_
     cluster (their bookkeeping columns and per-episode stats come back, not the feature values). `dataset` is
     `root` already opened by the caller, used as it is rather than opened again."""
     started = time.perf_counter()
-    ctx = open_context(Path(root), dataset, videos=videos or deep, deep=deep, tolerance_s=tolerance_s, engine=engine)
+    ctx = open_context(access.path(root), dataset, videos=videos or deep, deep=deep, tolerance_s=tolerance_s, engine=engine)
     report = ValidateReport(dataset=str(root), version=ctx.dataset.version if ctx.dataset else None,
                             findings=run_checks(ctx))
     report.seconds = round(time.perf_counter() - started, 3)
+    report.transfer = access.transfer(ctx.root)
     return report
 
 
