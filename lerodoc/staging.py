@@ -55,6 +55,20 @@ def output_target(src: Path, out: Path | None, in_place: bool, *, dry_run: bool 
     return Path(src) if in_place else Path(out)
 
 
+@contextmanager
+def scratch_beside(out: Path):
+    """Yield an empty hidden folder beside `out` (same file system, so its files can be renamed into the staged
+    output) for work that comes before the output is staged (encode's clips); removed when the block ends, either
+    way."""
+    scratch = Path(out).absolute().parent / f".{Path(out).name}.lerodoc-scratch-{os.getpid()}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def temp_sibling(out: Path) -> Path:
     return out.parent / f".{out.name}{TEMP_SUFFIX}-{os.getpid()}"
 

@@ -19,7 +19,6 @@ few frames per file.
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -38,7 +37,7 @@ from lerodoc.ops import rewrite
 from lerodoc.ops.derive import derive
 from lerodoc.ops.features import FeatureEdit
 from lerodoc.parallel import pmap
-from lerodoc.staging import output_target, staged_edit
+from lerodoc.staging import output_target, scratch_beside, staged_edit
 
 SAMPLES = 3            # frames per file compared with the source for the PSNR report
 IMAGE_CODECS = {b"\x89PNG": "png", b"\xff\xd8\xff": "mjpeg"}
@@ -185,10 +184,7 @@ def images_to_video(ds: Dataset, out: Path | None, report: EncodeReport, setting
                      "why": "image -> video"} for k in keys]
     if dry_run:
         return
-    target = Path(ds.root if in_place else out).absolute()
-    scratch = target.parent / f".{target.name}.lerodoc-encode-{os.getpid()}"
-    shutil.rmtree(scratch, ignore_errors=True)
-    try:
+    with scratch_beside(Path(ds.root if in_place else out)) as scratch:
         jobs = [ImageJob(k, str(ds.path(ep.data_file)), ep.data_row, ep.length, ep.index,
                          str(scratch / ("clips" if ds.version == "v3.0" else "") / v21.video_file(ds.info, k, ep.index)),
                          ds.info.fps, tuple(ds.info.features[k]["shape"][:2]), settings)
@@ -210,8 +206,6 @@ def images_to_video(ds: Dataset, out: Path | None, report: EncodeReport, setting
         ds.info.video_path = None   # set by write_meta for the version
         report.output = str(derive(ds, out, FeatureEdit(drop=tuple(keys), rename=()), features,
                                    in_place=in_place, force=force, workers=workers, moved=moved))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     report.files = [{"camera": c["camera"], "episode": c["episode"], "frames": c["frames"], "changed": True,
                      "why": "image -> video", "psnr_db": c["psnr_db"]} for c in clips]
     report.encoded = len(clips)
