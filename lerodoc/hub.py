@@ -400,6 +400,22 @@ def push_dataset(root: Path, repo: str, *, revision: str | None = None, private:
                   sum((root / f).stat().st_size for f in files), card)
 
 
+def push_outputs(outputs: list[Path], repo: str) -> list[Pushed]:
+    """--push-to-hub: push each dataset a command wrote (`push_dataset`: validated first, regular files only) to
+    `repo`; an output that holds parts instead of a dataset (split's OUT/<part>) pushes each part to REPO_<part>,
+    the repository lerobot's split_dataset names."""
+    pushed = []
+    for out in dict.fromkeys(Path(o) for o in outputs):
+        if (out / INFO_FILE).is_file():
+            pushed.append(push_dataset(out, repo))
+            continue
+        parts = sorted(p for p in out.iterdir() if (p / INFO_FILE).is_file() and not p.name.startswith("."))
+        if not parts:
+            raise LerodocError("holds no dataset to push", file=out)
+        pushed += [push_dataset(part, f"{repo}_{part.name}") for part in parts]
+    return pushed
+
+
 def dataset_card(root: Path, *, warnings: int = 0) -> str:
     """A README.md for the hub: the viewer config, then version, totals, features and cameras.
 

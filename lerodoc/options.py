@@ -152,3 +152,63 @@ def group(options: type, name: str):
 
 # the writing commands' shared options: `def cmd(..., w: Writes = Writes())` under @writes
 writes = group(Writes, "w")
+
+
+def _repo_id(value: Optional[str]) -> Optional[str]:
+    if value is not None and not looks_like_repo_id(value):
+        raise typer.BadParameter(f"{value!r} is not a hub repository id (owner/name)", param_hint="--push-to-hub")
+    return value
+
+
+PushOpt = Annotated[Optional[str], typer.Option(
+    "--push-to-hub", metavar="REPO", callback=_repo_id, rich_help_panel="Output",
+    help="Once the output is written and verified, validate it and upload it to this hub dataset repository in "
+    "one commit (created if missing; HF_ENDPOINT, HF_TOKEN), as `lerodoc push` does; split pushes each part to "
+    "REPO_<part>, as lerobot names them.")]
+
+
+def pushes(command):
+    """A decorator giving a writing command `--push-to-hub REPO` (lerobot's editors' push_to_hub): the command runs
+    as it is; then, only when it ended well, every dataset it wrote (the outputs promoted after verification,
+    `staging.recording_outputs`; a convert with nothing to do: DATASET as it is) is pushed by `hub.push_outputs`,
+    and the result says what was pushed (--json: the envelope's `pushed`). Outermost: it sees the command line's
+    options flat."""
+    hints = typing.get_type_hints(command, include_extras=True)
+    own = [p.replace(annotation=hints[p.name]) for p in inspect.signature(command).parameters.values()]
+    push = inspect.Parameter("push_to_hub", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=PushOpt)
+
+    @functools.wraps(command)
+    def wrapper(*args, push_to_hub: Optional[str] = None, **kwargs):
+        if push_to_hub is None:
+            return command(*args, **kwargs)
+        if kwargs.get("dry_run"):
+            raise typer.BadParameter("--dry-run writes nothing to push; drop one of them", param_hint="--push-to-hub")
+        from lerodoc import render
+        from lerodoc.errors import LerodocError
+        from lerodoc.hub import push_outputs
+        from lerodoc.staging import recording_outputs
+        with render.held_json() as bodies, recording_outputs() as written:
+            try:
+                command(*args, **kwargs)
+            except typer.Exit as stop:   # findings (repair with errors left): the result as it is, nothing pushed
+                for body in bodies:
+                    render.write_json({**body, "pushed": []})
+                render.warning(f"nothing was pushed to {push_to_hub}: the command exited {stop.exit_code}")
+                raise
+        outputs = written or [kwargs["dataset"]]   # nothing written: convert found DATASET already at --to
+        try:
+            pushed = push_outputs(outputs, push_to_hub)
+        except LerodocError as exc:
+            where = ", ".join(str(o) for o in outputs)
+            exc.hint = (f"{exc.hint}; " if exc.hint else "") + f"the output is complete at {where}: `lerodoc push " \
+                       f"{where} {push_to_hub}` sends it once the cause is fixed"
+            raise
+        for body in bodies:
+            render.write_json({**body, "pushed": [p.to_json() for p in pushed]})
+        if not bodies:
+            for p in pushed:
+                render.out.print(f"pushed {len(p.files)} files ({render.human_bytes(p.bytes)}) of {p.dataset} to "
+                                 f"{p.repo}: {p.url}")
+    wrapper.__signature__ = inspect.Signature([*own, push], return_annotation=None)
+    wrapper.__annotations__ = {p.name: p.annotation for p in (*own, push)}
+    return wrapper

@@ -138,8 +138,28 @@ def envelope(result: dict | None = None, *, exit_code: int = 0, error: dict | No
 
 def print_json(result: dict, *, exit_code: int = 0) -> None:
     """A command's result as the JSON envelope on stdout (`exit_code`: the code the command is about to exit
-    with, 1 when it reports findings)."""
-    write_json(envelope(result, exit_code=exit_code))
+    with, 1 when it reports findings); kept back instead while `held_json` runs."""
+    body = envelope(result, exit_code=exit_code)
+    if _held is not None:
+        _held.append(body)
+        return
+    write_json(body)
+
+
+_held: list[dict] | None = None
+
+
+@contextmanager
+def held_json():
+    """Yield the list that the envelopes `print_json` makes go to while the block runs, instead of stdout: a step
+    after the command (--push-to-hub) adds its own keys, then writes them (`write_json`). An error leaves them
+    unwritten: the error's envelope is the one printed."""
+    global _held
+    saved, _held = _held, []
+    try:
+        yield _held
+    finally:
+        _held = saved
 
 
 def write_json(body: dict) -> None:

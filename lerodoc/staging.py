@@ -44,6 +44,31 @@ def check_output(out: Path, inputs=(), *, force: bool = False, folder: bool = Tr
     return out
 
 
+_promoted: list[Path] | None = None   # while `recording_outputs` runs: the outputs promoted, in order
+
+
+@contextmanager
+def recording_outputs():
+    """Yield the list of the datasets this process promotes while the block runs (staged_output's output, the
+    root whose meta/ staged_meta swapped), each only once verified and in place: what a command wrote, for a step
+    that follows it (--push-to-hub)."""
+    global _promoted
+    saved, _promoted = _promoted, []
+    try:
+        yield _promoted
+    finally:
+        _promoted = saved
+
+
+def _record(out: Path, staged: Path | None = None) -> None:
+    """`out` is promoted (from the staging folder `staged`): outputs promoted inside that folder (split's parts)
+    are part of it now and are no longer listed on their own."""
+    if _promoted is not None:
+        if staged is not None:
+            _promoted[:] = [p for p in _promoted if not p.is_relative_to(Path(staged).absolute())]
+        _promoted.append(Path(out).absolute())
+
+
 def output_target(src: Path, out: Path | None, in_place: bool, *, dry_run: bool = False) -> Path | None:
     """The one `-o OUTPUT` / `--in-place` rule of the writing commands: exactly one of them (a usage error, exit 2,
     otherwise), except that a --dry-run, which writes nothing, may have neither. The folder the command writes:
@@ -167,6 +192,7 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
             old.unlink()
     else:
         tmp.rename(out)
+    _record(out, tmp)
 
 
 @contextmanager
@@ -219,6 +245,7 @@ def staged_meta(root: Path, rewrite: set[str]):
     root = Path(root).absolute()
     with output_lock(root), _staged_meta(root, rewrite) as tmp, _said_of(tmp, root):
         yield tmp
+    _record(root)
 
 
 @contextmanager

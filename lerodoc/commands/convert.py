@@ -8,9 +8,10 @@ import typer
 
 from lerodoc import render
 from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, EngineName, EngineOpt, ForceOpt, JsonOpt,
-                             OutputOpt, RayAddressOpt, Target, WorkersOpt)
+                             OutputOpt, RayAddressOpt, Target, WorkersOpt, pushes)
 
 
+@pushes
 def convert(
     output: OutputOpt,
     dataset: DatasetArg = None,

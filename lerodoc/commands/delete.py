@@ -7,9 +7,10 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import DatasetArg, OptionalOutput, SameVersionOpt, Writes, writes
+from lerodoc.options import DatasetArg, OptionalOutput, SameVersionOpt, Writes, pushes, writes
 
 
+@pushes
 @writes
 def delete(
     episodes: Annotated[list[str], typer.Option("--episodes", "-e", help="Episodes to delete: N, N-M, N,M-K or "

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
+from lerodoc.options import DatasetArg, OptionalOutput, Writes, pushes, writes
 
 
 class Codec(str, Enum):
@@ -17,6 +17,7 @@ class Codec(str, Enum):
     hevc = "hevc"
 
 
+@pushes
 @writes
 def encode(
     dataset: DatasetArg = None,

@@ -7,9 +7,10 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
+from lerodoc.options import DatasetArg, OptionalOutput, Writes, pushes, writes
 
 
+@pushes
 @writes
 def features(
     dataset: DatasetArg = None,

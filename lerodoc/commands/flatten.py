@@ -7,10 +7,11 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
+from lerodoc.options import DatasetArg, OptionalOutput, Writes, pushes, writes
 
 
 
+@pushes
 @writes
 def flatten(
     dataset: DatasetArg = None,

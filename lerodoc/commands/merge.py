@@ -9,12 +9,13 @@ import typer
 
 from lerodoc import render
 from lerodoc.options import (DEFAULT_WORKERS, DryRunOpt, EngineName, EngineOpt, ForceOpt, JsonOpt, OutputOpt,
-                             RayAddressOpt, Target, WorkersOpt, resolve_datasets)
+                             RayAddressOpt, Target, WorkersOpt, pushes, resolve_datasets)
 
 SourcesArg = Annotated[list[Path], typer.Argument(help="Datasets to merge, in order (called A, B, C, ...): "
                                                   "folders or repo ids.", callback=resolve_datasets)]
 
 
+@pushes
 def merge(
     sources: SourcesArg,
     output: OutputOpt,

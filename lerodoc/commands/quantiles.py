@@ -9,9 +9,10 @@ import typer
 
 from lerodoc import render
 from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, EngineName, EngineOpt, ForceOpt, JsonOpt,
-                             RayAddressOpt, WorkersOpt)
+                             RayAddressOpt, WorkersOpt, pushes)
 
 
+@pushes
 def quantiles(
     dataset: DatasetArg = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Store the stats in a copy instead "

@@ -8,9 +8,10 @@ import typer
 
 from lerodoc import render
 from lerodoc.errors import ExitCode
-from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
+from lerodoc.options import DatasetArg, OptionalOutput, Writes, pushes, writes
 
 
+@pushes
 @writes
 def repair(
     dataset: DatasetArg = None,

@@ -7,11 +7,12 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
+from lerodoc.options import DatasetArg, OptionalOutput, Writes, pushes, writes
 
 SpecOpt = "SPEC: feature, feature[28:42], feature[3,5], feature[name,glob*]; repeat to concatenate."
 
 
+@pushes
 @writes
 def select(
     dataset: DatasetArg = None,

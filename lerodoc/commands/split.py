@@ -8,9 +8,10 @@ import typer
 
 from lerodoc import render
 from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, JsonOpt, OutputOpt, SameVersionOpt,
-                             WorkersOpt)
+                             WorkersOpt, pushes)
 
 
+@pushes
 def split(
     output: OutputOpt,
     dataset: DatasetArg = None,

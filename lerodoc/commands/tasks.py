@@ -8,9 +8,10 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.options import DatasetArg, OptionalOutput, Writes, writes
+from lerodoc.options import DatasetArg, OptionalOutput, Writes, pushes, writes
 
 
+@pushes
 @writes
 def tasks(
     dataset: DatasetArg = None,
