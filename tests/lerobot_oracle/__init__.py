@@ -4,13 +4,17 @@ lerobot is never imported here; scripts/lerobot-venv.sh makes (once) a Python 3.
 and the scripts next to this file run inside it. If the venv cannot be made, the calls
 raise (tests fail) unless LERODOC_SKIP_LEROBOT=1, which skips them instead (except under CI=true, where
 a test that holds a claim fails without its oracle: tests.helpers.require).
-Each subprocess runs offline with HF_HOME and its caches in a throwaway directory.
+Each subprocess runs offline with HF_HOME and its caches in a throwaway directory. The loader checks and lerobot's own
+recordings run in one long-lived interpreter (server.py: lerobot imported once per session, a new datasets cache
+per request); what is timed (convert, aggregate, quantiles) runs in a new process each time.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
 import shutil
 import subprocess
 import tempfile
@@ -63,14 +67,98 @@ def lerobot_python() -> Path:
     return _python
 
 
-def _run(args: list[str], scratch: Path, timeout: float, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run the venv's python offline, with every Hugging Face cache under `scratch`."""
+def _env(scratch: Path) -> dict:
+    """The environment of an oracle process: offline, with every Hugging Face cache under `scratch`."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     hf = scratch / "hf"
     env.update(HF_HUB_OFFLINE="1", HF_HOME=str(hf), HF_DATASETS_CACHE=str(hf / "datasets"),
                HF_LEROBOT_HOME=str(hf / "lerobot"), HF_HUB_DISABLE_TELEMETRY="1")
+    return env
+
+
+def _run(args: list[str], scratch: Path, timeout: float, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the venv's python offline, with every Hugging Face cache under `scratch`, in a new process (for what is
+    timed, or runs lerobot's own modules)."""
     return subprocess.run([str(lerobot_python()), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=cwd)
+                          timeout=timeout, env=_env(scratch), cwd=cwd)
+
+
+class _Server:
+    """server.py in the reference venv: lerobot imported once, the oracle scripts run in it on request."""
+
+    RESTART_AFTER = 40          # requests; a fresh interpreter now and then bounds what the checks leave behind
+
+    def __init__(self) -> None:
+        self.scratch = Path(tempfile.mkdtemp(prefix="lerobot-oracle-server-"))
+        self.log = open(self.scratch / "server.log", "w+")
+        read, write = os.pipe()
+        self.proc = subprocess.Popen([str(lerobot_python()), str(HERE / "server.py"), str(write)],
+                                     stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, text=True,
+                                     pass_fds=(write,), env=_env(self.scratch), cwd=self.scratch)
+        os.close(write)
+        self.replies = os.fdopen(read)
+        self.served = 0
+
+    def call(self, script: Path, args: list[str], scratch: Path, timeout: float,
+             cwd: Path | None) -> subprocess.CompletedProcess:
+        argv = [str(script), *args]
+        request = {"script": str(script), "args": args, "scratch": str(scratch), "cwd": str(cwd) if cwd else None}
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            return self.died(argv)
+        if not select.select([self.replies], [], [], timeout)[0]:
+            self.close()
+            raise subprocess.TimeoutExpired(argv, timeout)
+        line = self.replies.readline()
+        if not line:
+            return self.died(argv)
+        self.served += 1
+        reply = json.loads(line)
+        return subprocess.CompletedProcess(argv, reply["returncode"], reply["stdout"], reply["stderr"])
+
+    def died(self, argv: list[str]) -> subprocess.CompletedProcess:
+        """The interpreter ended mid-request (a crash in a decoder, say): this request fails with its log."""
+        code = self.proc.wait()
+        self.log.seek(0)
+        tail = self.log.read()[-3000:]
+        self.close()
+        return subprocess.CompletedProcess(argv, code or -1, "", f"oracle server ended (exit {code}):\n{tail}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.replies.close()
+        self.log.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+_server: _Server | None = None
+
+
+def _serve(script: Path, args: list[str], scratch: Path, timeout: float,
+           cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run an oracle script (a file next to this one) in the session's server, started on first use and again
+    after a crash, a timeout or every `RESTART_AFTER` requests."""
+    global _server
+    if _server is not None and _server.served >= _Server.RESTART_AFTER:
+        _server.close()
+        _server = None
+    server = _server = _server or _Server()
+    try:
+        return server.call(script, args, scratch, timeout, cwd)
+    finally:
+        if server.proc.poll() is not None:
+            server.close()
+            _server = None
+
+
+@atexit.register
+def _stop_server() -> None:
+    if _server is not None:
+        _server.close()
 
 
 def summarize(report: dict) -> str:
@@ -95,9 +183,9 @@ def check_with_lerobot(root: str | Path, expect: dict, backend: str = "pyav", fr
         scratch = Path(tmp)
         (scratch / "expect.json").write_text(json.dumps(expect))
         out = scratch / "report.json"
-        proc = _run([str(HERE / "check_dataset.py"), str(Path(root).resolve()), "--expect",
-                     str(scratch / "expect.json"), "--backend", backend, "--out", str(out),
-                     "--frames", str(frames)], scratch, timeout)
+        proc = _serve(HERE / "check_dataset.py", [str(Path(root).resolve()), "--expect",
+                      str(scratch / "expect.json"), "--backend", backend, "--out", str(out),
+                      "--frames", str(frames)], scratch, timeout)
         if not out.exists():
             raise OracleFailure(f"check_dataset.py wrote no report (exit {proc.returncode}):\n"
                                 f"{proc.stderr[-3000:]}", {})
@@ -115,8 +203,8 @@ def check_many_with_lerobot(jobs: list[dict], timeout: float = 1800) -> list[dic
         batch = [{**job, "root": str(Path(job["root"]).resolve())} for job in jobs]
         (scratch / "batch.json").write_text(json.dumps(batch))
         out = scratch / "reports.json"
-        proc = _run([str(HERE / "check_dataset.py"), "--batch", str(scratch / "batch.json"), "--out", str(out)],
-                    scratch, timeout)
+        proc = _serve(HERE / "check_dataset.py", ["--batch", str(scratch / "batch.json"), "--out", str(out)],
+                      scratch, timeout)
         if not out.exists():
             raise OracleFailure(f"check_dataset.py --batch wrote no report (exit {proc.returncode}):\n"
                                 f"{proc.stderr[-3000:]}", {})
@@ -178,8 +266,8 @@ def make_native_v30(root: str | Path, lengths: tuple[int, ...] = (40, 55), image
     """Record a dataset with lerobot itself (make_native_v30.py) at `root`; returns its expectation."""
     with tempfile.TemporaryDirectory(prefix="lerobot-native-") as tmp:
         expect_path = Path(tmp) / "expect.json"
-        proc = _run([str(HERE / "make_native_v30.py"), str(Path(root).resolve()), "--expect", str(expect_path),
-                     "--lengths", ",".join(map(str, lengths)), *(["--images"] if images else [])], Path(tmp), timeout)
+        proc = _serve(HERE / "make_native_v30.py", [str(Path(root).resolve()), "--expect", str(expect_path),
+                      "--lengths", ",".join(map(str, lengths)), *(["--images"] if images else [])], Path(tmp), timeout)
         if proc.returncode != 0:
             raise RuntimeError(f"make_native_v30.py failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
         return json.loads(expect_path.read_text())
