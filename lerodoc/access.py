@@ -98,7 +98,7 @@ class HubStore:
     def __init__(self, repo: str, revision: str | None = None):
         _install_meter()
         from huggingface_hub import HfApi, HfFileSystem
-        from lerodoc.hub import hub_errors
+        from lerodoc.hub_errors import hub_errors
         self.repo, self.revision = repo, revision
         self.started = METER.reading()
         self.file_bytes = 0          # bytes of file content received (range reads)
@@ -133,7 +133,7 @@ class HubStore:
     def fetch(self, rel: str, start: int, end: int, handle=None) -> bytes:
         """Bytes [start, end) of a file: one range request (huggingface_hub retries 429 and 5xx answers).
         `handle` is the file's HfFileSystemFile (`handle_of`), kept by the caller to skip opening it again."""
-        from lerodoc.hub import hub_errors
+        from lerodoc.hub_errors import hub_errors
         with hub_errors(f"{self.url}/{rel}"):
             data = (handle or self.handle_of(rel))._fetch_range(start, end)
         with self.lock:
@@ -180,7 +180,7 @@ class HubStore:
 
     def handle_of(self, rel: str):
         """huggingface_hub's file object for `rel` (no request: its size comes from the listing)."""
-        from lerodoc.hub import hub_errors
+        from lerodoc.hub_errors import hub_errors
         with hub_errors(f"{self.url}/{rel}"):
             return self.fs.open(f"{self.base}/{rel}", "rb", cache_type="none", block_size=1 << 20,
                                 size=self.sizes[rel])

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lerodoc import __version__
-from lerodoc.errors import ExitCode, LerodocError
+from lerodoc.errors import LerodocError
+from lerodoc.hub_errors import HubError, hub_errors, offline  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,6 @@ SOURCES = ("hf", "modelscope")
 INFO_FILE = "meta/info.json"   # formats.INFO_PATH, spelt here so that finding a dataset loads no format code
 
 
-class HubError(LerodocError):
-    """The hub could not be reached, refused, or is switched off; files already fetched are kept."""
-
-    exit_code = ExitCode.NETWORK
-
-
 def asset(kind: str, name: str) -> Asset:
     known = [a.name for a in ASSETS.values() if a.kind == kind]
     if name not in ASSETS or ASSETS[name].kind != kind:
@@ -56,11 +51,6 @@ def asset(kind: str, name: str) -> Asset:
 
 def download_command(a: Asset) -> str:
     return f"lerodoc download {a.kind} {a.name}"
-
-
-def offline() -> bool:
-    from huggingface_hub import constants
-    return bool(constants.HF_HUB_OFFLINE)
 
 
 def modelscope_dir(repo: str) -> Path:
@@ -281,55 +271,6 @@ def check_safetensors(path: Path) -> str:
         raise LerodocError(f"holds {size} bytes but its header describes {8 + length + end}", file=path,
                            hint="the download is incomplete: delete it and download again")
     return f"safetensors header reads, {len(tensors)} tensors"
-
-
-@contextmanager
-def hub_errors(repo: str, retry: str | None = None, *, taken_as: str = ""):
-    """Turn huggingface_hub's and the network's exceptions into one-paragraph HubErrors about `repo`.
-    `retry` is how the caller's command fetches from ModelScope instead, where it can (the hints offer it);
-    `taken_as` opens each message when `repo` was only one reading of what the user typed (a path or a hub id)."""
-    import httpx2
-    from huggingface_hub import errors
-
-    or_retry = f", or use {retry}" if retry else ""
-
-    def fail(message: str, hint: str) -> HubError:
-        return HubError(taken_as + message, file=repo, hint=hint)
-
-    try:
-        yield
-    except errors.HFValidationError as exc:
-        raise LerodocError(f"{taken_as}is not a valid repository id ({exc})", file=repo,
-                           hint="check the id: owner/name") from None
-    except errors.GatedRepoError:
-        raise fail("is gated: your account has not accepted its licence, or no token was sent",
-                   f"accept it on the repository page and set HF_TOKEN (or `hf auth login`){or_retry}") from None
-    except errors.RepositoryNotFoundError:
-        raise fail("no such repository, or it is private",
-                   "check the id (datasets and models are separate); set HF_TOKEN for a private one") from None
-    except errors.RevisionNotFoundError:
-        raise fail("no such revision", "check --revision") from None
-    except errors.RemoteEntryNotFoundError:
-        raise fail("the repository lacks a requested file", "pass --repo with a repository that holds it") from None
-    except (errors.LocalEntryNotFoundError, errors.OfflineModeIsEnabled) as exc:
-        if offline():
-            raise fail("is not in the cache and downloads are off (HF_HUB_OFFLINE=1)",
-                       "unset HF_HUB_OFFLINE where huggingface.co or an HF_ENDPOINT mirror"
-                       + (f" or ModelScope ({retry})" if retry else "")
-                       + " is reachable, or copy HF_HOME from a machine that has it") from None
-        cause = exc.__cause__ or exc.__context__ or exc
-        raise fail(f"the hub failed or could not be reached ({type(cause).__name__}); what arrived so far is kept",
-                   f"run the same command again to resume, set HF_ENDPOINT to a mirror{or_retry}") from None
-    except errors.HfHubHTTPError as exc:
-        if exc.response is not None and exc.response.status_code == 429:
-            raise fail("the hub is limiting this client's requests (429 Too Many Requests)",
-                       "wait a few minutes and run the same command again; set HF_TOKEN (signed-in clients get a "
-                       f"higher limit){or_retry}") from None
-        raise fail(f"the hub answered {exc.response.status_code}; what arrived so far is kept",
-                   "run the same command again to resume") from None
-    except (httpx2.HTTPError, OSError) as exc:
-        raise fail(f"download failed ({type(exc).__name__}: {exc}); what arrived so far is kept",
-                   f"run the same command again to resume, set HF_ENDPOINT to a mirror{or_retry}") from None
 
 
 def _modelscope_fetch(repo: str, repo_type: str, revision: str | None, local_dir: Path,
