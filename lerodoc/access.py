@@ -14,7 +14,9 @@ instead of looking on the local disk.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import io
+import os
 import re
 import stat as stat_module
 import threading
@@ -106,6 +108,9 @@ class HubStore:
         self.lock = threading.Lock()
         self.spans: dict[str, list[list]] = {}   # per file: sorted, disjoint [start, bytes] already fetched
         self.kept = 0                              # bytes held in `spans`
+        self.disk: Path | None = None              # `persist`: where fetched ranges are kept on disk
+        self.on_disk: dict[str, list[tuple[int, int, Path]]] = {}   # per file: (start, end, span file), sorted
+        self.disk_bytes = 0                        # bytes read back from `disk` instead of fetched
         self.url = f"{SCHEME}datasets/{repo}" + (f"@{revision}" if revision else "")
         with hub_errors(self.url):
             self.sha = HfApi().dataset_info(repo, revision=revision).sha or revision or "main"
@@ -130,7 +135,65 @@ class HubStore:
             raise FileNotFoundError(f"{self.url}/{rel}")
         return RangeFile(self, rel, self.sizes[rel])
 
+    def persist(self, folder: Path) -> None:
+        """Keep every range fetched from now on as a file under `folder` (one per range, written under a new name
+        and renamed, so a span file is whole or absent; named by a hash of the repository path, so nothing the
+        repository names becomes a local path), and read ranges from there before fetching them: a download
+        interrupted and run again fetches only what the first run had not. Ranges kept for another commit are
+        dropped."""
+        folder = Path(folder)
+        commit = folder / "commit"
+        if folder.is_dir() and (not commit.is_file() or commit.read_text() != f"{self.repo}@{self.sha}"):
+            import shutil
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        if not commit.is_file():
+            _write_new(commit, f"{self.repo}@{self.sha}".encode())
+        self.disk, self.on_disk = folder, {}
+
+    def _spans_on_disk(self, rel: str) -> list[tuple[int, int, Path]]:
+        if rel not in self.on_disk:
+            spans = []
+            folder = self.disk / hashlib.sha1(rel.encode()).hexdigest()
+            for file in folder.glob("*-*") if folder.is_dir() else ():
+                start, _, end = file.name.partition("-")
+                if start.isdigit() and end.isdigit() and file.stat().st_size == int(end) - int(start):
+                    spans.append((int(start), int(end), file))
+            self.on_disk[rel] = sorted(spans)
+        return self.on_disk[rel]
+
     def fetch(self, rel: str, start: int, end: int, handle=None) -> bytes:
+        """Bytes [start, end) of a file: the parts `persist` kept on disk read from there, the rest by one range
+        request each (kept on disk when persisting)."""
+        if self.disk is None:
+            return self._request(rel, start, end, handle)
+        pieces, pos = [], start
+        for s0, s1, file in self._spans_on_disk(rel):
+            if s1 <= pos or s0 >= end:
+                continue
+            if s0 > pos:
+                pieces.append(self._request_kept(rel, pos, s0, handle))
+                pos = s0
+            with open(file, "rb") as f:
+                f.seek(pos - s0)
+                pieces.append(f.read(min(s1, end) - pos))
+            with self.lock:
+                self.disk_bytes += len(pieces[-1])
+            pos = min(s1, end)
+        if pos < end:
+            pieces.append(self._request_kept(rel, pos, end, handle))
+        return b"".join(pieces)
+
+    def _request_kept(self, rel: str, start: int, end: int, handle=None) -> bytes:
+        data = self._request(rel, start, end, handle)
+        if len(data) == end - start:
+            folder = self.disk / hashlib.sha1(rel.encode()).hexdigest()
+            folder.mkdir(exist_ok=True)
+            _write_new(folder / f"{start}-{end}", data)
+            self.on_disk[rel] = sorted([*self.on_disk.get(rel, []), (start, end, folder / f"{start}-{end}")])
+        return data
+
+    def _request(self, rel: str, start: int, end: int, handle=None) -> bytes:
         """Bytes [start, end) of a file: one range request (huggingface_hub retries 429 and 5xx answers).
         `handle` is the file's HfFileSystemFile (`handle_of`), kept by the caller to skip opening it again."""
         from lerodoc.hub_errors import hub_errors
@@ -191,7 +254,20 @@ class HubStore:
         requests, received = METER.reading()
         return {"source": self.url, "commit": self.sha, "requests": requests - self.started[0],
                 "bytes": received - self.started[1], "range_reads": self.reads, "file_bytes": self.file_bytes,
-                "repository_bytes": sum(self.sizes.values())}
+                "repository_bytes": sum(self.sizes.values()),
+                **({"resumed_bytes": self.disk_bytes} if self.disk is not None else {})}
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """`data` as the file `path`, written under a new name beside it and renamed into place."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.part")
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class RangeFile(io.RawIOBase):
@@ -395,6 +471,35 @@ def source(path):
 def open_binary(path):
     """A file opened for reading bytes: a hub file by range reads, a local one as `open(path, "rb")`."""
     return path.store.open(path.rel) if isinstance(path, HubPath) else open(path, "rb")
+
+
+def read_range(path, start: int, end: int) -> bytes:
+    """Bytes [start, end) of a file, for copying them out once: a hub file's by range reads that the store's memory
+    does not keep (`HubStore.fetch`), a local one's by pread."""
+    if isinstance(path, HubPath):
+        return path.store.fetch(path.rel, start, end)
+    with open(path, "rb") as f:
+        return os.pread(f.fileno(), end - start, start)
+
+
+def copy_file(src, dst: Path) -> None:
+    """The whole file `src` (a hub file, fetched in ranges of COPY_BLOCK) as the new file `dst`, written under a new
+    name beside it and renamed into place."""
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.part")
+    try:
+        with open(tmp, "xb") as f:
+            total = size(src)
+            for start in range(0, total, COPY_BLOCK):
+                f.write(read_range(src, start, min(start + COPY_BLOCK, total)))
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+COPY_BLOCK = 64 << 20
 
 
 def size(path) -> int:

@@ -471,6 +471,13 @@ def write(out_path: Path, parts: list[Part], out: Layout) -> None:
         dst.write(first.ftyp + moov + mdat)
         dst.flush()
         for part in parts:
+            if access.is_remote(part.track.path):   # a hub file: its sample ranges only, by range reads
+                for offset, length in zip(*part.ranges()):
+                    for at in range(int(offset), int(offset + length), access.COPY_BLOCK):
+                        dst.write(access.read_range(part.track.path, at,
+                                                    min(at + access.COPY_BLOCK, int(offset + length))))
+                dst.flush()
+                continue
             with open(part.track.path, "rb") as src:
                 for offset, length in zip(*part.ranges()):
                     _copy(src.fileno(), dst.fileno(), int(offset), int(length))

@@ -9,7 +9,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from lerodoc import formats
+from lerodoc import access, formats
 from lerodoc.errors import LerodocError, UsageError, VerificationError, no_room
 from lerodoc.kept import require_kept
 from lerodoc.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
@@ -26,6 +26,8 @@ def check_output(out: Path, inputs=(), *, force: bool = False, folder: bool = Tr
     out = Path(out).absolute()
     real = Path(os.path.realpath(out))
     for src in inputs:
+        if access.is_remote(src):   # a hub dataset is read in place: no local path can be it
+            continue
         source = Path(os.path.realpath(src))
         if real == source or real.is_relative_to(source) or source.is_relative_to(real):
             relation = ("is the input" if real == source else "is inside the input" if real.is_relative_to(source)
@@ -177,7 +179,7 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
                                         file=out, hint="nothing was written; the input has the same problem: "
                                                        "lerodoc repair (or convert) fixes it, then run this command "
                                                        "on its output")
-            require_kept([Path(p) for p in (inputs if keep is None else keep)], tmp, dropped=set(dropped),
+            require_kept([access.path(p) for p in (inputs if keep is None else keep)], tmp, dropped=set(dropped),
                          renamed=renamed)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -8,8 +8,9 @@ Hugging Face layout (HF_ENDPOINT=server.url):
 ModelScope layout (MODELSCOPE_ENDPOINT=server.url): see `_modelscope`.
 
 `cut[path] = n` makes the next GET of that file stop after n bytes and drop the connection (once);
-`fail.add(path)` answers 500 to its GETs until removed; `refuse[repo_id] = status` answers every route of that
-repository with `status` (429: rate-limited). Every request is kept in `log`; `Range: bytes=a-b` (or `a-`) is
+`fail.add(path)` answers 500 to its GETs until removed (the client retries these); `deny[path] = status` answers its
+GETs with `status` until removed (403: not retried, the client fails at once); `refuse[repo_id] = status` answers
+every route of that repository with `status` (429: rate-limited). Every request is kept in `log`; `Range: bytes=a-b` (or `a-`) is
 served as 206, and `sent` counts the body bytes of every answer (`file_bytes` those of file contents).
 """
 
@@ -59,6 +60,7 @@ class HubServer:
         self.repos: dict[tuple[str, str], Repo] = {}
         self.cut: dict[str, int] = {}
         self.fail: set[str] = set()
+        self.deny: dict[str, int] = {}
         self.refuse: dict[str, int] = {}
         self.log: list[Request] = []
         self.sent = 0
@@ -102,6 +104,7 @@ class HubServer:
 def _handler(hub: HubServer):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True   # headers and body go out as two writes: no 40 ms delayed-ACK stall between
 
         def log_message(self, *args) -> None:
             pass
@@ -157,6 +160,8 @@ def _handler(hub: HubServer):
                 return self._json({"error": "Entry not found"}, 404, {"X-Error-Code": "EntryNotFound"})
             if path in hub.fail and self.command == "GET":
                 return self._json({"error": "internal"}, 500)
+            if path in hub.deny and self.command == "GET":
+                return self._json({"error": "denied"}, hub.deny[path])
             data = repo.files[path]
             m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
             start = int(m.group(1)) if m else 0

@@ -1,35 +1,64 @@
 """hf://datasets/OWNER/NAME read in place (issue 27): validate and info of a served 1,000-episode dataset by range
-requests, the same findings as the local copy, what the server sent, and the hub's refusals as one paragraph."""
+requests, the same findings as the local copy, what the server sent, and the hub's refusals as one paragraph;
+`download dataset --episodes` of chosen episodes: what `delete` of the full copy writes, file for file, fetching little
+more than those episodes' own bytes, resumed after an interruption."""
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
+from lerodoc import mp4
+from lerodoc.ops.delete import delete
+from lerodoc.selection import Selection, parse
 from tests.fixtures.factory import make_dataset
+from tests.helpers import expect_episodes
 from tests.hubserver import HubServer, folder_files
+from tests.lerobot_oracle import check_with_lerobot
 
 CAMERAS = ("observation.images.top", "observation.images.wrist")
+FILLER = 25_000   # bytes added to each video sample: videos are 98% of the served dataset, as on a real one
+
+
+def pad_videos(root: Path, filler: int) -> None:
+    """Make every mp4 under `root` video-heavy at no encoding cost: each sample gets an H.264 filler-data NAL unit
+    (type 12, which decoders skip) of `filler` bytes, so frames, times and keyframes stay what they were."""
+    nal = struct.pack(">I", filler - 4) + b"\x0c" + b"\xff" * (filler - 6) + b"\x80"
+    for path in sorted(root.glob("videos/*/*/*.mp4")):
+        track = mp4.read_track(path)
+        n = len(track.size)
+        out = mp4.layout([mp4.Part(track, 0, n)])
+        out.size = out.size + filler
+        mdat = struct.pack(">I4s", int(out.size.sum()) + 8, b"mdat")
+        head = len(track.ftyp) + len(mp4.build_moov(track, out, np.array([0]), [n])) + len(mdat)
+        data = path.read_bytes()
+        body = b"".join(data[o:o + s] + nal for o, s in zip(track.offset.tolist(), track.size.tolist()))
+        path.write_bytes(track.ftyp + mp4.build_moov(track, out, np.array([head]), [n]) + mdat + body)
 
 
 @pytest.fixture(scope="session")
 def served(tmp_path_factory):
-    """1,000 episodes of 3 frames, 100 episodes per data and video file, two cameras; served as me/big, plus a
-    gated copy of meta/info.json only and a rate-limited repository."""
+    """1,000 episodes of 3 frames, 100 episodes per data and video file, two cameras whose samples are padded to
+    about 25 KB (`pad_videos`); served as me/big, plus a gated copy of meta/info.json only and a rate-limited
+    repository."""
     root = tmp_path_factory.mktemp("remote") / "big"
-    make_dataset(root, version="v3.0", episodes=1000, lengths=3, episodes_per_file=100, height=32, width=48,
-                 cameras=CAMERAS)
+    fixture = make_dataset(root, version="v3.0", episodes=1000, lengths=3, episodes_per_file=100, height=32,
+                           width=48, cameras=CAMERAS)
+    pad_videos(root, FILLER)
     with HubServer() as hub:
         files = folder_files(root)
         hub.add("dataset", "me/big", files)
         hub.add("dataset", "me/gated", {"meta/info.json": files["meta/info.json"]}, gated=True)
         hub.refuse["me/limited"] = 429
-        yield hub, root, files
+        yield hub, root, files, fixture
 
 
 def lerodoc(hub: HubServer, *args: str, env: dict | None = None) -> tuple[int, dict]:
@@ -43,7 +72,7 @@ def lerodoc(hub: HubServer, *args: str, env: dict | None = None) -> tuple[int, d
 
 
 def test_validate_remote_equals_local_and_reads_no_video(served):
-    hub, root, files = served
+    hub, root, files, _ = served
     code_local, local = lerodoc(hub, "validate", str(root))
     hub.reset_counts()
     code, remote = lerodoc(hub, "validate", "hf://datasets/me/big")
@@ -55,6 +84,7 @@ def test_validate_remote_equals_local_and_reads_no_video(served):
     ranged = [r for r in hub.log if "range" in r.headers]
     assert not any("/videos/" in r.path for r in ranged), "validate without --videos reads no video byte"
     assert hub.file_bytes <= tables, (hub.file_bytes, tables)
+    assert hub.file_bytes <= 0.02 * total, (hub.file_bytes, total)   # the issue's bar
     t = remote["transfer"]
     assert t["repository_bytes"] == total and t["file_bytes"] == hub.file_bytes
     assert t["requests"] == len(hub.log) and t["bytes"] >= hub.file_bytes
@@ -63,7 +93,7 @@ def test_validate_remote_equals_local_and_reads_no_video(served):
 
 
 def test_info_remote_reads_moov_not_samples(served):
-    hub, root, files = served
+    hub, root, files, _ = served
     _, local = lerodoc(hub, "info", str(root))
     hub.reset_counts()
     code, remote = lerodoc(hub, "info", "hf://datasets/me/big")
@@ -95,3 +125,61 @@ def test_offline_and_unreachable_are_one_paragraph(served):
     assert code == 5 and "HF_HUB_OFFLINE" in body["error"]["message"]
     code, body = lerodoc(hub, "info", "hf://datasets/me/big", env={"HF_ENDPOINT": "http://127.0.0.1:9"})
     assert code == 5 and "ConnectError" in body["error"]["message"]
+
+
+CHOSEN = "0-9,500"
+
+
+def own_bytes(root: Path, episodes: list[int]) -> int:
+    """The chosen episodes' own bytes in the served files: their row groups (one per episode, 100 per file) and
+    their video samples (3 per episode per camera, in order), read from the local copy's footers and moov boxes."""
+    total = 0
+    for e in episodes:
+        group = pq.ParquetFile(root / f"data/chunk-000/file-{e // 100:03d}.parquet").metadata.row_group(e % 100)
+        total += sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+        for key in CAMERAS:
+            track = mp4.read_track(root / f"videos/{key}/chunk-000/file-{e // 100:03d}.mp4")
+            total += int(track.size[(e % 100) * 3:(e % 100) * 3 + 3].sum())
+    return total
+
+
+def test_download_episodes_is_delete_of_the_full_copy_and_resumes(served, tmp_path):
+    hub, root, files, fixture = served
+    out = tmp_path / "dl"
+    needed = f"videos/{CAMERAS[1]}/chunk-000/file-005.mp4"   # episode 500's second camera
+    hub.reset_counts()
+    hub.deny[needed] = 403   # the hub refuses a file part way through the download
+    try:
+        code, failed = lerodoc(hub, "download", "dataset", "me/big", "--episodes", CHOSEN, "-o", str(out))
+    finally:
+        del hub.deny[needed]
+    first = hub.file_bytes
+    assert code == 5 and "answered 403" in failed["error"]["message"] and "resume" in failed["error"]["hint"]
+    assert not out.exists() and not list(tmp_path.rglob("info.json")), "no complete-looking output"
+    assert first > 0 and (tmp_path / ".dl.lerodoc-download").is_dir()
+
+    hub.reset_counts()
+    code, report = lerodoc(hub, "download", "dataset", "me/big", "--episodes", CHOSEN, "-o", str(out))
+    assert code == 0 and report["findings"] == [] and report["frames"] == 33
+    assert not (tmp_path / ".dl.lerodoc-download").exists()
+    t = report["transfer"]
+    assert t["resumed_bytes"] >= first and t["file_bytes"] == hub.file_bytes   # nothing fetched twice
+    chosen = list(parse(CHOSEN, "--episodes").resolve(range(1000), "--episodes"))
+    own = own_bytes(root, chosen)
+    assert report["episodes"] == chosen and report["episode_bytes"] == own
+    fetched = first + hub.file_bytes
+    assert fetched <= 3 * own, (fetched, own)   # the issue's bar
+    print(f"download --episodes {CHOSEN}: {fetched} bytes fetched ({first} before the interruption) for "
+          f"{own} bytes of its episodes ({fetched / own:.2f}x), of a {t['repository_bytes']}-byte repository")
+
+    delete(root, tmp_path / "deleted", Selection.of(sorted(set(range(1000)) - set(chosen))))
+    assert folder_files(out) == folder_files(tmp_path / "deleted")
+    check_with_lerobot(out, {"fps": fixture.spec.fps, "episodes": expect_episodes(fixture, chosen)}, backend="pyav")
+
+
+def test_download_episodes_needs_an_output_and_the_hf_hub(served, tmp_path):
+    hub = served[0]
+    code, body = lerodoc(hub, "download", "dataset", "me/big", "--episodes", "0")
+    assert code == 2 and "-o DIR" in body["error"]["message"]
+    code, body = lerodoc(hub, "download", "dataset", "me/big", "--episodes", "1000", "-o", str(tmp_path / "x"))
+    assert code == 2 and "no episode 1000" in body["error"]["message"] and not (tmp_path / "x").exists()

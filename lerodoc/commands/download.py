@@ -65,9 +65,19 @@ def dataset(
     source: SourceOpt = Source.hf,
     include: Annotated[list[str], typer.Option("--include", help="Only files matching this glob (repeatable); "
                                                "the result is then not validated.")] = [],
+    episodes: Annotated[list[str], typer.Option("--episodes", "-e", help="Only these episodes, as a complete "
+                                                "dataset of their own (needs -o): N, N-M, N,M-K or a JSON list "
+                                                "[N, M] (repeatable).")] = [],
+    force: Annotated[bool, typer.Option("--force", help="With --episodes: replace an existing -o.")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Download a LeRobot dataset and validate it (exit 1 when validation finds errors).
+
+    With --episodes, only those episodes are fetched (their metadata, their parquet row groups, their video
+    samples and the headers needed) and written to -o as a complete dataset: renumbered 0..N-1, with the tasks
+    they use and exact stats, the same files `lerodoc delete` of the whole dataset writes when it deletes every
+    other episode. Fetched ranges are kept beside -o until it is written, so running the same command again after
+    an interruption fetches only what is missing; -o appears only once complete.
 
     Without -o the dataset goes to HF_LEROBOT_HOME/REPO_ID (HF_LEROBOT_HOME defaults to
     ~/.cache/huggingface/lerobot, as in lerobot), where LeRobotDataset(REPO_ID) loads it offline and every
@@ -75,9 +85,40 @@ def dataset(
     never written into. Files already complete are not fetched again, so an interrupted download resumes by running the
     same command.
 
-    Example: lerodoc download dataset lerobot/pusht
+    Example: lerodoc download dataset lerobot/pusht --episodes 0-9,500 -o pusht-11
     """
+    if episodes:
+        _episodes(repo_id, episodes, revision, output, include, _source(source), force, json)
+        return
     _show(fetch_dataset(repo_id, revision=revision, output=output, source=_source(source), include=include), json)
+
+
+def _episodes(repo_id: str, episodes: list[str], revision: str | None, output: Path | None, include: list[str],
+              source: str, force: bool, json: bool) -> None:
+    from lerodoc.ops.download import download_episodes, refuse_partial
+    from lerodoc.selection import format_ranges, parse
+    selection = parse(episodes, "--episodes")
+    refuse_partial(output, include, source)
+    with render.progress(not json) as track:
+        report = download_episodes(repo_id, selection, output, revision=revision, force=force, progress=track)
+    code = ExitCode.FINDINGS if any(f["severity"] == "error" for f in report.findings) else ExitCode.OK
+    if json:
+        render.print_json(report.to_json(), exit_code=code)
+    else:
+        for f in report.findings:
+            render.message(f["severity"], f"{f['code']} {f['file'] or ''} {f['message']}",
+                           style="red" if f["severity"] == "error" else "yellow")
+        t = report.transfer
+        render.out.print(f"episodes {format_ranges(report.episodes)} of {repo_id} as {len(report.episodes)} episodes, "
+                         f"{report.frames} frames, {report.tasks} tasks ({report.codebase_version}) at {report.output}\n"
+                         f"fetched {render.human_bytes(t['file_bytes'])} in {t['range_reads']} range reads "
+                         f"({t['requests']} requests) for episodes of {render.human_bytes(report.episode_bytes)}, "
+                         f"of a {render.human_bytes(t['repository_bytes'])} repository"
+                         + (f"; {render.human_bytes(t['resumed_bytes'])} from an earlier run"
+                            if t.get("resumed_bytes") else "")
+                         + f"\n{report.verified}\ntrain with: lerodoc train pi05 {report.output}", soft_wrap=True)
+    if code:
+        raise typer.Exit(int(code))
 
 
 @app.command()

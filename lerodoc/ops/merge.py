@@ -14,8 +14,8 @@ from typing import Mapping
 
 import numpy as np
 
-from lerodoc import formats
-from lerodoc.dataset import Dataset
+from lerodoc import access, formats
+from lerodoc.dataset import Dataset, read_rows
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import Info, canonical_feature, codec_name, flat_names
 from lerodoc.formats.stats import normalise_stats
@@ -96,6 +96,11 @@ def used_tasks(ds: Dataset, episodes: list) -> set[int]:
     for ep in episodes:
         by_file.setdefault(ep.data_file, []).append(ep)
     for data_file, eps in by_file.items():
+        if access.is_remote(ds.root):   # a hub file: the column chunks of the kept episodes' row groups only
+            for ep in eps:
+                rows = read_rows(ds.path(data_file), ep.data_row, ep.length, columns=["task_index"], episode=ep.index)
+                used.update(int(v) for v in np.unique(column_matrix(rows.column("task_index"), rows.num_rows)[:, 0]))
+            continue
         table = read_parquet(ds.path(data_file), columns=["task_index"], episode=eps[0].index)
         values = column_matrix(table.column("task_index"), table.num_rows)[:, 0]
         for ep in eps:

@@ -8,6 +8,7 @@ compared between source and re-read output.
 
 from __future__ import annotations
 
+import pickle
 import shutil
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -18,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lerodoc.dataset import Dataset, Episode, VideoSpan
+from lerodoc import access
+from lerodoc.dataset import Dataset, Episode, VideoSpan, read_rows
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
@@ -150,7 +152,7 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
         for block in _blocks(pieces):
             first = block[0]
             if first.link:     # an unchanged whole file: the same bytes, so nothing to check either
-                link_or_copy(Path(first.src_file), Path(first.out_file))
+                _reuse(first.src_file, Path(first.out_file))
                 results += [{"episode": p.episode, "changed": [], "stats": {}} for p in block]
                 continue
             out, changed = _planned(block, schema, cache)
@@ -179,6 +181,9 @@ def _planned(block: list[RowPiece], schema: pa.Schema, cache: dict) -> tuple[pa.
     """A block's rows as they are written (cast to `schema`, renumbered) and the columns the renumbering
     changed; `cache` holds the last source file read."""
     first, n = block[0], sum(p.length for p in block)
+    if access.is_remote(first.src_file):   # a hub file: only the row groups that hold the block's rows are fetched
+        return renumber(_cast(read_rows(first.src_file, first.src_row, n, episode=first.source_episode), schema,
+                              first), block)
     if first.src_file not in cache:
         cache.clear()
         cache[first.src_file] = read_parquet(first.src_file, episode=first.source_episode)
@@ -188,6 +193,21 @@ def _planned(block: list[RowPiece], schema: pa.Schema, cache: dict) -> tuple[pa.
                            f"{first.src_row}..{first.src_row + n - 1}",
                            file=first.src_file, episode=block[-1].source_episode)
     return renumber(_cast(table.slice(first.src_row, n), schema, first), block)
+
+
+def _source(path) -> str | access.HubPath:
+    """A source file as a row piece names it: a local path as text, a hub file's path as it is (it carries its
+    store)."""
+    return path if access.is_remote(path) else str(path)
+
+
+def _reuse(src, out: Path) -> None:
+    """A whole source file as an output file: by hard link (a copy across file systems), or, for a hub file, fetched
+    whole (`access.copy_file`)."""
+    if access.is_remote(src):
+        access.copy_file(src, out)
+    else:
+        link_or_copy(Path(src), out)
 
 
 def _cast(rows: pa.Table, schema: pa.Schema, piece: RowPiece) -> pa.Table:
@@ -330,7 +350,7 @@ def write_video_file(vf: VideoFile, root: Path, fps: int) -> list[video.Written]
         video.reencode(clips[i], scratch / f"{vf.episodes[i]}.mp4", fps, vf.episodes[i])
         clips[i] = video.Clip(scratch / f"{vf.episodes[i]}.mp4")
     if vf.link:     # a whole source file that holds exactly these clips: the same bytes, by hard link
-        link_or_copy(clips[0].path, out)
+        _reuse(clips[0].path, out)
         written = list(vf.linked)
     else:
         written = video.concat(clips, out, fps, list(vf.episodes))
@@ -500,7 +520,7 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
     first_row: dict[str, int] = {}
     for ep in new_eps:
         ep.data_row = ep.from_index - first_row.setdefault(ep.data_file, ep.from_index)
-    pieces = [RowPiece(str(p.dataset.path(p.episode.data_file)), p.episode.data_row, p.episode.length,
+    pieces = [RowPiece(_source(p.dataset.path(p.episode.data_file)), p.episode.data_row, p.episode.length,
                        new.data_file, new.index, new.from_index, p.episode.index, p.task_map,
                        all_stats=not p.episode.stats, retime_fps=info.fps if retime else None, link=i in linked)
               for i, (p, new) in enumerate(zip(picks, new_eps))]
@@ -606,9 +626,12 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     # -> v3.0: a file per job; -> v2.1: PER_JOB episode files per job.
     step = 1 if plan_.to == "v3.0" else PER_JOB
     video_jobs = [plan_.video_files[i:i + step] for i in range(0, len(plan_.video_files), step)]
+    # The schema as a worker process receives it: pyarrow serialises a schema read from a file and its pickled copy
+    # to different (equal) footer bytes, which would make the files depend on --workers.
+    schema = pickle.loads(pickle.dumps(plan_.schema))
     # One pool for both kinds of job, video first (the longest), so rows and videos overlap.
     jobs = [(write_video_files, (job, str(tmp), info.fps)) for job in video_jobs] + \
-        [(write_rows, (job, plan_.schema)) for job in row_jobs]
+        [(write_rows, (job, schema)) for job in row_jobs]
     tick = progress("files", len(jobs)) if progress else None
     done_jobs = pmap(_run, jobs, workers=workers, progress=tick, engine=engine)
     written_by_job, row_results = done_jobs[:len(video_jobs)], done_jobs[len(video_jobs):]
