@@ -1,20 +1,30 @@
 """The `lerodoc` command line: one Typer app, one module per command, errors rendered once.
 
 Command modules import their core operation inside the command, so `lerodoc --help` and failures found
-before any work (a missing tokenizer, say) answer without loading pyarrow, PyAV or torch."""
+before any work (a missing tokenizer, say) answer without loading numpy, pyarrow, PyAV, huggingface_hub or torch
+(tests/test_startup.py holds that). `main` builds only the command a command line runs (`command_for`), and help
+is formatted without the markdown and traceback halves of Typer's rich formatter (`_rich_utils`): the start-up
+times are in bench/startup.py's results."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
+import importlib
 import os
+import re
 import sys
 import time
 import traceback
+import types
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 import typer.main
+import typer.models
 from typer.core import TyperCommand, TyperGroup
 
 from lerodoc import __version__, render
@@ -31,16 +41,24 @@ class LiteralCommand(TyperCommand):
     (scripts/gen_cli_docs.py reads them)."""
 
     def format_help(self, ctx, formatter) -> None:
+        _rich_utils()
         with _literal_help(self):
             super().format_help(ctx, formatter)
+
+    def get_help_option(self, ctx):
+        return _quicken(super().get_help_option(ctx))   # made per context, after _coerce_quickly
 
 
 class LiteralGroup(TyperGroup):
     """A command group whose --help (its own texts and its commands' one-liners) shows literally."""
 
     def format_help(self, ctx, formatter) -> None:
+        _rich_utils()
         with _literal_help(self, *self.commands.values()):
             super().format_help(ctx, formatter)
+
+    def get_help_option(self, ctx):
+        return _quicken(super().get_help_option(ctx))
 
 
 @contextmanager
@@ -58,6 +76,50 @@ def _literal_help(*commands):
     finally:
         for obj, attr, value in reversed(saved):
             setattr(obj, attr, value)
+
+
+class _Deferred(type):
+    """A stand-in for a class of a module not imported yet: calling it, or reading an attribute of it, imports
+    the module and hands over to the real class."""
+
+    def __getattr__(cls, name):
+        return getattr(cls.real(), name)
+
+
+def _deferred(module: str, name: str) -> type:
+    def real():
+        return getattr(importlib.import_module(module), name)
+    return _Deferred(name, (), {"__new__": lambda cls, *args, **kwargs: real()(*args, **kwargs),
+                                "real": staticmethod(real), "__module__": module})
+
+
+def _rich_utils():
+    """typer.rich_utils (Typer's help and usage-error formatter), imported without rich.markdown and
+    rich.traceback: Typer imports both at its top for markdown help and pretty tracebacks, which lerodoc does not
+    use (help is literal text, errors are rendered by `main`), and they cost as much as the rest of `lerodoc
+    --help` (markdown-it, pygments, attrs). While rich_utils is imported, those two modules are stand-ins whose
+    names are `_deferred` classes; the stand-ins leave sys.modules at once, so any other import gets the real
+    modules, and a deferred name used after all (markdown help, a rich traceback) imports its real module."""
+    if "typer.rich_utils" in sys.modules:
+        return sys.modules["typer.rich_utils"]
+    stand_ins = {}
+    for module in ("rich.markdown", "rich.traceback"):
+        if module not in sys.modules:
+            stand_in = types.ModuleType(module)
+
+            def names(name, module=module):
+                if name.startswith("__"):
+                    raise AttributeError(name)
+                return _deferred(module, name)
+            stand_in.__getattr__ = names
+            sys.modules[module] = stand_ins[module] = stand_in
+    try:
+        from typer import rich_utils
+    finally:
+        for module, stand_in in stand_ins.items():
+            if sys.modules.get(module) is stand_in:
+                del sys.modules[module]
+    return rich_utils
 
 
 app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=True, cls=LiteralGroup,
@@ -127,6 +189,144 @@ def command_of(cli, args: list[str]) -> str | None:
     return " ".join(path) or None
 
 
+def _name(info) -> str | None:
+    """The command name a registered command or group of a Typer app gets, as Typer names it (None: unknown)."""
+    if isinstance(info, typer.models.CommandInfo):
+        return info.name or typer.main.get_command_name(info.callback.__name__)
+    for name in (info.name, info.typer_instance.info.name):
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def _listing(typer_app: typer.Typer) -> typer.Typer:
+    """`typer_app` for a help listing: each command's callback replaced by one without parameters that keeps its
+    name and docstring, so Typer builds the same names, help and panels without reading ~300 parameters."""
+    listed = copy.copy(typer_app)
+    listed.registered_commands = []
+    for info in typer_app.registered_commands:
+        def callback() -> None:
+            raise AssertionError("a help listing's stand-in was run")
+        callback.__name__, callback.__doc__ = info.callback.__name__, info.callback.__doc__
+        stand_in = copy.copy(info)
+        stand_in.callback = callback
+        listed.registered_commands.append(stand_in)
+    listed.registered_groups = []
+    for info in typer_app.registered_groups:
+        stand_in = copy.copy(info)
+        stand_in.typer_instance = _listing(info.typer_instance)
+        listed.registered_groups.append(stand_in)
+    return listed
+
+
+def command_for(args: list[str]):
+    """The click command that runs `lerodoc ARGS`, built by Typer from `app` with only what the command line
+    needs: the command it names (with its subcommands), or, when it names none (`--help`, `--version`, no
+    arguments, a misspelt command), every command's name and help without their parameters. The output is the
+    one `typer.main.get_command(app)` gives (tests/test_startup.py compares them); shell completion gets the full
+    app."""
+    if any(key.startswith("_LERODOC_COMPLETE") for key in os.environ):
+        return typer.main.get_command(app)
+    word = next((arg for arg in args if not arg.startswith("-")), None)
+    entries = [*app.registered_commands, *app.registered_groups]
+    names = [_name(info) for info in entries]
+    if None in names:
+        return typer.main.get_command(app)
+    built = copy.copy(app)
+    if word in names:
+        chosen = entries[names.index(word)]
+        built.registered_commands = [chosen] if chosen in app.registered_commands else []
+        built.registered_groups = [chosen] if chosen in app.registered_groups else []
+    else:
+        built = _listing(app)
+    command = typer.main.get_command(built)
+    _coerce_quickly(command)
+    return command
+
+
+def _quick(descriptor, value, param, ctx):
+    """`value` coerced as Typer would for the common cases whose result is certain without pydantic (a str for a
+    str, a Path for a Path, a choice, an integer or decimal written plainly, a default already of its type), or
+    `_quick` itself when not one of them: Typer 0.2x builds a pydantic TypeAdapter per parameter, and importing
+    pydantic costs more than the rest of a small command's start-up."""
+    from enum import Enum
+    from typing import get_args, get_origin
+
+    from typer._param_types import coerce_cli_choice, coerce_cli_path, routes_to_path
+    annotation, info = descriptor.annotation, descriptor.parameter_info
+    if info.parser is not None or descriptor.file_annotation is not None:
+        return _quick
+    if annotation is str:
+        return value if isinstance(value, str) else _quick
+    if get_origin(annotation) is list and get_args(annotation) == (str,):
+        if isinstance(value, str):
+            return [value]
+        return list(value) if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) else _quick
+    if annotation in (int, float) and getattr(info, "clamp", None) is None:
+        if type(value) is annotation or (isinstance(value, str) and _PLAIN[annotation].fullmatch(value)):
+            number = annotation(value)
+            low, high = getattr(info, "min", None), getattr(info, "max", None)
+            if (low is None or number >= low) and (high is None or number <= high):
+                return number
+        return _quick
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        try:
+            return coerce_cli_choice(value, choices=list(annotation), case_sensitive=info.case_sensitive, ctx=ctx)
+        except Exception:
+            return _quick   # Typer says why, in its words
+    if routes_to_path(annotation, info):
+        path_type = info.path_type or (annotation if isinstance(annotation, type) and issubclass(annotation, Path)
+                                       else None)
+        if path_type is not None and path_type not in (str, bytes) and isinstance(value, str):
+            value = path_type(value)   # what pydantic's Path validation makes of a str
+        try:
+            return coerce_cli_path(value, info, path_type=path_type, param=param, ctx=ctx)
+        except Exception:
+            return _quick
+    return _quick
+
+
+_PLAIN = {int: re.compile(r"-?[0-9]+"), float: re.compile(r"-?[0-9]+(\.[0-9]+)?")}
+
+
+def _quicken(param):
+    """`param` with `_quick` in front of Typer's own coercion, which still coerces (and words the error for)
+    anything `_quick` leaves; unchanged on a Typer without per-parameter runtime coercion."""
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is not None and getattr(param, "_runtime_param", None) is None and _Quick() is not None:
+        param._runtime_param = _Quick()(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation,
+                                        descriptor=descriptor)
+    return param
+
+
+@functools.cache
+def _Quick():
+    """The RuntimeParam class `_quicken` installs (None where this Typer has none)."""
+    try:
+        from typer._coercion import RuntimeParam, build_runtime_param
+    except ImportError:
+        return None
+
+    @dataclasses.dataclass(frozen=True)
+    class Quick(RuntimeParam):
+        descriptor: object
+
+        def _coerce_value(self, value, param, ctx):
+            done = _quick(self.descriptor, value, param, ctx)
+            if done is not _quick:
+                return done
+            return build_runtime_param(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
+    return Quick
+
+
+def _coerce_quickly(command) -> None:
+    """`_quicken` every parameter of `command` and of its subcommands."""
+    for param in command.params:
+        _quicken(param)
+    for sub in (getattr(command, "commands", None) or {}).values():
+        _coerce_quickly(sub)
+
+
 def _is_click_error(exc: BaseException) -> bool:
     """Typer's (click's) own usage errors: bad options or arguments, BadParameter from a callback."""
     return isinstance(getattr(exc, "exit_code", None), int) and callable(getattr(exc, "format_message", None)) \
@@ -173,7 +373,7 @@ def main() -> None:
     as_json = "--json" in args
     started = time.perf_counter()
     sys.unraisablehook = _quiet_no_room(sys.unraisablehook)   # before any pool forks: its workers inherit it
-    cli = typer.main.get_command(app)
+    cli = command_for(args)
     render.command = command_of(cli, args)
     try:
         code = cli.main(args=args, standalone_mode=False)
@@ -190,8 +390,7 @@ def main() -> None:
             if as_json and type(exc).__name__ != "NoArgsIsHelpError":
                 render.write_json(render.envelope(exit_code=exc.exit_code, error=_error(exc.format_message())))
             if getattr(app, "rich_markup_mode", None) is not None and type(exc).__name__ != "NoArgsIsHelpError":
-                from typer import rich_utils
-                rich_utils.rich_format_error(exc)
+                _rich_utils().rich_format_error(exc)
             elif type(exc).__name__ != "NoArgsIsHelpError":
                 exc.show()
             sys.exit(exc.exit_code)

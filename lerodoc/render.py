@@ -22,7 +22,6 @@ from rich.cells import cell_len
 from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderResult
 from rich.markup import escape
 from rich.padding import Padding
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -276,6 +275,7 @@ def progress(enabled: bool = True):
     if not shows_progress(enabled):
         yield None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn   # a bar runs
     bar = Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), console=err, transient=True)
 

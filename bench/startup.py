@@ -1,0 +1,151 @@
+"""bench/startup: lerodoc's start-up and its convert against the parquet floor, in one run (issue 26 item 7).
+
+    python -m bench.startup [--rounds 10] [--convert-rounds 3] [--episodes 681] [--frames 305425] [--work DIR]
+                            [--out FILE] [--skip-convert]
+
+Times, each as a fresh process started from the shell as a user runs it (the minimum and the median of --rounds
+runs, alternating):
+- `lerodoc --help`;
+- `lerodoc info SMALL`, SMALL being the writer zoo's lerobot 0.6.1 recording (3 episodes, 47 frames, two AV1
+  cameras: tests/zoo/members/lerobot-0.6.1-record);
+- `python -c pass` and `python -c "import typer.main, rich.console, rich.table, rich.panel"`: the interpreter's
+  own start-up and the CLI libraries', the floor under the two above;
+- the 681-episode parquet-only convert (bench.convert --parquet-only's dataset) against `bench.parquet_floor`
+  on the same files, alternating, --convert-rounds each: the ratio of the minimum times, and of the CPU seconds.
+
+Every figure is a whole process: wall seconds and CPU seconds (user + system, the process and its children). The
+machine's load average is recorded at the start, before each part and at the end: on a shared 2-core machine the
+wall times follow the load, CPU seconds less so. Bytecode is compiled first (to a cache outside the checkout,
+PYTHONPYCACHEPREFIX), as an installed package runs. Results: docs/results/startup_cpu_2core.json (--out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.results import ROOT, provenance, write_results
+
+SMALL = ROOT / "tests/zoo/members/lerobot-0.6.1-record"
+LIBRARIES = "import typer.main, rich.console, rich.table, rich.panel"
+HELP_BAR_S, INFO_BAR_S, FLOOR_BAR = 0.15, 0.3, 1.15   # the issue's bars
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(cmd: list[str], env: dict) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one run of `cmd` as a fresh process; it must exit 0."""
+    before, start = children_cpu(), time.perf_counter()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    wall = time.perf_counter() - start
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.decode()[-2000:]}")
+    return wall, children_cpu() - before
+
+
+def alternate(commands: dict[str, list[str]], rounds: int, env: dict, before=None) -> dict:
+    """Each command `rounds` times, in turn; per command its runs and their min and median."""
+    runs = {name: {"wall_s": [], "cpu_s": []} for name in commands}
+    for _ in range(rounds):
+        for name, cmd in commands.items():
+            if before:
+                before(name)
+            wall, cpu = run(cmd, env)
+            runs[name]["wall_s"].append(wall)
+            runs[name]["cpu_s"].append(cpu)
+    return {name: {**r, "wall_min_s": min(r["wall_s"]), "wall_median_s": statistics.median(r["wall_s"]),
+                   "cpu_min_s": min(r["cpu_s"]), "cpu_median_s": statistics.median(r["cpu_s"])}
+            for name, r in runs.items()}
+
+
+def main() -> None:
+    options = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    options.add_argument("--rounds", type=int, default=10, help="runs of each start-up command")
+    options.add_argument("--convert-rounds", type=int, default=3, help="runs of convert and of the floor")
+    options.add_argument("--episodes", type=int, default=681)
+    options.add_argument("--frames", type=int, default=305_425)
+    options.add_argument("--work", type=Path, default=None)
+    options.add_argument("--out", type=Path, default=None, help="also write the results JSON here")
+    options.add_argument("--skip-convert", action="store_true")
+    args = options.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-bench-startup-"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "COLUMNS")}
+    env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")   # bytecode written once, outside the checkout
+    python = sys.executable
+    lerodoc = [python, "-m", "lerodoc"]
+    loads = {"start": os.getloadavg()}
+    summary = {"provenance": provenance("python -m bench.startup " + " ".join(sys.argv[1:])),
+               "small_dataset": str(SMALL.relative_to(ROOT)), "rounds": args.rounds,
+               "timing": "whole processes from the shell (subprocess), wall and CPU (user + system) seconds",
+               "bytecode": "compiled before timing (PYTHONPYCACHEPREFIX, one warm-up run each)"}
+
+    startup = {"lerodoc --help": [*lerodoc, "--help"], "lerodoc info SMALL": [*lerodoc, "info", str(SMALL)],
+               "python -c pass": [python, "-c", "pass"], "python: typer + rich imported": [python, "-c", LIBRARIES]}
+    alternate(startup, 1, env)   # warm-up: bytecode written, files in the page cache
+    loads["startup"] = os.getloadavg()
+    summary["startup"] = alternate(startup, args.rounds, env)
+    s = summary["startup"]
+    summary["help_min_s"], summary["help_cpu_min_s"] = s["lerodoc --help"]["wall_min_s"], s["lerodoc --help"]["cpu_min_s"]
+    summary["info_min_s"] = s["lerodoc info SMALL"]["wall_min_s"]
+    summary["info_cpu_min_s"] = s["lerodoc info SMALL"]["cpu_min_s"]
+    summary["bars"] = {"help_s": HELP_BAR_S, "info_s": INFO_BAR_S, "convert_over_floor": FLOOR_BAR}
+    print(f"{'command':<34}{'wall min':>10}{'median':>10}{'cpu min':>10}{'median':>10}")
+    for name, r in s.items():
+        print(f"{name:<34}{r['wall_min_s']:>10.3f}{r['wall_median_s']:>10.3f}{r['cpu_min_s']:>10.3f}"
+              f"{r['cpu_median_s']:>10.3f}")
+
+    if not args.skip_convert:
+        from bench.dataset import numeric_v30
+        from bench.quantiles import SEED_DIMS
+        from lerodoc.ops.convert import convert
+        src = work / "src_v21"
+        if not (src / "meta/info.json").is_file():
+            numeric_v30(work / "src_v30", args.frames, args.episodes, SEED_DIMS)
+            convert(work / "src_v30", src, to="v2.1", force=True)
+            shutil.rmtree(work / "src_v30")
+        outputs = {"lerodoc convert": work / "lerodoc_v30", "pyarrow floor (bench.parquet_floor)": work / "floor"}
+        commands = {"lerodoc convert": [*lerodoc, "convert", str(src), "-o", str(outputs["lerodoc convert"]),
+                                        "--json"],
+                    "pyarrow floor (bench.parquet_floor)": [python, "-m", "bench.parquet_floor", str(src),
+                                                            str(outputs["pyarrow floor (bench.parquet_floor)"])]}
+
+        def clean(name: str) -> None:   # each run writes anew, after the last one's writeback
+            shutil.rmtree(outputs[name], ignore_errors=True)
+            os.sync()
+        loads["convert"] = os.getloadavg()
+        c = summary["convert"] = alternate(commands, args.convert_rounds, env, before=clean)
+        ours, floor = c["lerodoc convert"], c["pyarrow floor (bench.parquet_floor)"]
+        summary["convert_dataset"] = {"episodes": args.episodes, "frames": args.frames, "version": "v2.1 -> v3.0",
+                                      "bytes": sum(p.stat().st_size for p in src.rglob("*") if p.is_file())}
+        summary["convert_over_floor"] = ours["wall_min_s"] / floor["wall_min_s"]
+        summary["convert_over_floor_median"] = ours["wall_median_s"] / floor["wall_median_s"]
+        summary["convert_over_floor_cpu"] = ours["cpu_min_s"] / floor["cpu_min_s"]
+        for name, r in c.items():
+            print(f"{name:<34}{r['wall_min_s']:>10.3f}{r['wall_median_s']:>10.3f}{r['cpu_min_s']:>10.3f}"
+                  f"{r['cpu_median_s']:>10.3f}")
+        print(f"convert / floor: {summary['convert_over_floor']:.2f}x on the minimum wall times, "
+              f"{summary['convert_over_floor_median']:.2f}x on the medians, {summary['convert_over_floor_cpu']:.2f}x "
+              f"on the minimum CPU seconds (bar: <= {FLOOR_BAR}x)")
+    loads["end"] = os.getloadavg()
+    summary["load_average"] = loads
+    print(f"--help {summary['help_min_s']:.3f} s (bar {HELP_BAR_S} s), info {summary['info_min_s']:.3f} s "
+          f"(bar {INFO_BAR_S} s), minimum wall times; load average {loads['start'][0]:.1f} at the start, "
+          f"{loads['end'][0]:.1f} at the end")
+    write_results(summary, work / "bench_startup.json", args.out)
+    print(f"results in {work / 'bench_startup.json'}" + (f" and {args.out}" if args.out else ""))
+
+
+if __name__ == "__main__":
+    main()
