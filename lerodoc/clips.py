@@ -4,6 +4,7 @@ and what a read of a damaged file raises. Shared by video.py (PyAV) and mp4.py (
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -45,6 +46,13 @@ def window(from_timestamp: float | None, to_timestamp: float | None, fps: int
     None bounds (the file's ends) stay None."""
     half = Fraction(1, 2 * fps)
     return tuple(None if t is None else Fraction(t) - half for t in (from_timestamp, to_timestamp))
+
+
+def window_frames(from_timestamp: float, to_timestamp: float, fps: int) -> int:
+    """How many k/fps grid frames the window [from, to) holds under the half-frame rule: what its episode's
+    length must be."""
+    lo, hi = window(from_timestamp, to_timestamp, fps)
+    return math.floor(hi * fps) - math.floor(lo * fps)
 
 
 def window_ticks(clip: Clip, time_base: Fraction, fps: int) -> tuple[int | None, int | None]:

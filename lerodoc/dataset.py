@@ -60,6 +60,11 @@ class Dataset:
         Also refused: a feature of a dtype no writer knows, or one the data files do not hold."""
         self._require_stats_shapes()
         self.require_columns()
+        self.require_listed()
+
+    def require_listed(self) -> None:
+        """Refuse a dataset whose info.json counts more episodes, frames or tasks than its metadata lists (a lost
+        metadata line), naming the file that lists them."""
         listed = {"total_episodes": len(self.episodes), "total_frames": self.total_frames,
                   "total_tasks": len(self.tasks)}
         for name, count in listed.items():
@@ -72,23 +77,75 @@ class Dataset:
                                    "written that might leave some out", file=self.root / where,
                                    hint="lerodoc validate names the difference; lerodoc repair rewrites the metadata")
 
-    def require_columns(self) -> None:
-        """Every feature info.json stores in the parquet has a dtype lerodoc writes and a column in the first data
-        file (its footer only is read); a dataset that breaks this stops here, naming the feature."""
-        from lerodoc.formats.hf import ARROW
+    def require_columns(self, *, files: bool = True) -> None:
+        """Every feature info.json stores in the parquet has a dtype lerodoc writes and a column of a type that holds
+        it in the first data file (its footer only is read); with `files`, every file the episodes point at is
+        there and holds their rows (`require_files`). A dataset that breaks this stops here, naming the feature
+        and both files (info.json declares what the data file must hold; either may be the wrong one)."""
+        from lerodoc.formats.hf import ARROW, column_problem
         info_file = self.root / formats.INFO_PATH
         for name, spec in self.info.features.items():
             if spec["dtype"] not in (*ARROW, "video", "image"):
                 raise LerodocError(f"dtype {spec['dtype']!r} is none lerodoc writes ({', '.join(ARROW)}, image, "
                                    "video)", file=info_file, field=f"features.{name}.dtype")
-        first = self.episodes[0]
-        columns = set(read_schema(self.path(first.data_file), first.index).names)
+            if spec["dtype"] in ("video", "image") and len(spec["shape"]) != 3:
+                raise LerodocError(f"a camera's shape is [height, width, channels], not {spec['shape']!r}",
+                                   file=info_file, field=f"features.{name}.shape")
+        if files:
+            self.require_files()
+        first = next((ep for ep in self.episodes if self.path(ep.data_file).is_file()), None)
+        if first is None:
+            raise self.missing(self.episodes[0])
+        schema = read_schema(self.path(first.data_file), first.index)
         for name in self.info.data_keys:
-            if name not in columns:
-                raise LerodocError(f"info.json declares the feature {name!r}, which this data file does not hold",
-                                   file=self.path(first.data_file), field=name,
+            if name not in schema.names:
+                raise LerodocError(f"declares the feature {name!r}, which {first.data_file} does not hold",
+                                   file=info_file, field=f"features.{name}",
                                    hint="lerodoc validate lists the columns; drop the feature from info.json or "
                                         "restore the column")
+            problem = column_problem(self.info.features[name], schema.field(name).type)
+            if problem and problem[0] in UNREADABLE_COLUMN:
+                raise LerodocError(f"declares {name!r} as {self.info.features[name]['dtype']}, but {first.data_file}'s "
+                                   f"column {problem[1]} ({problem[0]})", file=info_file, field=f"features.{name}",
+                                   hint="correct the feature's dtype in info.json, or restore the column")
+
+    def pointer(self, ep: Episode, key: str | None = None) -> tuple[str, str, str]:
+        """(metadata file, fields, template) that lead to an episode's data file (`key` None) or its `key` camera's
+        video file: v3.0's episodes row (chunk and file index) or v2.x's episode_index, filled into info.json's
+        data_path or video_path."""
+        template = "data_path" if key is None else "video_path"
+        if self.version == "v3.0":
+            prefix = "data" if key is None else f"videos/{key}"
+            return ep.source or "meta/episodes", f"{prefix}/chunk_index, {prefix}/file_index", template
+        return ep.source or _episodes_meta(self.version), "episode_index", template
+
+    def missing(self, ep: Episode, key: str | None = None) -> LerodocError:
+        """The error for an episode whose data file (or `key` camera's video file) is not there, named at the
+        metadata that points at it, with the path it leads to."""
+        file, fields, template = self.pointer(ep, key)
+        target = ep.data_file if key is None else ep.videos[key].file
+        return LerodocError(f"{target} does not exist (the path these make with {formats.INFO_PATH}'s {template})",
+                            file=self.path(file), episode=ep.index, field=fields,
+                            hint="lerodoc validate lists what is missing; restore the file, or lerodoc repair when "
+                                 "the file is stored elsewhere")
+
+    def require_files(self) -> None:
+        """Every data and video file the episodes point at is a file, and each data file holds the rows its episodes
+        claim (footers only). A pointer or a length that leads nowhere is named where it is held (the episodes
+        metadata, with info.json's template), with the file it leads to."""
+        for ep in self.episodes:
+            for key in (None, *ep.videos):
+                if not self.path(ep.data_file if key is None else ep.videos[key].file).is_file():
+                    raise self.missing(ep, key)
+        for relative, eps in self.episodes_by_data_file().items():
+            rows = open_parquet(self.path(relative), eps[0].index).metadata.num_rows
+            for ep in eps:
+                if ep.data_row + ep.length > rows:
+                    raise LerodocError(f"claims {ep.length} rows from row {ep.data_row} of {relative}, which holds "
+                                       f"{rows}", file=self.path(ep.source or _episodes_meta(self.version)),
+                                       episode=ep.index, field="length",
+                                       hint="lerodoc validate names the difference; lerodoc repair rewrites the "
+                                            "metadata from the data files")
 
     def _require_stats_shapes(self) -> None:
         stats_file = "meta/stats.json"
@@ -143,6 +200,10 @@ class Dataset:
         """The episode's rows, reading only `columns` (all when None)."""
         return read_rows(self.path(episode.data_file), episode.data_row, episode.length,
                          columns=columns, episode=episode.index)
+
+
+# column problems (formats.hf.column_problem) no rewrite can carry: the column's values are not of the feature's kind
+UNREADABLE_COLUMN = ("LAY036", "LAY037")
 
 
 def _episodes_meta(version: str) -> str:

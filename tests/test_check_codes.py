@@ -116,6 +116,18 @@ def feature_fps_differs(root):
     return [Planted("LAY020", file="meta/info.json", feature="action")]
 
 
+@case("v2.1")
+def version_understated(root):
+    edit_json(root / "meta/info.json", lambda i: i.update(codebase_version="v2.0"))
+    return [Planted("LAY021", file="meta/info.json")]
+
+
+@case("v3.0")
+def camera_shape_two_dims(root):
+    edit_json(root / "meta/info.json", lambda i: i["features"][TOP].update(shape=i["features"][TOP]["shape"][:2]))
+    return [Planted("LAY013", file="meta/info.json", feature=TOP)]
+
+
 # ---------------------------------------------------------------- layout: data columns
 
 def _edit_column(root: Path, file: str, name: str, change: Callable[[pa.Table], pa.Array | None]) -> None:

@@ -55,6 +55,9 @@ CODES = {
                "lerodoc repair writes [\"height\", \"width\", \"channels\"]", True),
     "LAY020": (WARNING, "a feature's own fps differs from info.json fps",
                "lerodoc repair unifies the fps fields", True),
+    "LAY021": (WARNING, "info.json's codebase_version v2.0 understates the files: meta/episodes_stats.jsonl, "
+                        "v2.1's per-episode stats, is there (and read as v2.0, it is ignored)",
+               "set codebase_version to v2.1 if the per-episode stats are right", False),
     "LAY030": (ERROR, "a data file the episodes reference is missing",
                "restore the file; its episodes cannot be loaded", False),
     "LAY031": (ERROR, "a data file cannot be read (truncated or corrupt parquet)",
@@ -159,6 +162,9 @@ def _info_fields(ctx: Context, raw: dict) -> list[Finding]:
         if not isinstance(value, int) or isinstance(value, bool):
             out.append(_finding("LAY011", f"info.json {key} is {'missing' if key not in raw else repr(value)}, "
                                           f"not an integer", file=info_file))
+    if ds.version == "v2.0" and formats.files_version(ctx.root) == "v2.1":
+        out.append(_finding("LAY021", f"info.json codebase_version is v2.0, but {v21.EPISODES_STATS_PATH} (v2.1's "
+                                      "per-episode stats) is there", file=info_file))
     module = _templates(ds.version)
     for key, default, needed in (("data_path", module.DATA_PATH, True),
                                  ("video_path", module.VIDEO_PATH, bool(ds.info.video_keys))):
@@ -179,6 +185,10 @@ def _feature_specs(ctx: Context) -> list[Finding]:
         if not valid_spec(spec):
             out.append(_finding("LAY013", f"feature {name!r} has dtype {spec.get('dtype')!r} and shape "
                                           f"{spec.get('shape')!r}", feature=name, **where))
+            continue
+        if spec["dtype"] in ("image", "video") and len(spec["shape"]) != 3:   # lerobot's policy features need 3
+            out.append(_finding("LAY013", f"camera {name!r} has shape {spec['shape']!r}, not [height, width, "
+                                          "channels]", feature=name, **where))
             continue
         out += _names_findings(name, spec, info.fps)
     for name in INDEX_FEATURES:
@@ -250,7 +260,7 @@ def _data_file_findings(ctx: Context) -> list[Finding]:
         span = f"episode {episodes[0].index}" if len(episodes) == 1 else \
             f"episodes {episodes[0].index}..{episodes[-1].index}"
         if data.error == "missing":
-            out.append(_finding("LAY030", f"{path} ({span}) does not exist", **where))
+            out.append(_finding("LAY030", f"{path} ({span}) does not exist; {_led_by(ctx, episodes[0])}", **where))
         else:
             out.append(_finding("LAY031", f"{path} ({span}) cannot be read: {data.error}", **where))
     return out
@@ -330,8 +340,9 @@ def _placement(ctx: Context) -> list[Finding]:
         first_episode = {}
         for ep in ds.episodes:
             if key in ep.videos:
-                first_episode.setdefault(ep.videos[key].file, ep.index)
-        for path, episode in first_episode.items():
+                first_episode.setdefault(ep.videos[key].file, ep)
+        for path, ep in first_episode.items():
+            episode = ep.index
             if (ctx.root / path).is_file():
                 continue
             stray = _stray_for(ctx, path, key)
@@ -341,9 +352,15 @@ def _placement(ctx: Context) -> list[Finding]:
                 out.append(_finding("LAY041", f"video {stray} belongs at {path}, where the episodes look for it",
                                     file=stray, **where))
             else:
-                out.append(_finding("LAY040", f"video {path} (camera {key}, from episode {episode}) does not exist",
-                                    file=path, **where))
+                out.append(_finding("LAY040", f"video {path} (camera {key}, from episode {episode}) does not exist; "
+                                              f"{_led_by(ctx, ep, key)}", file=path, **where))
     return out + _unreferenced(ctx, placed)
+
+
+def _led_by(ctx: Context, ep: Episode, key: str | None = None) -> str:
+    """Which metadata value leads to an episode's data (or `key` video) file: where a wrong pointer is held."""
+    file, fields, template = ctx.dataset.pointer(ep, key)
+    return f"episode {ep.index}'s {fields} in {file}, filled into {formats.INFO_PATH}'s {template}, lead there"
 
 
 def _unreferenced(ctx: Context, placed: set[str]) -> list[Finding]:

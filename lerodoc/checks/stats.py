@@ -202,7 +202,7 @@ def _well_formed(ds: Dataset, source: Source) -> list[Finding]:
         if misshapen:
             shown = ", ".join(f"{k} {s}" for k, s in misshapen.items())
             out.append(_finding("STA013", f"{source.label}: {feature} stats have shapes {shown}, the feature "
-                                          f"needs {expected[0]}", **where))
+                                          f"(meta/info.json: shape {spec.get('shape')}) needs {expected[0]}", **where))
             continue
         out += _values(ds, source, feature, by_stat, spec)
     return out
@@ -539,7 +539,8 @@ def file_stats(args: tuple[str, str, dict[str, int], list[Run], dict]) -> DataSt
     for feature, width in widths.items():
         values = _numeric_matrix(table, feature, width)
         if isinstance(values, str):
-            result.findings.append(_finding("STA051", f"{path}: {feature} {values}", file=path, feature=feature))
+            result.findings.append(_finding("STA051", f"{path}: {feature} {values} (meta/info.json's shape: "
+                                                      f"{widths[feature]} values a row)", file=path, feature=feature))
             result.incomplete.add(feature)
             continue
         result.dtypes.setdefault(feature, values.dtype)

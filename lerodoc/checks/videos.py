@@ -10,7 +10,6 @@ a frame within tolerance_s. Missing files are the layout family's (LAY040, LAY04
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc import mp4
-from lerodoc.clips import window
+from lerodoc.clips import window, window_frames
 from lerodoc.checks.common import ERROR, WARNING, Context, Finding, finding_factory
 from lerodoc.checks.timestamps import Rows, episode_rows, tolerance_advice
 from lerodoc.dataset import Episode
@@ -205,8 +204,7 @@ def metadata_windows(ctx: Context) -> list[Finding]:
             span = ep.videos.get(key)
             if span is None or span.from_timestamp is None or span.to_timestamp is None:
                 continue
-            lo, hi = window(span.from_timestamp, span.to_timestamp, fps)
-            frames = math.floor(hi * fps) - math.floor(lo * fps)
+            frames = window_frames(span.from_timestamp, span.to_timestamp, fps)
             if frames < ep.length:
                 findings.append(_finding(
                     "VID014", f"episode {ep.index} {key}: window [{span.from_timestamp:.4f}, "
@@ -333,11 +331,18 @@ def _episode(ctx: Context, group: Episodes, stream: Stream, ep: Episode, rows: R
     return [found] if found else [], None if queries is None else queries.worst
 
 
+def _held(ep: Episode, key: str) -> str:
+    """Where an episode's stored window is held: its episodes metadata row's from/to_timestamp columns."""
+    return f"{ep.source or 'meta/episodes'}'s videos/{key}/from_timestamp, to_timestamp"
+
+
 def _window_finding(ctx: Context, group: Episodes, stream: Stream, ep: Episode, queries: Queries | None,
                     stored: bool) -> Finding | None:
     span, fps = ep.videos[group.key], ctx.dataset.info.fps
     where = dict(file=group.file, episode=ep.index, feature=group.key)
     name, window = f"episode {ep.index} {group.key}", f"window [{span.from_timestamp:.4f}, {span.to_timestamp:.4f}) s"
+    if stored:   # where the window is held: a wrong window is the episodes metadata's, not the video's
+        window += f" ({_held(ep, group.key)})"
     if stored and (outside := _outside(span, stream, ctx.tolerance_s)):
         last = "" if queries is None else f", its last row queries {queries.times[-1]:.2f} s"
         return _finding("VID006", f"{name}: {window} {outside}{last}", **where)
@@ -398,7 +403,7 @@ def _overlaps(group: Episodes, members: list, stream: Stream, fps: int, stored: 
             out.append(replace(_finding(
                 "VID009", f"episode {b.index} {group.key}: window [{sb.from_timestamp:.4f}, {sb.to_timestamp:.4f}) s "
                           f"shares {shared} frame(s) with episode {a.index}'s [{sa.from_timestamp:.4f}, "
-                          f"{sa.to_timestamp:.4f}) s in {group.file}",
+                          f"{sa.to_timestamp:.4f}) s in {group.file} (windows as {_held(b, group.key)})",
                 file=group.file, episode=b.index, feature=group.key), fixable=tiles))
     return out
 

@@ -30,7 +30,24 @@ def detect_version(root: Path) -> str:
     if version not in VERSIONS:
         raise LerodocError(f"unknown codebase_version {version!r}; lerodoc reads {', '.join(VERSIONS)}",
                            file=root / INFO_PATH, field="codebase_version")
+    found = files_version(root)
+    if found is not None and (found == "v3.0") != (version == "v3.0"):
+        raise LerodocError(f"says {version}, but the metadata files are laid out for {found} "
+                           f"({'meta/episodes/*/*.parquet' if found == 'v3.0' else 'meta/episodes.jsonl'})",
+                           file=root / INFO_PATH, field="codebase_version",
+                           hint=f"set codebase_version to {found} if the files are right")
     return version
+
+
+def files_version(root: Path) -> str | None:
+    """The version the metadata files are laid out for, whatever info.json says: v3.0 (meta/episodes/ parquet
+    files), v2.1 (meta/episodes.jsonl and episodes_stats.jsonl), v2.0 (episodes.jsonl alone); None when the files
+    show neither, or both."""
+    v3 = any(root.glob("meta/episodes/*/*.parquet"))
+    v2 = (root / "meta/episodes.jsonl").is_file()
+    if v3 == v2:
+        return None
+    return "v3.0" if v3 else "v2.1" if (root / "meta/episodes_stats.jsonl").is_file() else "v2.0"
 
 
 def module(version: str) -> ModuleType:

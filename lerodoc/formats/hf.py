@@ -82,20 +82,23 @@ def list_levels(kind: pa.DataType) -> tuple[list[int | None], pa.DataType]:
 
 def schema_problems(features: dict, schema: pa.Schema) -> list[tuple[str, str, str]]:
     """(code, feature, message) for each data column that the `datasets` cast to `features` (what
-    LeRobotDataset does on load) would refuse or change; codes are validate's LAY03x."""
+    LeRobotDataset does on load) would refuse or change; codes are validate's LAY03x. Each message names
+    meta/info.json beside the column: the feature it declares and the column disagree, and either may be wrong."""
     out = []
     for name, spec in features.items():
         if spec.get("dtype") == "video":
             continue
+        declared = f"meta/info.json declares dtype {spec.get('dtype')}, shape {spec.get('shape')}"
         if name not in schema.names:
-            out.append(("LAY032", name, f"no column {name!r} (feature dtype {spec.get('dtype')})"))
+            out.append(("LAY032", name, f"no column {name!r} ({declared})"))
             continue
         problem = column_problem(spec, schema.field(name).type)
         if problem:
-            out.append((problem[0], name, f"column {name!r} {problem[1]}"))
+            out.append((problem[0], name, f"column {name!r} {problem[1]} ({declared})"))
     for name in schema.names:
         if name not in features and not name.startswith("__index_level_"):
-            out.append(("LAY038", name, f"column {name!r} ({schema.field(name).type}) is not in info.json features"))
+            out.append(("LAY038", name, f"column {name!r} ({schema.field(name).type}) is not in meta/info.json's "
+                                        "features"))
     return out
 
 

@@ -28,6 +28,7 @@ class Episode:
     from_index: int             # dataset_from_index: global row of the first frame
     videos: dict[str, VideoSpan] = field(default_factory=dict)
     stats: Stats = field(default_factory=dict)
+    source: str | None = None   # the metadata file that lists the episode (relative), where its pointers are held
 
     @property
     def to_index(self) -> int:

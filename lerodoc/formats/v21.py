@@ -119,7 +119,7 @@ def read(root: Path, info: Info, *, episode_stats: bool = True):
             data_file=data_file(info, index), data_row=0, from_index=cursor,
             videos={key: VideoSpan(video_file(info, key, index), 0.0, length / info.fps)
                     for key in info.video_keys},
-            stats=per_episode.get(index, {})))
+            stats=per_episode.get(index, {}), source=EPISODES_PATH))
         cursor += length
     return episodes, read_tasks(root), read_dataset_stats(root)
 

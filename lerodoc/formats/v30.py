@@ -141,6 +141,7 @@ def read(root: Path, info: Info):
     tables = [_read_table(f) for f in files]
     rows = [row for t in tables for row in t.select([c for c in t.column_names
                                                      if not c.startswith("stats/")]).to_pylist()]
+    sources = [f.relative_to(root).as_posix() for f, t in zip(files, tables) for _ in range(t.num_rows)]
     row_stats = [s for t in tables for s in _episode_stats(t)]
     episodes = []
     for position, row in enumerate(rows):
@@ -157,10 +158,13 @@ def read(root: Path, info: Info):
                 index=index, length=int(row["length"]), tasks=list(row.get("tasks") or []),
                 data_file=(info.data_path or DATA_PATH).format(chunk_index=d_chunk, file_index=d_file),
                 data_row=0, from_index=int(row["dataset_from_index"]), videos=videos,
-                stats=row_stats[position]))
+                stats=row_stats[position], source=sources[position]))
         except (KeyError, TypeError) as exc:
-            raise LerodocError(f"episodes metadata row {position} lacks or mistypes {exc}",
-                               file=files[0].parent.parent, episode=row.get("episode_index")) from None
+            camera = next((k for k in info.video_keys if isinstance(exc, KeyError) and str(exc.args[0]).startswith(
+                f"videos/{k}/")), None)   # a camera info.json declares that the episodes metadata does not know
+            because = f" (meta/info.json declares {camera!r} a video feature)" if camera else ""
+            raise LerodocError(f"episodes metadata row {position} lacks or mistypes {exc}{because}",
+                               file=root / sources[position], episode=row.get("episode_index")) from None
     first_row: dict[str, int] = {}
     for ep in episodes:
         first_row.setdefault(ep.data_file, ep.from_index)

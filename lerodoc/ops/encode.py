@@ -28,6 +28,7 @@ import av
 import numpy as np
 
 from lerodoc import formats, video
+from lerodoc.clips import window_frames
 from lerodoc.dataset import Dataset, VideoSpan, read_rows
 from lerodoc.errors import LerodocError, UsageError, VerificationError
 from lerodoc.formats import v21
@@ -306,6 +307,19 @@ def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: 
     if not keys:
         raise LerodocError("has no video features to re-encode", file=ds.root / formats.INFO_PATH)
     ds.require_complete()
+    if ds.version == "v3.0":   # the windows are kept as they are: each must hold its episode's frames
+        for ep in ds.episodes:
+            for key in keys:
+                span = ep.videos[key]
+                frames = window_frames(span.from_timestamp, span.to_timestamp, ds.info.fps)
+                if frames != ep.length:
+                    raise LerodocError(f"window [{span.from_timestamp:.4f}, {span.to_timestamp:.4f}) s is {frames} "
+                                       f"frames' worth at {ds.info.fps} fps for {ep.length} rows; re-encoding keeps "
+                                       "the windows, so frames and rows would stay misaligned",
+                                       file=ds.path(ep.source or "meta/episodes"), episode=ep.index,
+                                       field=f"videos/{key}/from_timestamp, to_timestamp",
+                                       hint="lerodoc validate --videos names the cause; lerodoc repair recomputes the "
+                                            "windows from the video files")
     jobs, plans = [], {}
     for key in keys:
         rels = ds.video_files(key)

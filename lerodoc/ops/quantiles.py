@@ -120,6 +120,7 @@ def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, fea
     started = time.perf_counter()
     ds = Dataset.open(src)
     ds.require_columns()
+    ds.require_listed()   # a lost episodes or tasks line is not carried into the output (the stats are recomputed)
     numeric = ds.info.numeric_keys
     features = list(features or numeric)
     unknown = [f for f in features if f not in numeric]

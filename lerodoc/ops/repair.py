@@ -273,7 +273,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     target = output_target(src, out, in_place, dry_run=dry_run)
     before = validate(src, videos=True)
     ds = Dataset.open(src)
-    ds.require_columns()
+    ds.require_columns(files=False)   # missing or misplaced files are what repair looks for
     report = RepairReport(dataset=str(ds.root), output=None, before=_counts(before.findings))
     restored = restore_cameras(ds)
     episodes, report.changes, lost = reconstruct(ds, drop_broken)

@@ -606,9 +606,9 @@ def _unchanged_data_files(picks: list[Pick], new_eps: list[Episode], schema: pa.
 def check_files(picks: list[Pick]) -> None:
     """Every data and video file the picks need exists (before anything is written)."""
     for pick in picks:
-        for rel in [pick.episode.data_file] + [span.file for span in pick.episode.videos.values()]:
+        for key, rel in [(None, pick.episode.data_file)] + [(k, s.file) for k, s in pick.episode.videos.items()]:
             if not pick.dataset.path(rel).is_file():
-                raise LerodocError("file is missing", file=pick.dataset.path(rel), episode=pick.episode.index)
+                raise pick.dataset.missing(pick.episode, key)   # named at the metadata that points there
 
 
 def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | None = None, engine=None) -> Result:
@@ -650,8 +650,11 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
                 ep.videos[vf.key] = VideoSpan(vf.path, clip.from_timestamp, clip.to_timestamp)
                 if clip.frames != ep.length:
                     source = picks[number]
-                    raise LerodocError(f"video holds {clip.frames} frames for {ep.length} rows, so frames and rows "
-                                       "would be misaligned",
+                    span = source.episode.videos[vf.key]
+                    raise LerodocError(f"the window [{span.from_timestamp:.4f}, {span.to_timestamp:.4f}) s holds "
+                                       f"{clip.frames} frames for {ep.length} rows (window and length as "
+                                       f"{source.episode.source or 'the episodes metadata'} gives them), so frames "
+                                       "and rows would be misaligned",
                                        file=source.dataset.path(source.episode.videos[vf.key].file),
                                        episode=source.episode.index, field=vf.key,
                                        hint="lerodoc validate --videos names the cause")
@@ -674,8 +677,9 @@ def verify(root: Path, to: str, expected: list[Episode]) -> None:
 
 def target_schema(dataset: Dataset, features: dict | None = None) -> tuple[pa.Schema, dict[str, dict[str, str]]]:
     """The schema every output file gets: the first data file's columns in the representation lerobot 0.6.1
-    loads (`hf.storage_schema` of `features`, the dataset's own by default), and the columns it changes."""
-    first = dataset.episodes[0]
+    loads (`hf.storage_schema` of `features`, the dataset's own by default), and the columns it changes. (The first
+    file that is there: repair's input may point at a missing one.)"""
+    first = next((e for e in dataset.episodes if dataset.path(e.data_file).is_file()), dataset.episodes[0])
     return storage_schema(features or dataset.info.features, read_schema(dataset.path(first.data_file), first.index))
 
 
