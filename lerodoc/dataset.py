@@ -52,14 +52,14 @@ class Dataset:
     def total_frames(self) -> int:
         return sum(ep.length for ep in self.episodes)
 
-    def require_complete(self) -> None:
+    def require_complete(self, *, files: bool = True) -> None:
         """Refuse to rewrite a dataset whose info.json counts more episodes, frames or tasks than its metadata
         lists: a lost metadata line (a truncated episodes or tasks file) would otherwise be left out of the
         output without a word; or whose stats do not fit their feature's shape (a damaged stats file), which
         would be carried into the output. Repair is the command that decides what such a dataset holds.
         Also refused: a feature of a dtype no writer knows, or one the data files do not hold."""
         self._require_stats_shapes()
-        self.require_columns()
+        self.require_columns(files=files)
         self.require_listed()
 
     def require_listed(self) -> None:

@@ -91,8 +91,9 @@ class Plan:
 
 
 def plan(ds: Dataset, transform: Transform, features: dict, moved: dict[str, str | None] | None = None) -> Plan:
-    """Plan `derive`: which files are transformed, moved or rewritten. Nothing is written."""
-    ds.require_complete()
+    """Plan `derive`: which files are transformed, moved or rewritten. Nothing is written. (With `moved`, the
+    episodes already point at the files' new paths: the caller checked the files before.)"""
+    ds.require_complete(files=not moved)
     if ds.version == "v2.0":
         raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
                            hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
