@@ -11,7 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
-from lerodoc.formats.paths import check_links, fresh_name
+from lerodoc import access
+from lerodoc.formats.paths import check_links, fresh_name, inside
 
 
 def link_or_copy(src: Path, dst: Path) -> None:
@@ -35,9 +36,12 @@ def link_tree(src: Path, dst: Path, skip: set[str]) -> None:
     """Mirror `src` into `dst` by hard links (copies across file systems), leaving out `skip` paths. A link in
     `src` is followed only where `formats.paths.check_links` allows (inside the dataset, or its Hugging Face
     cache blobs); one leading elsewhere stops here, before anything is linked."""
-    src = Path(src)
+    src = access.path(src)
     files = [(path, path.relative_to(src).as_posix()) for path in sorted(src.rglob("*"))]
     files = [(path, rel) for path, rel in files if rel not in skip and not path.is_dir()]
     check_links(src, [rel for path, rel in files if path.is_symlink()])
     for path, rel in files:
-        link_or_copy(path, dst / rel)
+        if access.is_remote(path):   # a hub dataset's file: fetched whole, by range reads
+            access.copy_file(path, inside(dst, rel, field="file"))
+        else:
+            link_or_copy(path, dst / rel)

@@ -71,8 +71,8 @@ def working_in(dataset: Path) -> bool:
 DatasetArg = Annotated[Optional[Path], typer.Argument(
     help="Dataset root (the folder holding meta/), or a repo id (owner/name) found under HF_LEROBOT_HOME or in "
     "the hub cache, as lerobot finds it, or hf://datasets/OWNER/NAME[@REVISION] where the command only reads "
-    "(info, validate, report, quantiles --dry-run): read in place by range requests.", callback=resolve_dataset,
-    show_default="the current folder, when it holds meta/info.json")]
+    "(info, validate, report, quantiles -o, the --dry-run plans): read in place by range requests.",
+    callback=resolve_dataset, show_default="the current folder, when it holds meta/info.json")]
 OutputOpt = Annotated[Path, typer.Option("--output", "-o", help="Where to write the new dataset (must not exist).",
                                          rich_help_panel="Output")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Replace the output if it exists.",
@@ -167,6 +167,26 @@ PushOpt = Annotated[Optional[str], typer.Option(
     "REPO_<part>, as lerobot names them.")]
 
 
+def refuse_hub_dataset(command: str, options: dict) -> None:
+    """A hub dataset (hf://datasets/...) is read in place and never written, and the writing commands read every byte
+    they copy: given one, they stop here (exit 2), unless they only plan (--dry-run) or, for quantiles, store the
+    stats in a local copy (-o). `options` are the command line's, flat (`dataset`, or merge's `sources`)."""
+    from lerodoc.access import is_remote
+    remote = [d for d in [options.get("dataset"), *(options.get("sources") or [])] if is_remote(d)]
+    if not remote or options.get("dry_run") or (command == "quantiles" and options.get("output") is not None):
+        return
+    from lerodoc.errors import UsageError
+    repo = remote[0].store.repo
+    does = {"push": "uploads the files of a local dataset",
+            "quantiles": "stores the stats in the dataset itself unless -o names a copy"}.get(
+        command, "writes a new dataset from all of its input's files")
+    raise UsageError(f"{remote[0]} is a hub dataset, read in place by range requests and never written; `lerodoc "
+                     f"{command}` {does}, so it takes a local dataset (a hub dataset is taken by info, validate, "
+                     "report, quantiles -o and the --dry-run plans)",
+                     hint=f"download it first (lerodoc download dataset {repo} -o DIR, or with --episodes 0-9 for "
+                          "some episodes only), then run this command on DIR")
+
+
 def pushes(command):
     """A decorator giving a writing command `--push-to-hub REPO` (lerobot's editors' push_to_hub): the command runs
     as it is; then, only when it ended well, every dataset it wrote (the outputs promoted after verification,
@@ -179,6 +199,7 @@ def pushes(command):
 
     @functools.wraps(command)
     def wrapper(*args, push_to_hub: Optional[str] = None, **kwargs):
+        refuse_hub_dataset(command.__name__, kwargs)
         if push_to_hub is None:
             return command(*args, **kwargs)
         if kwargs.get("dry_run"):

@@ -209,7 +209,7 @@ def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: b
     target = output_target(src, out, in_place)
     with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,),
                        dropped=dropped, renamed=renamed) as tmp:
-        link_tree(Path(src), tmp, set(rewrite))
+        link_tree(access.path(src), tmp, set(rewrite))
         yield tmp
 
 

@@ -183,3 +183,47 @@ def test_download_episodes_needs_an_output_and_the_hf_hub(served, tmp_path):
     assert code == 2 and "-o DIR" in body["error"]["message"]
     code, body = lerodoc(hub, "download", "dataset", "me/big", "--episodes", "1000", "-o", str(tmp_path / "x"))
     assert code == 2 and "no episode 1000" in body["error"]["message"] and not (tmp_path / "x").exists()
+
+
+@pytest.fixture(scope="session")
+def small(served, tmp_path_factory):
+    """A 4-episode dataset (2 per file, two cameras) served as me/small beside me/big, for the commands that read
+    every file."""
+    hub = served[0]
+    root = tmp_path_factory.mktemp("remote-small") / "small"
+    make_dataset(root, version="v3.0", episodes=4, episodes_per_file=2, cameras=CAMERAS)
+    hub.add("dataset", "me/small", folder_files(root))
+    return hub, root
+
+
+@pytest.mark.parametrize("args, says", [
+    (("delete", "URL", "-o", "OUT", "--episodes", "0"), "`lerodoc delete` writes a new dataset"),
+    (("merge", "URL", "URL", "-o", "OUT"), "`lerodoc merge` writes a new dataset"),
+    (("quantiles", "URL"), "stores the stats in the dataset itself"),
+    (("push", "URL", "me/copy"), "uploads the files of a local dataset"),
+])
+def test_writing_commands_refuse_a_hub_dataset(small, tmp_path, args, says):
+    hub = small[0]
+    args = [{"URL": "hf://datasets/me/small", "OUT": str(tmp_path / "out")}.get(a, a) for a in args]
+    code, body = lerodoc(hub, *args)
+    assert code == 2 and says in body["error"]["message"], body
+    assert "lerodoc download dataset me/small -o DIR" in body["error"]["hint"] and not (tmp_path / "out").exists()
+
+
+def test_plans_report_and_quantiles_copy_of_a_hub_dataset(small, tmp_path):
+    hub, root = small
+    url = "hf://datasets/me/small"
+    _, local = lerodoc(hub, "delete", str(root), "--dry-run", "--episodes", "1")
+    code, remote = lerodoc(hub, "delete", url, "--dry-run", "--episodes", "1")
+    assert code == 0 and remote["plan"] == {**local["plan"], "episodes": [
+        {**e, "source": url} for e in local["plan"]["episodes"]]}
+    _, local = lerodoc(hub, "report", str(root), "-o", str(tmp_path / "local.html"))
+    code, remote = lerodoc(hub, "report", url, "-o", str(tmp_path / "remote.html"))
+    assert code == 0 and (tmp_path / "remote.html").is_file()
+    for key in ("summary", "channels", "episodes", "tasks"):
+        assert remote[key] == local[key], key
+    assert remote["validate"]["findings"] == local["validate"]["findings"]
+    lerodoc(hub, "quantiles", str(root), "-o", str(tmp_path / "local"))
+    code, remote = lerodoc(hub, "quantiles", url, "-o", str(tmp_path / "remote"))
+    assert code == 0 and remote["stored"]
+    assert folder_files(tmp_path / "remote") == folder_files(tmp_path / "local")   # the whole copy, stats included

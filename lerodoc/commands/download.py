@@ -110,7 +110,8 @@ def _episodes(repo_id: str, episodes: list[str], revision: str | None, output: P
                            style="red" if f["severity"] == "error" else "yellow")
         t = report.transfer
         render.out.print(f"episodes {format_ranges(report.episodes)} of {repo_id} as {len(report.episodes)} episodes, "
-                         f"{report.frames} frames, {report.tasks} tasks ({report.codebase_version}) at {report.output}\n"
+                         f"{report.frames} frames, {report.tasks} tasks ({report.codebase_version}) at "
+                         f"{report.output}\n"
                          f"fetched {render.human_bytes(t['file_bytes'])} in {t['range_reads']} range reads "
                          f"({t['requests']} requests) for episodes of {render.human_bytes(report.episode_bytes)}, "
                          f"of a {render.human_bytes(t['repository_bytes'])} repository"

@@ -8,7 +8,7 @@ import typer
 
 from lerodoc import render
 from lerodoc.hub import push_dataset
-from lerodoc.options import DatasetArg, JsonOpt
+from lerodoc.options import DatasetArg, JsonOpt, refuse_hub_dataset
 
 
 def push(
@@ -27,6 +27,7 @@ def push(
 
     Example: lerodoc push data/pusht_v30 me/pusht --private
     """
+    refuse_hub_dataset("push", {"dataset": dataset})
     pushed = push_dataset(dataset, repo_id, revision=revision, private=private, message=message)
     if json:
         render.print_json(pushed.to_json())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lerodoc import formats
+from lerodoc import access, formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import UsageError
 from lerodoc.ops import rewrite
@@ -19,7 +19,7 @@ from lerodoc.staging import output_target
 
 def output_version(root: Path) -> str:
     """The version an edit writes: the source's own, v2.1 for a v2.0 source."""
-    version = formats.detect_version(Path(root))
+    version = formats.detect_version(access.path(root))
     return version if version in rewrite.TARGETS else "v2.1"
 
 
@@ -29,7 +29,7 @@ def delete(src: Path, out: Path | None, episodes: Selection, *, to: str | None =
     """Write `src` without the `episodes` to `out`, or swap it in for `src`; as version `to` (default:
     `output_version(src)`). An episode the dataset does not hold, or all of them, is a usage error in delete's
     words (`--episodes`), before anything is read but the metadata."""
-    target = output_target(src, out, in_place, dry_run=dry_run) or Path(src)
+    target = output_target(src, out, in_place, dry_run=dry_run) or access.path(src)
     ds = Dataset.open(src)
     numbers = [ep.index for ep in ds.episodes]
     chosen = episodes.resolve(numbers, "--episodes")

@@ -684,4 +684,4 @@ def target_schema(dataset: Dataset, features: dict | None = None) -> tuple[pa.Sc
 
 
 def tree_size(root: Path) -> int:
-    return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file())
+    return sum(p.stat().st_size for p in access.path(root).rglob("*") if p.is_file())

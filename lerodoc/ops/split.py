@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lerodoc import access
 from lerodoc.dataset import Dataset
 from lerodoc.errors import UsageError
 from lerodoc.ops import rewrite
@@ -126,7 +127,8 @@ def split(src: Path, out: Path, *, into: str | None = None, episodes: list[str] 
     numbers = [ep.index for ep in ds.episodes]
     parts = assign_fractions(numbers, parse_fractions(into), seed) if into else parse_parts(list(episodes), numbers)
     used = {e for eps in parts.values() for e in eps}
-    report = SplitReport(dataset=str(Path(src).absolute()), output=str(Path(out).absolute()), parts=parts,
+    shown = ds.root if access.is_remote(ds.root) else Path(src).absolute()   # a hub dataset by its URL
+    report = SplitReport(dataset=str(shown), output=str(Path(out).absolute()), parts=parts,
                          left_out=[e for e in numbers if e not in used])
     to = to or output_version(src)
 
