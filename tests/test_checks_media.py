@@ -123,7 +123,7 @@ def test_demux_fallback_finds_the_same(clean, tmp_path, monkeypatch, name):
 @pytest.fixture(scope="module")
 def repaired(clean, tmp_path_factory) -> dict:
     """Each planted defect, planted and repaired once: name -> (error findings before, repaired root or None when
-    repair refused)."""
+    repair refused, its report or None)."""
     from lerodoc.errors import LerodocError
     from lerodoc.ops.repair import repair
     out = {}
@@ -132,45 +132,51 @@ def repaired(clean, tmp_path_factory) -> dict:
         root, _ = plant(clean, work, base, plant_fn)
         found = [f for f in check(root) if f.severity == ERROR]
         try:
-            repair(root, work / "out")
+            report = repair(root, work / "out")
         except LerodocError:
-            out[name] = (found, None)
+            out[name] = (found, None, None)
             continue
-        out[name] = (found, work / "out")
+        out[name] = (found, work / "out", report)
     return out
 
 
 @pytest.mark.parametrize("name", DEFECTS)
 def test_repair_fixes_what_is_marked_fixable(repaired, name):
-    """The fixable flag is a promise: after `lerodoc repair` those findings are gone, the others stay."""
-    found, out = repaired[name]
+    """The fixable flag is a promise: after `lerodoc repair` those findings are gone; the others stay, in the output
+    or in what repair lists as needing a human (a file it could not read, whose episodes it left out)."""
+    found, out, report = repaired[name]
     if out is None:
         assert not all(f.fixable for f in found)      # repair refused: something needed a human
         return
     left = {f.code for f in check(out) if f.severity == ERROR}
-    assert left == {f.code for f in found if not f.fixable}
+    listed = {f["code"] for f in report.remaining if f["severity"] == ERROR}
+    assert left | listed == {f.code for f in found if not f.fixable}
 
 
-NOT_REPAIRED = {   # repair refuses these (the finding is not fixable): frames are gone, or the file cannot be read
-    "fewer-frames-h264", "fewer-frames-av1", "truncated", "truncated-faststart"}
+NOT_REPAIRED = {   # repair refuses these (the finding is not fixable): frames are gone, or the one unreadable file
+    "fewer-frames-h264", "fewer-frames-av1", "truncated-faststart"}   # holds every episode (v3.0)
+LEFT_OUT = {       # the file cannot be read: repair writes the other episodes and lists the file (exit 1)
+    "truncated"}
 
 
 @pytest.fixture(scope="module")
 def lerobot_on_repaired(clean, repaired, tmp_path_factory) -> dict[str, dict]:
     """LeRobotDataset 0.6.1 on the output of every repair that went through (a v2.1 output converted to v3.0 by
     lerodoc first: 0.6.1 loads v3.0 only), in one interpreter, 8 frames per episode against their identity."""
-    from tests.helpers import expect_from_fixture, run_cli
+    from tests.helpers import expect_episodes, expect_from_fixture, run_cli
     from tests.lerobot_oracle import check_many_with_lerobot
     names, jobs = [], []
-    for name, (_, out) in repaired.items():
+    for name, (_, out, report) in repaired.items():
         if out is None:
             continue
+        fixture = clean.fixtures[DEFECTS[name][0]]
+        kept = [e for e in range(len(fixture.lengths)) if e not in report.left_out]
         if Dataset.open(out).version != "v3.0":
             converted = tmp_path_factory.mktemp(name) / "v30"
             run_cli("convert", out, "-o", converted, "--to", "v3.0")
             out = converted
         names.append(name)
-        jobs.append({"root": out, "expect": expect_from_fixture(clean.fixtures[DEFECTS[name][0]]),
+        jobs.append({"root": out, "expect": {**expect_from_fixture(fixture), "episodes": expect_episodes(fixture, kept)},
                      "frames": 8})   # first, last and 6 between, per episode
     return dict(zip(names, check_many_with_lerobot(jobs)))
 
@@ -178,12 +184,15 @@ def lerobot_on_repaired(clean, repaired, tmp_path_factory) -> dict[str, dict]:
 @pytest.mark.lerobot
 @pytest.mark.parametrize("name", DEFECTS)
 def test_repaired_media_defect_loads_aligned_in_lerobot(repaired, lerobot_on_repaired, name):
-    """What repair says it fixed loads in lerobot 0.6.1 with its frames aligned; what it refuses is listed."""
+    """What repair says it fixed loads in lerobot 0.6.1 with its frames aligned; what it refuses is listed; where a
+    file cannot be read, the output holds the other episodes (and loads), and only those episodes are left out."""
     from tests.lerobot_oracle import summarize
+    _, out, repair_report = repaired[name]
     if name in NOT_REPAIRED:
-        assert repaired[name][1] is None and name not in lerobot_on_repaired
+        assert out is None and name not in lerobot_on_repaired
         return
-    assert repaired[name][1] is not None, f"{name}: repair refused it"
+    assert out is not None, f"{name}: repair refused it"
+    assert bool(repair_report.left_out) == (name in LEFT_OUT), repair_report.left_out
     report = lerobot_on_repaired[name]
     assert report["ok"], summarize(report)
 

@@ -220,8 +220,17 @@ def test_a_stray_link_leading_outside_is_never_taken_for_a_misplaced_file(clean,
     stray = ds / f"videos/{TOP}/episode_000000.mp4"
     stray.parent.mkdir(parents=True)
     stray.symlink_to(os.path.relpath(outside / "secret.mp4", stray.parent))
-    error = refused(["repair", ds, "-o", sandbox / "outs/r"], TOP, sandbox)
-    assert "missing" in error["message"]
+    before = listing(sandbox)
+    proc = run_cli("repair", ds, "-o", sandbox / "outs/r", "--json", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr   # written, with a file listed lost
+    report = json.loads(proc.stdout)
+    (lost,) = [f for f in report["remaining"] if f["code"] == "LAY040"]
+    assert lost["field"] == TOP and lost["episode"] == 0 and "missing" in lost["message"], lost
+    assert report["left_out"] == [0]
+    secret = (outside / "secret.mp4").read_bytes()
+    written = [p for p in (sandbox / "outs/r").rglob("*") if p.is_file()]
+    assert written and not any(p.is_symlink() or p.read_bytes() == secret for p in written)
+    assert {k: v for k, v in listing(sandbox).items() if "outs" not in Path(k).parts} == before
 
 
 def test_a_fifo_where_a_file_should_be_is_refused_not_read(clean, tmp_path):

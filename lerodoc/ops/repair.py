@@ -44,6 +44,7 @@ class RepairReport:
     after: dict = field(default_factory=dict)
     changes: list[str] = field(default_factory=list)
     remaining: list[dict] = field(default_factory=list)   # findings still present (need a human)
+    left_out: list[int] = field(default_factory=list)     # input episodes not in the output (lost files, dropped)
     seconds: float = 0.0
     plan: dict | None = None      # --dry-run: what a run would write and change
 
@@ -278,6 +279,8 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     restored = restore_cameras(ds)
     episodes, report.changes, lost = reconstruct(ds, drop_broken)
     report.changes[:0] = restored
+    kept = {ep.index for ep in episodes}
+    report.left_out = [ep.index for ep in ds.episodes if ep.index not in kept]
     if lost and in_place:
         first = lost[0]
         raise LerodocError(f"{len(lost)} video file(s) cannot be read ({'; '.join(f.message for f in lost)}); "
