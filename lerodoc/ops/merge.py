@@ -183,7 +183,9 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
     labels = labels_for(roots)
     info, notes = reconcile(datasets, labels)
     for ds in datasets:   # after reconcile: a conflict between the sources is the better message
-        ds.require_complete()
+        # A hub dataset's files are checked for the episodes written, where they are read (rewrite.check_files,
+        # dataset.read_rows), not by every data footer of the repository (download --episodes reads only its own).
+        ds.require_complete(files=not access.is_remote(ds.root))
     summaries = [SourceSummary(label, str(ds.root), ds.version, len(ds.episodes), ds.total_frames)
                  for label, ds in zip(labels, datasets)]
 
