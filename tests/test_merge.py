@@ -197,3 +197,15 @@ def test_whole_v30_video_files_are_reused_not_rewritten(tmp_path):
     expect = {"fps": 30, "episodes": expect_episodes(a, [0, 1, 2]) + expect_episodes(b)}
     check_with_lerobot(tmp_path / "out", expect, backend="pyav")
     assert_stats_from_scratch(tmp_path / "out", [(a, [0, 1, 2]), (b, [0, 1, 2])])
+
+
+def test_written_files_do_not_depend_on_workers(tmp_path):
+    """The same bytes with one process or a pool: pyarrow serialises a schema read from a file and its pickled copy
+    (what a worker gets) to different footer bytes, so the writers always get the pickled form."""
+    a = make_dataset(tmp_path / "a", version="v3.0", episodes=4, episodes_per_file=2)   # a video job and a row job
+    outs = []
+    for workers in (1, 2):
+        merge([a.root], tmp_path / f"out{workers}", exclude=sel(["A:1"], [a.root]), workers=workers)
+        outs.append({p.relative_to(tmp_path / f"out{workers}").as_posix(): p.read_bytes()
+                     for p in sorted((tmp_path / f"out{workers}").rglob("*")) if p.is_file()})
+    assert outs[0] == outs[1]
