@@ -16,4 +16,7 @@ if ! command -v chromium >/dev/null 2>&1; then
     || echo "chromium not installed: tests/test_report.py's browser test will skip (fail under CI=true)" >&2
 fi
 bash scripts/lerobot-venv.sh >/dev/null
-python3 -m pytest -q "$@"
+# one pytest worker per CPU, at most 4 (each keeps its own lerobot oracle interpreter), a test module per worker
+# (--dist loadfile: module-scoped fixtures are built once); LERODOC_TEST_WORKERS=0 runs in this process.
+WORKERS="${LERODOC_TEST_WORKERS:-$(python3 -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}"
+python3 -m pytest -q -n "$WORKERS" --dist loadfile "$@"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import av
@@ -50,24 +53,31 @@ def run_cli(*args: str, check: bool = True, env: dict[str, str] | None = None) -
     return proc
 
 
-def run_here(*args, capsys) -> subprocess.CompletedProcess:
+def run_here(*args, check: bool = False, capsys=None) -> subprocess.CompletedProcess:
     """`lerodoc ARGS` in this process, through the same `cli.main` a user runs (errors, exit codes, the JSON
-    envelope), with pytest's `capsys` catching stdout and stderr: no interpreter start and no imports per run, for
-    the table-driven tests that must stay fast. The root options' state (render level) is reset afterwards."""
+    envelope), its stdout and stderr caught: no interpreter start and no imports per run, for the table-driven
+    tests that must stay fast (`capsys` is accepted and not needed). The root options' state (render level) is
+    reset afterwards. An exception that escapes `main` is printed as Python would, exit 1."""
     from lerodoc import cli, render
     saved_argv, saved_level, saved_hook = sys.argv, render.level, sys.unraisablehook
     sys.argv = ["lerodoc", *map(str, args)]
-    capsys.readouterr()
-    try:
-        cli.main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv, sys.unraisablehook = saved_argv, saved_hook
-        render.level, render.command = saved_level, None
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["lerodoc", *map(str, args)], code, out, err)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except Exception:
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.argv, sys.unraisablehook = saved_argv, saved_hook
+            render.level, render.command = saved_level, None
+    proc = subprocess.CompletedProcess(["lerodoc", *map(str, args)], code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"lerodoc {' '.join(map(str, args))} exited {code}:\n{proc.stderr}")
+    return proc
 
 
 def run_json(*args: str) -> dict:

@@ -19,7 +19,7 @@ from lerodoc.dataset import Dataset
 from lerodoc.pi05 import launch
 from tests.fixtures.factory import make_dataset
 from tests.fixtures.tokenizer import train_tokenizer
-from tests.helpers import importable, require, run_cli
+from tests.helpers import importable, require, run_cli, run_here
 
 require(importable("torch") and importable("sentencepiece"), "lerodoc's train extra is not installed")
 
@@ -253,7 +253,7 @@ def test_report_succeeds_on_every_zoo_member(tmp_path):
     members = sorted(p for p in ZOO.iterdir() if p.is_dir())
     assert len(members) >= 40
     for member in members:
-        proc = run_cli("report", member, "-o", tmp_path / f"{member.name}.html", check=False)
+        proc = run_here("report", member, "-o", tmp_path / f"{member.name}.html")
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, (member.name, proc.stderr[-2000:])
 
 

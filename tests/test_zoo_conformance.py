@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.helpers import run_cli, run_here
 from tests.lerobot_oracle import check_many_with_lerobot
 from tests.zoo import Member, members
 
@@ -51,9 +51,9 @@ def _no_traceback(proc) -> None:
 
 @pytest.mark.parametrize("member", MEMBERS, ids=IDS)
 def test_info_and_validate_read_every_member(member: Member):
-    info = run_cli("info", member.root, "--json", check=False)
+    info = run_here("info", member.root, "--json")
     _no_traceback(info)
-    validate = run_cli("validate", member.root, "--videos", "--json", check=False)
+    validate = run_here("validate", member.root, "--videos", "--json")
     _no_traceback(validate)
     report = _json(validate)
     errors = [f for f in report["findings"] if f["severity"] == "error"]
@@ -95,7 +95,7 @@ def _writes(member: Member, work: Path) -> list[tuple[str, Path, dict]]:
     lenient = () if member.lerobot_loads else (1, 3, 4)
 
     def cli(label: str, *args, ok_codes=(0,)) -> bool:
-        proc = run_cli(*map(str, args), check=False)
+        proc = run_here(*args)
         _no_traceback(proc)
         assert proc.returncode in (*ok_codes, *lenient), \
             f"{member.name}: lerodoc {label} exited {proc.returncode}: {proc.stderr}"
