@@ -41,14 +41,22 @@ def _source(value: Source) -> str:
     return value.value
 
 
-def _show(fetched: Fetched, json: bool) -> None:
-    code = ExitCode.FINDINGS if any(f["severity"] == "error" for f in fetched.findings) else ExitCode.OK
-    if json:
-        render.print_json(fetched.to_json(), exit_code=code)
+def _findings(findings: list[dict], result: dict | None) -> ExitCode:
+    """The exit code the downloaded dataset's findings give (1 with an error); the JSON envelope of `result` when
+    --json asked for it, else each finding as a line."""
+    code = ExitCode.FINDINGS if any(f["severity"] == "error" for f in findings) else ExitCode.OK
+    if result is not None:
+        render.print_json(result, exit_code=code)
     else:
-        for f in fetched.findings:
+        for f in findings:
             render.message(f["severity"], f"{f['code']} {f['file'] or ''} {f['message']}",
                            style="red" if f["severity"] == "error" else "yellow")
+    return code
+
+
+def _show(fetched: Fetched, json: bool) -> None:
+    code = _findings(fetched.findings, fetched.to_json() if json else None)
+    if not json:
         render.out.print(f"{fetched.kind} {fetched.repo} ({fetched.source}) at {fetched.path}\n"
                          f"{fetched.verified}\ntrain with: {fetched.train}", soft_wrap=True)
     if code:
@@ -101,13 +109,8 @@ def _episodes(repo_id: str, episodes: list[str], revision: str | None, output: P
     refuse_partial(output, include, source)
     with render.progress(not json) as track:
         report = download_episodes(repo_id, selection, output, revision=revision, force=force, progress=track)
-    code = ExitCode.FINDINGS if any(f["severity"] == "error" for f in report.findings) else ExitCode.OK
-    if json:
-        render.print_json(report.to_json(), exit_code=code)
-    else:
-        for f in report.findings:
-            render.message(f["severity"], f"{f['code']} {f['file'] or ''} {f['message']}",
-                           style="red" if f["severity"] == "error" else "yellow")
+    code = _findings(report.findings, report.to_json() if json else None)
+    if not json:
         t = report.transfer
         render.out.print(f"episodes {format_ranges(report.episodes)} of {repo_id} as {len(report.episodes)} episodes, "
                          f"{report.frames} frames, {report.tasks} tasks ({report.codebase_version}) at "
