@@ -53,10 +53,10 @@ def run_cli(*args: str, check: bool = True, env: dict[str, str] | None = None) -
     return proc
 
 
-def run_here(*args, check: bool = False, capsys=None) -> subprocess.CompletedProcess:
+def run_here(*args, check: bool = False) -> subprocess.CompletedProcess:
     """`lerodoc ARGS` in this process, through the same `cli.main` a user runs (errors, exit codes, the JSON
     envelope), its stdout and stderr caught: no interpreter start and no imports per run, for the table-driven
-    tests that must stay fast (`capsys` is accepted and not needed). The root options' state (render level) is
+    tests that must stay fast. The root options' state (render level) is
     reset afterwards. An exception that escapes `main` is printed as Python would, exit 1."""
     from lerodoc import cli, render
     saved_argv, saved_level, saved_hook = sys.argv, render.level, sys.unraisablehook

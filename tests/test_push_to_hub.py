@@ -70,7 +70,7 @@ def test_every_writing_command_has_the_option():
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_push_to_hub_after_the_output_is_written(case, ds, endpoint, tmp_path, capsys):
+def test_push_to_hub_after_the_output_is_written(case, ds, endpoint, tmp_path):
     hub = endpoint
     args, pushed_to = CASES[case]
     out, copy = tmp_path / "out", tmp_path / "copy"
@@ -78,7 +78,7 @@ def test_push_to_hub_after_the_output_is_written(case, ds, endpoint, tmp_path, c
         shutil.copytree(ds, copy)
     places = {"DS": ds, "OUT": out, "COPY": copy}
     repo = f"lab/{case}"
-    proc = run_here(*[places.get(a, a) for a in args], "-j", "1", "--push-to-hub", repo, "--json", capsys=capsys)
+    proc = run_here(*[places.get(a, a) for a in args], "-j", "1", "--push-to-hub", repo, "--json")
     assert proc.returncode == 0, proc.stderr
     body = json.loads(proc.stdout)
     assert body["ok"] and body["exit_code"] == 0
@@ -93,9 +93,9 @@ def test_push_to_hub_after_the_output_is_written(case, ds, endpoint, tmp_path, c
         assert entry["commit"] == hub.repos[("dataset", name)].sha and "README.md" in entry["files"]
 
 
-def test_push_to_hub_in_text_mode_says_where(ds, endpoint, tmp_path, capsys):
+def test_push_to_hub_in_text_mode_says_where(ds, endpoint, tmp_path):
     proc = run_here("-q", "delete", ds, "-o", tmp_path / "out", "--episodes", "1", "-j", "1", "--push-to-hub",
-                    "lab/text", capsys=capsys)
+                    "lab/text")
     assert proc.returncode == 0, proc.stderr
     said = " ".join(proc.stdout.split())
     assert f"of {tmp_path / 'out'} to lab/text: " in said and "deleted episodes 1" in said
@@ -107,20 +107,20 @@ def test_push_to_hub_in_text_mode_says_where(ds, endpoint, tmp_path, capsys):
      "--dry-run writes nothing to push"),
     (["flatten", "DS", "-o", "OUT", "--push-to-hub", "not a repo"], "is not a hub repository id (owner/name)"),
 ])
-def test_usage_mistakes_push_nothing(args, words, ds, endpoint, tmp_path, capsys):
+def test_usage_mistakes_push_nothing(args, words, ds, endpoint, tmp_path):
     before = set(endpoint.repos)
-    proc = run_here(*[{"DS": ds, "OUT": tmp_path / "out"}.get(a, a) for a in args], "--json", capsys=capsys)
+    proc = run_here(*[{"DS": ds, "OUT": tmp_path / "out"}.get(a, a) for a in args], "--json")
     assert proc.returncode == 2 and words in json.loads(proc.stdout)["error"]["message"], proc.stdout
     assert set(endpoint.repos) == before and not (tmp_path / "out").exists()
 
 
-def test_a_refused_push_names_the_written_output(ds, endpoint, tmp_path, capsys):
+def test_a_refused_push_names_the_written_output(ds, endpoint, tmp_path):
     """The hub refuses (here: no such endpoint): exit 5, the output stays complete and the error says how to push
     it later."""
     from huggingface_hub import constants
     constants.ENDPOINT = "http://127.0.0.1:9"   # nothing listens there (restored by the fixture)
     proc = run_here("tasks", ds, "-o", tmp_path / "out", "--set", "pick up the cube=grab it", "-j", "1",
-                    "--push-to-hub", "lab/refused", "--json", capsys=capsys)
+                    "--push-to-hub", "lab/refused", "--json")
     body = json.loads(proc.stdout)
     assert proc.returncode == 5 and body["exit_code"] == 5, proc.stderr
     assert f"lerodoc push {tmp_path / 'out'} lab/refused" in body["error"]["hint"]

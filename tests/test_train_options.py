@@ -45,7 +45,7 @@ def test_no_measured_numbers_in_trains_help():
 
 
 
-def test_quiet_train_prints_only_the_result_and_verbose_the_steps(tmp_path, capsys):
+def test_quiet_train_prints_only_the_result_and_verbose_the_steps(tmp_path):
     """-q: no start line, no progress line, no per-step line on stderr, only the result on stdout. -v: what the
     default shows (the start line, the progress line) plus one line per metrics flush and the time taken, as every
     command's -v adds detail on stderr. In-process and one step each: a CPU step of the tiny preset is seconds."""
@@ -58,7 +58,7 @@ def test_quiet_train_prints_only_the_result_and_verbose_the_steps(tmp_path, caps
     tokenizer = train_tokenizer(tmp_path / "tok")
     common = ("--preset", "tiny", "--tokenizer", tokenizer, "--steps", "1", "--batch-per-device", "1",
               "--log-every", "1", "--save-every", "0", "--workers", "0", "--weights", "none")
-    quiet, verbose = (run_here(flag, "train", "pi05", root, "-o", tmp_path / flag, *common, capsys=capsys)
+    quiet, verbose = (run_here(flag, "train", "pi05", root, "-o", tmp_path / flag, *common)
                       for flag in ("-q", "-v"))
     for proc in (quiet, verbose):
         assert proc.returncode == 0, proc.stderr
