@@ -78,7 +78,7 @@ def test_convert_to_the_version_it_already_has_is_a_no_op(tmp_path, version):
 
 
 
-def test_report_episodes_take_the_one_selection(tmp_path, capsys):
+def test_report_episodes_take_the_one_selection(tmp_path):
     """report --episodes is the shared selection (ranges, lerobot's JSON list); a reversed, empty or out-of-range
     one is exit 2 naming the dataset's episodes, before anything is read or written; --sample counts. (The page
     itself is drawn in test_report; here only the choice of episodes, which comes before any plot.)"""
@@ -94,7 +94,6 @@ def test_report_episodes_take_the_one_selection(tmp_path, capsys):
                           (["9"], "--episodes 9: the dataset has no episode 9 (it holds episodes 0-3)"),
                           (["[1, 7]"], "--episodes [1, 7]: the dataset has no episode 7 (it holds episodes 0-3)"),
                           (["[]"], "--episodes '[]': no episode given"), ([""], "--episodes: no episode given")):
-        proc = run_here("report", f.root, "-o", page, *[a for v in values for a in ("--episodes", v)], "--json",
-                        capsys=capsys)
+        proc = run_here("report", f.root, "-o", page, *[a for v in values for a in ("--episodes", v)], "--json")
         assert proc.returncode == 2 and words in json.loads(proc.stdout)["error"]["message"], (values, proc.stdout)
         assert words in " ".join(proc.stderr.split()) and not page.exists()
