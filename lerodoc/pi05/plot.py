@@ -9,6 +9,8 @@ from pathlib import Path
 
 def plot_losses(metrics: Path, out: Path) -> None:
     """Draw `metrics` (one JSON object per step) into the PNG `out`."""
+    from lerodoc.formats.paths import new_file
     from lerodoc.report.plots import png, training_curves
     rows = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
-    Path(out).write_bytes(png(training_curves(rows)))
+    with new_file(out) as tmp:    # `out` may be a link (to an input, say): replaced by name, never written into
+        tmp.write_bytes(png(training_curves(rows)))
