@@ -103,8 +103,24 @@ def test_info_remote_reads_moov_not_samples(served):
     assert {k: {n: v for n, v in c.items()} for k, c in remote["cameras"].items()} == local["cameras"]
     video_bytes = sum(len(d) for p, d in files.items() if p.startswith("videos/"))
     probed = sum(len(files[f"videos/{k}/chunk-000/file-000.mp4"]) for k in CAMERAS)
-    assert hub.file_bytes - sum(len(d) for p, d in files.items() if p.startswith("meta/")) <= probed < video_bytes
+    assert hub.bytes_of("videos/") <= probed < video_bytes
     assert remote["transfer"]["requests"] == len(hub.log)
+    # meta/episodes: its footer and the columns other than the per-episode stats (info takes which stats every
+    # episode holds from the footer's null counts), never the stats columns' chunks, most of the file
+    episodes_meta = "meta/episodes/chunk-000/file-000.parquet"
+    size = len(files[episodes_meta])
+    meta = pq.ParquetFile(root / episodes_meta).metadata
+    tail = max(64 << 10, meta.serialized_size + 8)   # what pyarrow reads first from the end: the footer and more
+    chunks = [(c.path_in_schema.startswith("stats/"), c.dictionary_page_offset or c.data_page_offset,
+               c.total_compressed_size) for g in range(meta.num_row_groups)
+              for c in (meta.row_group(g).column(i) for i in range(meta.row_group(g).num_columns))]
+    own = sum(n for stats, _, n in chunks if not stats)
+    for stats, start, n in chunks:
+        if stats and start + n <= size - tail:
+            assert not any(a < start + n and start < b for a, b in hub.spans[episodes_meta]), (start, n)
+    read = hub.bytes_of(episodes_meta)
+    assert read <= own + tail < size / 5, (read, own, tail, size)
+    print(f"info hf://: {hub.file_bytes} bytes; {read} of meta/episodes' {size}")
 
 
 @pytest.mark.parametrize("repo, says", [
@@ -127,7 +143,7 @@ def test_offline_and_unreachable_are_one_paragraph(served):
     assert code == 5 and "ConnectError" in body["error"]["message"]
 
 
-HEAD = 32 << 10   # PyAV reads a file in 32 KiB blocks: opening one reads its first block (box headers, moov, 1st sample)
+HEAD = 32 << 10   # PyAV reads a file in 32 KiB blocks: opening it reads its first (box headers, moov, 1st sample)
 
 
 def video_spans(hub: HubServer) -> dict[str, list[tuple[int, int]]]:
