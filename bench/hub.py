@@ -51,11 +51,11 @@ def main() -> None:
             hub.add("dataset", "me/big", files)
             repository = sum(len(b) for b in files.values())
             reads = {}
-            for name, args in [("info", ["info"]), ("validate", ["validate"]),
-                               ("validate_videos", ["validate", "--videos"]),
-                               ("report_videos", ["report", "--videos", "-o", str(Path(tmp) / "r.html")])]:
+            for name, command in [("info", ["info"]), ("validate", ["validate"]),
+                                  ("validate_videos", ["validate", "--videos"]),
+                                  ("report_videos", ["report", "--videos", "-o", str(Path(tmp) / "r.html")])]:
                 hub.reset_counts()
-                done = lerodoc(hub.url, args[0], "hf://datasets/me/big", *args[1:])
+                done = lerodoc(hub.url, command[0], "hf://datasets/me/big", *command[1:])
                 reads[name] = {"file_bytes": hub.file_bytes, "share": round(hub.file_bytes / repository, 4),
                                "video_bytes": hub.bytes_of("videos/"),
                                "meta_episodes_bytes": hub.bytes_of("meta/episodes/"), "requests": len(hub.log),
