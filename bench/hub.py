@@ -1,11 +1,12 @@
-"""What reading a hub dataset in place costs: `validate hf://` and `download dataset --episodes` of the served
-1,000-episode test dataset (tests/test_hub_remote.py's, videos padded to 98% of the bytes), bytes and requests as
-the local hub server counts them, in one run.
+"""What reading a hub dataset in place costs: `info`, `validate`, `validate --videos`, `report --videos` and
+`download dataset --episodes` of the served 1,000-episode test dataset (tests/test_hub_remote.py's, videos padded to
+98% of the bytes), bytes and requests as the local hub server counts them, in one run.
 
     python -m bench.hub [--out docs/results/hub_remote_cpu.json]
 
-Prints and writes: the repository's bytes, validate's bytes and its share of the repository, the chosen
-episodes' own bytes (their row groups and video samples), download's bytes and their ratio to the episodes' own.
+Prints and writes: the repository's bytes; per reading command its bytes (of them video and meta/episodes) and
+their share of the repository; the chosen episodes' own bytes (their row groups and video samples), download's
+bytes and their ratio to the episodes' own.
 """
 
 from __future__ import annotations
@@ -49,9 +50,16 @@ def main() -> None:
             files = folder_files(root)
             hub.add("dataset", "me/big", files)
             repository = sum(len(b) for b in files.values())
-            hub.reset_counts()
-            validate = lerodoc(hub.url, "validate", "hf://datasets/me/big")
-            validate_bytes = hub.file_bytes
+            reads = {}
+            for name, command in [("info", ["info"]), ("validate", ["validate"]),
+                                  ("validate_videos", ["validate", "--videos"]),
+                                  ("report_videos", ["report", "--videos", "-o", str(Path(tmp) / "r.html")])]:
+                hub.reset_counts()
+                done = lerodoc(hub.url, command[0], "hf://datasets/me/big", *command[1:])
+                reads[name] = {"file_bytes": hub.file_bytes, "share": round(hub.file_bytes / repository, 4),
+                               "video_bytes": hub.bytes_of("videos/"),
+                               "meta_episodes_bytes": hub.bytes_of("meta/episodes/"), "requests": len(hub.log),
+                               "exit_code": done["exit_code"]}
             hub.reset_counts()
             report = lerodoc(hub.url, "download", "dataset", "me/big", "--episodes", CHOSEN, "-o",
                              str(Path(tmp) / "dl"))
@@ -61,9 +69,10 @@ def main() -> None:
     summary = {
         "provenance": provenance("python -m bench.hub"),
         "dataset": {"episodes": 1000, "frames_per_episode": 3, "episodes_per_file": 100, "cameras": list(CAMERAS),
-                    "filler_bytes_per_sample": FILLER, "repository_bytes": repository},
-        "validate": {"file_bytes": validate_bytes, "share_of_repository": round(validate_bytes / repository, 4),
-                     "requests": validate["transfer"]["requests"], "errors": validate["errors"]},
+                    "filler_bytes_per_sample": FILLER, "repository_bytes": repository,
+                    "video_bytes": sum(len(b) for p, b in files.items() if p.startswith("videos/")),
+                    "meta_episodes_bytes": sum(len(b) for p, b in files.items() if p.startswith("meta/episodes/"))},
+        **reads,   # per command: its bytes, their share of the repository, of them video and meta/episodes
         "download": {"episodes": CHOSEN, "episode_bytes": own, "file_bytes": download_bytes,
                      "requests": report["transfer"]["requests"], "ratio": round(download_bytes / own, 2)},
     }

@@ -167,6 +167,17 @@ class Dataset:
                                            episode=episode, field=f"{name}.{stat}",
                                            hint="lerodoc repair recomputes the stats")
 
+    def stats_held(self) -> dict[str, set[str]]:
+        """Per feature, the stat names every episode's stats hold. For v3.0 from the episodes metadata footers where
+        they tell (`formats.v30.stats_held`), without reading the stats themselves."""
+        from lerodoc.formats import v30
+        held = v30.stats_held(self.root) if self.version == "v3.0" else None
+        if held is None:
+            for ep in self.episodes:
+                have = {feature: set(by_stat) for feature, by_stat in ep.stats.items()}
+                held = have if held is None else {f: s & have.get(f, set()) for f, s in held.items()}
+        return held or {}
+
     def data_files(self) -> list[str]:
         """Data parquet files in row order."""
         return list(dict.fromkeys(ep.data_file for ep in self.episodes))

@@ -53,6 +53,21 @@ def leaf_values(meta: pq.FileMetaData) -> dict[str, int]:
     return held
 
 
+def null_free(meta: pq.FileMetaData) -> set[str]:
+    """The top-level columns whose every leaf chunk's footer statistics count no null (a chunk without a null count
+    leaves its column out): from the footer alone."""
+    schema = meta.schema.to_arrow_schema()
+    owner = [name for field in schema for name in [field.name] * _leaves(field.type)]
+    free = set(schema.names)
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        for j in range(min(group.num_columns, len(owner))):
+            stats = group.column(j).statistics
+            if stats is None or not stats.has_null_count or stats.null_count:
+                free.discard(owner[j])
+    return free
+
+
 def _leaves(kind: pa.DataType) -> int:
     """How many parquet leaf columns store an Arrow type."""
     if pa.types.is_struct(kind):

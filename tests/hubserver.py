@@ -11,7 +11,8 @@ ModelScope layout (MODELSCOPE_ENDPOINT=server.url): see `_modelscope`.
 `fail.add(path)` answers 500 to its GETs until removed (the client retries these); `deny[path] = status` answers its
 GETs with `status` until removed (403: not retried, the client fails at once); `refuse[repo_id] = status` answers
 every route of that repository with `status` (429: rate-limited). Every request is kept in `log`; `Range: bytes=a-b` (or `a-`) is
-served as 206, and `sent` counts the body bytes of every answer (`file_bytes` those of file contents).
+served as 206, and `sent` counts the body bytes of every answer (`file_bytes` those of file contents; `spans[path]`
+the [start, stop) byte ranges of that file sent, in order).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class HubServer:
         self.log: list[Request] = []
         self.sent = 0
         self.file_bytes = 0
+        self.spans: dict[str, list[tuple[int, int]]] = {}
         self._count = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
@@ -79,12 +81,19 @@ class HubServer:
         with self._count:
             self.log.clear()
             self.sent = self.file_bytes = 0
+            self.spans.clear()
 
-    def counted(self, n: int, file: bool = False) -> None:
+    def counted(self, n: int, file: str | None = None, start: int = 0) -> None:
         with self._count:
             self.sent += n
-            if file:
+            if file is not None:
                 self.file_bytes += n
+                self.spans.setdefault(file, []).append((start, start + n))
+
+    def bytes_of(self, prefix: str) -> int:
+        """File bytes sent since `reset_counts` from the files whose path starts with `prefix`."""
+        with self._count:
+            return sum(b - a for path, spans in self.spans.items() if path.startswith(prefix) for a, b in spans)
 
     def gets(self, suffix: str) -> list[Request]:
         """GET requests whose unquoted path (query included) ends with `suffix`."""
@@ -179,7 +188,7 @@ def _handler(hub: HubServer):
             cut = hub.cut.pop(path, None) if self.command == "GET" else None
             body = data[start:stop] if cut is None else data[start:cut]
             self.wfile.write(body)
-            hub.counted(len(body), file=True)
+            hub.counted(len(body), file=path, start=start)
             if cut is not None:
                 self.wfile.flush()
                 self.close_connection = True

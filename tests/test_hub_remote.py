@@ -103,8 +103,24 @@ def test_info_remote_reads_moov_not_samples(served):
     assert {k: {n: v for n, v in c.items()} for k, c in remote["cameras"].items()} == local["cameras"]
     video_bytes = sum(len(d) for p, d in files.items() if p.startswith("videos/"))
     probed = sum(len(files[f"videos/{k}/chunk-000/file-000.mp4"]) for k in CAMERAS)
-    assert hub.file_bytes - sum(len(d) for p, d in files.items() if p.startswith("meta/")) <= probed < video_bytes
+    assert hub.bytes_of("videos/") <= probed < video_bytes
     assert remote["transfer"]["requests"] == len(hub.log)
+    # meta/episodes: its footer and the columns other than the per-episode stats (info takes which stats every
+    # episode holds from the footer's null counts), never the stats columns' chunks, most of the file
+    episodes_meta = "meta/episodes/chunk-000/file-000.parquet"
+    size = len(files[episodes_meta])
+    meta = pq.ParquetFile(root / episodes_meta).metadata
+    tail = max(64 << 10, meta.serialized_size + 8)   # what pyarrow reads first from the end: the footer and more
+    chunks = [(c.path_in_schema.startswith("stats/"), c.dictionary_page_offset or c.data_page_offset,
+               c.total_compressed_size) for g in range(meta.num_row_groups)
+              for c in (meta.row_group(g).column(i) for i in range(meta.row_group(g).num_columns))]
+    own = sum(n for stats, _, n in chunks if not stats)
+    for stats, start, n in chunks:
+        if stats and start + n <= size - tail:
+            assert not any(a < start + n and start < b for a, b in hub.spans[episodes_meta]), (start, n)
+    read = hub.bytes_of(episodes_meta)
+    assert read <= own + tail < size / 5, (read, own, tail, size)
+    print(f"info hf://: {hub.file_bytes} bytes; {read} of meta/episodes' {size}")
 
 
 @pytest.mark.parametrize("repo, says", [
@@ -125,6 +141,88 @@ def test_offline_and_unreachable_are_one_paragraph(served):
     assert code == 5 and "HF_HUB_OFFLINE" in body["error"]["message"]
     code, body = lerodoc(hub, "info", "hf://datasets/me/big", env={"HF_ENDPOINT": "http://127.0.0.1:9"})
     assert code == 5 and "ConnectError" in body["error"]["message"]
+
+
+HEAD = 32 << 10   # PyAV reads a file in 32 KiB blocks: opening it reads its first (box headers, moov, 1st sample)
+
+
+def video_spans(hub: HubServer) -> dict[str, list[tuple[int, int]]]:
+    """The byte ranges the server sent of each video file since reset_counts, by path in the repository."""
+    return {p: s for p, s in hub.spans.items() if p.startswith("videos/")}
+
+
+def test_validate_videos_remote_equals_local_and_reads_each_video_head(served):
+    """validate --videos: the same findings; of each video file only its first 32 KiB (the box headers and moov,
+    which mp4.read_track reads, and PyAV's first read of the file when the check opens it), nothing of the rest."""
+    hub, root, files, _ = served
+    code_local, local = lerodoc(hub, "validate", str(root), "--videos")
+    hub.reset_counts()
+    code, remote = lerodoc(hub, "validate", "hf://datasets/me/big", "--videos")
+    assert (code, remote["findings"]) == (code_local, local["findings"])
+    videos = {p: len(d) for p, d in files.items() if p.startswith("videos/")}
+    spans = video_spans(hub)
+    assert set(spans) == set(videos), "every video file is checked"
+    assert all(b <= HEAD for s in spans.values() for _, b in s), spans
+    read = sum(b - a for s in spans.values() for a, b in s)
+    assert read <= HEAD * len(videos) < 0.005 * sum(videos.values())
+    total = sum(len(d) for d in files.values())
+    print(f"validate --videos hf://: {hub.file_bytes} of {total} bytes ({hub.file_bytes / total:.2%}); video "
+          f"{read} of {sum(videos.values())} ({read / sum(videos.values()):.2%}), {len(hub.log)} requests")
+
+
+LOOKAHEAD = 17   # samples past a frame that FFmpeg's frame-threaded decoder may read first (up to 16 threads)
+
+
+def test_report_videos_remote_reads_the_sampled_frames(served, tmp_path):
+    """report --videos: the same thumbnails (frame times) and findings; of a video file holding a sampled episode,
+    besides its first 32 KiB, only bytes from the keyframe before the episode's window to LOOKAHEAD samples past it
+    (and the rest of PyAV's 32 KiB read there); of every other video file only its first 32 KiB."""
+    hub, root, files, _ = served
+    _, local = lerodoc(hub, "report", str(root), "--videos", "-o", str(tmp_path / "local.html"))
+    hub.reset_counts()
+    code, remote = lerodoc(hub, "report", "hf://datasets/me/big", "--videos", "-o", str(tmp_path / "remote.html"))
+    assert code == 0 and remote["thumbnails"] == local["thumbnails"] and len(remote["thumbnails"]) == 18
+    assert not any(t["error"] for t in remote["thumbnails"])
+    assert remote["validate"]["findings"] == local["validate"]["findings"]
+    for key in ("summary", "channels", "episodes", "tasks"):
+        assert remote[key] == local[key], key
+    allowed: dict[str, list[tuple[int, int]]] = {}
+    own = 0
+    for e in remote["episodes"]["sampled"]:
+        for key in CAMERAS:
+            relative = f"videos/{key}/chunk-000/file-{e // 100:03d}.mp4"
+            track = mp4.read_track(root / relative)
+            first, stop = (e % 100) * 3, (e % 100) * 3 + 3
+            key_before = max(i for i in range(first + 1) if track.sync[i])
+            end = track.offset[min(stop + LOOKAHEAD, len(track.size)) - 1] + track.size[
+                min(stop + LOOKAHEAD, len(track.size)) - 1]
+            allowed.setdefault(relative, []).append((int(track.offset[key_before]), int(end) + HEAD))
+            own += int(track.size[first:stop].sum())
+    spans = video_spans(hub)
+    for relative, ranges in spans.items():
+        for a, b in ranges:
+            assert b <= HEAD or any(lo <= a and b <= hi for lo, hi in allowed.get(relative, [])), (relative, a, b)
+    read = sum(b - a for s in spans.values() for a, b in s)
+    videos = sum(len(d) for p, d in files.items() if p.startswith("videos/"))
+    print(f"report --videos hf://: {hub.file_bytes} bytes, video {read} of {videos} ({read / videos:.2%}); the "
+          f"sampled windows' own samples {own}, {len(remote['thumbnails'])} frames")
+
+
+def test_validate_videos_of_a_damaged_file_equals_local(small, tmp_path):
+    """A truncated video file: validate --videos of the served copy names it as the local copy does (VID001)."""
+    hub, root = small
+    files = folder_files(root)
+    damaged = f"videos/{CAMERAS[1]}/chunk-000/file-001.mp4"
+    files[damaged] = files[damaged][:len(files[damaged]) * 6 // 10]
+    hub.add("dataset", "me/damaged", files)
+    local_root = tmp_path / "damaged"
+    for relative, data in files.items():
+        (local_root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (local_root / relative).write_bytes(data)
+    code_local, local = lerodoc(hub, "validate", str(local_root), "--videos")
+    code, remote = lerodoc(hub, "validate", "hf://datasets/me/damaged", "--videos")
+    assert (code, remote["findings"]) == (code_local, local["findings"]) and code == 1
+    assert [(f["code"], f["file"]) for f in remote["findings"] if f["severity"] == "error"] == [("VID001", damaged)]
 
 
 CHOSEN = "0-9,500"

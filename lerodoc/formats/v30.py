@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lerodoc import access
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import read_json, replace_file, stats_from_json, stats_to_json, write_json
 from lerodoc.formats.model import Episode, VideoSpan
-from lerodoc.parquet_io import arrow_array, read_parquet, regular_rows
+from lerodoc.parquet_io import arrow_array, null_free, open_parquet, read_parquet, read_schema, regular_rows
 
 VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -100,9 +102,31 @@ def _logical_columns(table: pa.Table) -> dict[str, str]:
 
 
 def _read_table(path: Path) -> pa.Table:
+    """An episodes metadata file without its stats columns (those are read by `StatsColumns` when asked for)."""
     if not path.is_file():
         raise LerodocError("file is missing", file=path)
-    return read_parquet(path)
+    names = read_schema(path).names
+    return read_parquet(path, columns=[c for c in names if not c.startswith("stats/")])
+
+
+class StatsColumns:
+    """The per-episode stats of one episodes metadata file, read on first use. The `stats/...` columns are most of
+    the file's bytes: a hub dataset (lerodoc.access) is read so that a command that needs no episode's stats (info)
+    never fetches their column chunks. A local file's are read at once, so that a damaged file is refused where the
+    dataset is opened."""
+
+    def __init__(self, path: Path):
+        self.path, self.rows = path, None
+
+    def row(self, position: int) -> dict:
+        if self.rows is None:
+            names = [c for c in read_schema(self.path).names if c.startswith("stats/")]
+            try:
+                self.rows = _episode_stats(read_parquet(self.path, columns=names))
+            except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
+                raise LerodocError(f"stats columns are malformed ({type(exc).__name__}: {exc})", file=self.path,
+                                   hint="lerodoc validate lists what is wrong") from None
+        return self.rows[position]
 
 
 def _episode_stats(table: pa.Table) -> list[dict]:
@@ -133,6 +157,25 @@ def _episode_stats(table: pa.Table) -> list[dict]:
     return stats
 
 
+def stats_held(root: Path) -> dict[str, set[str]] | None:
+    """Per feature, the stats every episode's row holds, from the episodes metadata footers alone: a
+    `stats/<feature>/<stat>` column in every file, without a null in any row group (`StatsColumns` gives a row a
+    stat exactly when its value is not null). None when the footers cannot tell (a null, or no statistics)."""
+    held: dict[str, set[str]] | None = None
+    for path in sorted(root.glob(EPISODES_GLOB)):
+        meta = open_parquet(path).metadata
+        names = [n for n in meta.schema.to_arrow_schema().names if n.startswith("stats/")]
+        free = null_free(meta)
+        if any(n not in free for n in names):
+            return None
+        here: dict[str, set[str]] = {}
+        for name in names:
+            feature, stat = name[len("stats/"):].rsplit("/", 1)
+            here.setdefault(feature, set()).add(stat)
+        held = here if held is None else {f: held.get(f, set()) & s for f, s in here.items()}
+    return held
+
+
 def read(root: Path, info: Info):
     """Episodes, tasks and dataset stats of a v3.0 dataset."""
     files = sorted(root.glob(EPISODES_GLOB))
@@ -142,7 +185,10 @@ def read(root: Path, info: Info):
     rows = [row for t in tables for row in t.select([c for c in t.column_names
                                                      if not c.startswith("stats/")]).to_pylist()]
     sources = [f.relative_to(root).as_posix() for f, t in zip(files, tables) for _ in range(t.num_rows)]
-    row_stats = [s for t in tables for s in _episode_stats(t)]
+    row_stats = [partial(StatsColumns.row, holder, i) for f, t in zip(files, tables)
+                 for holder in [StatsColumns(f)] for i in range(t.num_rows)]
+    if not access.is_remote(root):
+        row_stats = [row() for row in row_stats]
     episodes = []
     for position, row in enumerate(rows):
         try:

@@ -28,9 +28,9 @@ def describe(root: Path) -> dict:
         else:
             cameras[key] = {"files": len(files), "missing": files[0] if files else None}
     stat_keys = BASIC + QUANTILES
+    held = ds.stats_held()   # from the footers where they tell: the per-episode stats are not read
     coverage = {name: {"dataset": [k for k in stat_keys if k in (ds.stats or {}).get(name, {})],
-                       "episodes": [k for k in stat_keys
-                                    if ds.episodes and all(k in ep.stats.get(name, {}) for ep in ds.episodes)]}
+                       "episodes": [k for k in stat_keys if k in held.get(name, set())]}
                 for name in info.features}
     return {
         "dataset": str(ds.root), "codebase_version": ds.version, "fps": info.fps, "robot_type": info.robot_type,
