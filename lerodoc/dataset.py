@@ -17,6 +17,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats import paths
 from lerodoc.formats.info import Info
 from lerodoc.formats.model import Episode, Stats, VideoSpan  # noqa: F401  (re-exported)
+from lerodoc.formats.stats import stat_size
 from lerodoc.parquet_io import open_parquet, read_row_groups, read_schema
 
 @dataclass
@@ -189,6 +190,12 @@ class Dataset:
             by_file.setdefault(ep.data_file, []).append(ep)
         return by_file
 
+    def row_spans(self, absolute: bool = False) -> dict[str, list[tuple[int, int, int]]]:
+        """Each data file (in row order: its relative path, or with `absolute` its full path as a string) -> the
+        (episode index, first row, length) of its episodes, in row order: what a worker per data file takes."""
+        return {(str(self.path(f)) if absolute else f): [(ep.index, ep.data_row, ep.length) for ep in eps]
+                for f, eps in self.episodes_by_data_file().items()}
+
     def video_files(self, key: str) -> list[str]:
         return list(dict.fromkeys(ep.videos[key].file for ep in self.episodes if key in ep.videos))
 
@@ -220,20 +227,6 @@ UNREADABLE_COLUMN = ("LAY036", "LAY037")
 def _episodes_meta(version: str) -> str:
     """Where a version lists its episodes (a folder of parquet files for v3.0)."""
     return "meta/episodes" if version == "v3.0" else formats.module(version).EPISODES_PATH
-
-
-def stat_size(spec: dict, stat: str) -> int | None:
-    """How many values a stat of a feature holds: 1 for count, one per channel for a camera (channels from
-    names or the shape's small axis; None when neither tells), else one per element of the shape."""
-    if stat == "count":
-        return 1
-    shape, names = list(spec.get("shape") or []), spec.get("names")
-    if spec.get("dtype") not in ("video", "image"):
-        return int(np.prod(shape))
-    if isinstance(names, list) and "channels" in names and len(names) == len(shape):
-        return int(shape[names.index("channels")])
-    small = [n for n in (shape[-1:] + shape[:1]) if 0 < n <= 4] if len(shape) == 3 else []
-    return int(small[0]) if small else None
 
 
 def read_rows(path: Path | str, start: int, length: int, columns: list[str] | None = None,

@@ -1,5 +1,8 @@
-"""Feature statistics: exact per-episode and dataset stats from the parquet, and exact aggregation of
-per-episode stats.
+"""Feature statistics, the one place lerodoc computes them: the per-episode engine (`moments`: min, max,
+mean, std, count; `column_stats` for rows, `block_stats` for a (channels, frames) block, with its quantiles),
+the exact aggregation of per-episode stats and the one assembly of dataset stats (`dataset_stats`: the
+aggregate plus the quantiles over all rows), which merge, derive, repair, quantiles and validate use. The
+shape a stored stat has is `lerodoc.formats.stats.stat_shape`.
 
 Numeric features are held as groups (`Group`), one (channels, rows) matrix per dtype. When every value
 fits the memory budget, each data file is read once (all needed columns), its columns are transposed
@@ -33,13 +36,60 @@ QUANTILES = ("q01", "q10", "q50", "q90", "q99")
 LEVELS = [int(q[1:]) / 100 for q in QUANTILES]
 
 
+class Scratch:
+    """Arrays reused from one episode to the next: fresh temporaries of a few hundred KB cost more in page
+    faults than the arithmetic done on them."""
+
+    def __init__(self):
+        self._flat: dict[str, np.ndarray] = {}
+
+    def array(self, name: str, shape: tuple[int, int], dtype) -> np.ndarray:
+        """A C-contiguous array of `shape` over the scratch buffer `name` (grown when too small)."""
+        size, flat = shape[0] * shape[1], self._flat.get(name)
+        if flat is None or flat.size < size or flat.dtype != dtype:
+            flat = self._flat[name] = np.empty(size, dtype=dtype)
+        return flat[:size].reshape(shape)
+
+
+def moments(values: np.ndarray, axis: int = 0, scratch: Scratch | None = None) -> dict[str, np.ndarray]:
+    """min, max, mean, std (population) and count of a 2-D array along `axis`, in float64: the per-episode
+    stats engine. numpy's own formula (the sums of np.mean and np.std, in the same order), so the bits are
+    numpy's min, max, mean and std of the same array as a C-contiguous float64 array: with axis 0, of an (N, D)
+    array of rows as lerobot holds a vector feature; with axis 1, of a (channels, frames) block. The sums
+    run in numpy's order along that axis, so the two layouts differ in the last bits. `scratch` keeps the
+    temporaries from one call to the next."""
+    scratch = scratch or Scratch()
+    n = values.shape[axis]
+    held = scratch.array("values", values.shape, np.float64)
+    np.copyto(held, values, casting="unsafe")
+    mean = np.add.reduce(held, axis=axis)
+    mean /= n
+    spread = scratch.array("spread", values.shape, np.float64)
+    np.subtract(held, np.expand_dims(mean, axis), out=spread)
+    np.square(spread, out=spread)
+    variance = np.add.reduce(spread, axis=axis)
+    variance /= n
+    return {"min": held.min(axis=axis), "max": held.max(axis=axis), "mean": mean, "std": np.sqrt(variance),
+            "count": np.array([n], dtype=np.int64)}
+
+
 def column_stats(values: np.ndarray) -> dict[str, np.ndarray]:
-    """min, max, mean, std (population) and count over axis 0 of an (N, ...) array."""
-    values = np.asarray(values, dtype=np.float64)
-    if values.ndim == 1:
-        values = values[:, None]
-    return {"min": values.min(axis=0), "max": values.max(axis=0), "mean": values.mean(axis=0),
-            "std": values.std(axis=0), "count": np.array([len(values)], dtype=np.int64)}
+    """min, max, mean, std (population) and count over axis 0 of an (N,) or (N, D) array (`moments`)."""
+    values = np.asarray(values)
+    return moments(values[:, None] if values.ndim == 1 else values, axis=0)
+
+
+def block_stats(block: np.ndarray, scratch: Scratch | None = None) -> dict[str, np.ndarray]:
+    """Exact min, max, mean, std, count and q01..q99 of each row of a (channels, frames) block: the bits of
+    numpy's min, max, mean, std and quantile on the rows as a C-contiguous float64 array (`moments`; the
+    temporaries live in `scratch`)."""
+    scratch = scratch or Scratch()
+    stats = moments(block, axis=1, scratch=scratch)
+    ordered = scratch.array("sorted", block.shape, block.dtype)
+    np.copyto(ordered, block)
+    ordered.sort(axis=1)
+    stats.update(zip(QUANTILES, sorted_quantiles(ordered, LEVELS)))
+    return stats
 
 
 def aggregate(per_episode: list[Stats]) -> Stats:
@@ -70,12 +120,25 @@ def aggregate(per_episode: list[Stats]) -> Stats:
     return out
 
 
-def merge_dataset_stats(aggregated: Stats, previous: Stats | None) -> Stats:
-    """Aggregated stats, keeping from `previous` whatever the aggregation cannot derive (e.g. quantiles)."""
+def merge_dataset_stats(fresh: Stats, previous: Stats | None) -> Stats:
+    """`previous` overlaid by `fresh`, stat by stat: what `fresh` does not hold (e.g. quantiles the aggregation
+    cannot derive) is kept from `previous`."""
     merged = {f: dict(v) for f, v in (previous or {}).items()}
-    for feature, by_stat in aggregated.items():
+    for feature, by_stat in fresh.items():
         merged.setdefault(feature, {}).update(by_stat)
     return merged
+
+
+def dataset_stats(per_episode: list[Stats], quantiles: Stats | None = None, *, features: list[str] | None = None,
+                  previous: Stats | None = None) -> Stats:
+    """Dataset stats, the one assembly: per feature the exact `aggregate` of the per-episode stats (BASIC),
+    then its `quantiles` over all rows (`dataset_quantiles`); for `features` in that order (default: every
+    feature either gives, aggregated ones first, sorted), over `previous` (`merge_dataset_stats`: the stats
+    of other features, and those neither gives, are kept from it)."""
+    basic, quantiles = aggregate(per_episode), quantiles or {}
+    names = list(dict.fromkeys([*basic, *quantiles])) if features is None else features
+    return merge_dataset_stats({name: {**basic.get(name, {}), **quantiles.get(name, {})} for name in names},
+                               previous)
 
 
 NEAR_CONSTANT = 1e-6      # q99 - q01 below this: quantile normalisation divides by (almost) nothing
@@ -154,45 +217,6 @@ def groups_of(features: list[str], specs: dict) -> list[Group]:
         by_dtype.setdefault(np.float32 if specs[name]["dtype"] == "float32" else np.float64, []).append(name)
     return [Group(dtype, tuple(names), tuple(int(np.prod(specs[n]["shape"])) for n in names))
             for dtype, names in by_dtype.items()]
-
-
-class Scratch:
-    """Arrays reused from one episode to the next: fresh temporaries of a few hundred KB cost more in page
-    faults than the arithmetic done on them."""
-
-    def __init__(self):
-        self._flat: dict[str, np.ndarray] = {}
-
-    def array(self, name: str, shape: tuple[int, int], dtype) -> np.ndarray:
-        """A C-contiguous array of `shape` over the scratch buffer `name` (grown when too small)."""
-        size, flat = shape[0] * shape[1], self._flat.get(name)
-        if flat is None or flat.size < size or flat.dtype != dtype:
-            flat = self._flat[name] = np.empty(size, dtype=dtype)
-        return flat[:size].reshape(shape)
-
-
-def block_stats(block: np.ndarray, scratch: Scratch | None = None) -> dict[str, np.ndarray]:
-    """Exact min, max, mean, std, count and q01..q99 of each row of a (channels, frames) block: the bits of
-    numpy's min, max, mean, std and quantile on the rows as a C-contiguous float64 array (the same sums,
-    in the same order; the temporaries live in `scratch`)."""
-    scratch = scratch or Scratch()
-    channels, n = block.shape
-    values = scratch.array("values", (channels, n), np.float64)
-    np.copyto(values, block, casting="unsafe")
-    mean = np.add.reduce(values, axis=1)
-    mean /= n
-    spread = scratch.array("spread", (channels, n), np.float64)
-    np.subtract(values, mean[:, None], out=spread)
-    np.square(spread, out=spread)
-    variance = np.add.reduce(spread, axis=1)
-    variance /= n
-    stats = {"min": values.min(axis=1), "max": values.max(axis=1), "mean": mean, "std": np.sqrt(variance),
-             "count": np.array([n], dtype=np.int64)}
-    ordered = scratch.array("sorted", (channels, n), block.dtype)
-    np.copyto(ordered, block)
-    ordered.sort(axis=1)
-    stats.update(zip(QUANTILES, sorted_quantiles(ordered, LEVELS)))
-    return stats
 
 
 def check_finite(block: np.ndarray, group: Group, file: str, episode: int) -> None:
@@ -289,8 +313,7 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
     channel blocks or radix selection over the files. With an `engine` (`lerodoc.engine`) the rows never
     leave the workers: episodes per file and the dataset quantiles by tally passes on the cluster.
     """
-    by_file = {str(ds.path(f)): [(ep.index, ep.data_row, ep.length) for ep in eps]
-               for f, eps in ds.episodes_by_data_file().items()}
+    by_file = ds.row_spans(absolute=True)
     groups = groups_of(features, ds.info.features)
     check_sizes(by_file, groups)
     held = ds.total_frames * sum(g.width * np.dtype(g.dtype).itemsize for g in groups)
@@ -305,8 +328,7 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
                 per_episode[index].update(stats)
         dataset, passes = dataset_quantiles([Path(f) for f in by_file], features, ds.info.features,
                                             ds.total_frames, workers=workers, budget=budget, engine=engine)
-    basic = aggregate([per_episode[ep.index] for ep in ds.episodes])
-    return {name: {**basic[name], **dataset[name]} for name in features}, per_episode, passes
+    return dataset_stats([per_episode[ep.index] for ep in ds.episodes], dataset, features=features), per_episode, passes
 
 
 def check_sizes(by_file: dict[str, list[tuple[int, int, int]]], groups: list[Group]) -> None:

@@ -214,3 +214,65 @@ def test_a_copy_of_the_output_rule_is_found(tmp_path):
     root = _package(tmp_path, {"a.py": "def f(out, in_place):\n    if in_place == (out is not None):\n"
                                        "        raise ValueError\n"})
     assert output_rule_sites(root) == ["pkg.a:2"]
+
+
+# The stats home: lerodoc.stats, the one module that computes min/max/mean/std of data (the per-episode engine
+# `moments`, the aggregation, the dataset stats). A call found elsewhere is a second engine, unless listed in
+# NOT_STATS. Sums (.sum(), np.add.reduce) and min/max as methods (.min(), .max()) are left out: timestamps, sizes
+# and counts use them everywhere, and a mean or a std cannot be written without one of the calls below.
+STATS_HOME = ("stats",)
+STAT_CALLS = {"mean", "std", "var", "nanmean", "nanstd", "nanvar", "average",   # numpy (functions and methods)
+              "min_max", "stddev", "variance",                                  # pyarrow.compute
+              "reduceat"}                                                       # np.add/minimum/maximum.reduceat
+NUMPY_REDUCTIONS = {"min", "max", "amin", "amax", "nanmin", "nanmax"}          # np.min(x, ...) and the like
+NOT_STATS = {   # module -> calls that look like stats but are not a feature's stats of data
+    "checks.stats": {
+        "np.max",       # the tolerance's magnitude: max |stat| over a feature's stated min/max/mean
+        "tol.std",      # Tolerance.std: how far a std may sit from the exact one
+    },
+    "ops.encode": {"np.mean"},        # the mean PSNR of a re-encoded clip's sampled frames
+    "video": {"np.mean"},             # PSNR's mean squared error between two frames
+    "pi05.model": {"x.float().pow(2).mean"},   # RMSNorm inside the model
+    "pi05.train": {"np.mean"},        # throughput and MFU averaged over the benchmark's windows
+    "report.plots": {"np.max", "np.nanmin"},   # plot scaling and the loss curve's lowest point
+}
+
+
+def stats_sites(root: Path, allowed: dict[str, set[str]] | None = None) -> list[str]:
+    """Calls outside the stats home that compute min/max/mean/std (numpy, as a function or a method, or
+    pyarrow.compute), as 'module:line call', less the `allowed` ones (module without the package prefix ->
+    call texts)."""
+    allowed = NOT_STATS if allowed is None else allowed
+    sites = []
+    for name, path in modules(root).items():
+        short = name.partition(".")[2]
+        if short in STATS_HOME:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            numpy_reduction = (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                               and func.value.id in ("np", "numpy") and called in NUMPY_REDUCTIONS)
+            text = ast.unparse(func)
+            if (called in STAT_CALLS or numpy_reduction) and text not in allowed.get(short, ()):
+                sites.append(f"{name}:{node.lineno} {text}")
+    return sites
+
+
+def test_only_the_stats_home_computes_stats():
+    assert stats_sites(PACKAGE) == []
+    found = {(site.split(":")[0].partition(".")[2], site.split(" ", 1)[1]) for site in stats_sites(PACKAGE, {})}
+    stale = [(module, call) for module, calls in NOT_STATS.items() for call in calls if (module, call) not in found]
+    assert stale == [], "NOT_STATS lists calls the package no longer makes"
+
+
+def test_a_stats_computation_outside_the_home_is_found(tmp_path):
+    root = _package(tmp_path, {"stats.py": "import numpy as np\ndef f(v):\n    return v.mean(axis=0), np.max(v)\n",
+                               "a.py": "import numpy as np\ndef g(v):\n    return np.min(v, axis=0), v.std(0)\n",
+                               "b.py": "import pyarrow.compute as pc\ndef h(c):\n    return pc.min_max(c)\n",
+                               "c.py": "import numpy as np\ndef k(v, s):\n    return np.add.reduceat(v, s), v.min()\n",
+                               "d.py": "import numpy as np\ndef m(v):\n    return np.mean(v)\n"})
+    assert sorted(stats_sites(root, {"d": {"np.mean"}})) == ["pkg.a:3 np.min", "pkg.a:3 v.std", "pkg.b:3 pc.min_max",
+                                                             "pkg.c:3 np.add.reduceat"]

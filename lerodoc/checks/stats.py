@@ -21,10 +21,10 @@ from lerodoc.dataset import Dataset, Stats
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
-from lerodoc.formats.stats import is_placeholder
+from lerodoc.formats.stats import is_placeholder, is_shaped, stat_shape
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_matrix, read_parquet
-from lerodoc.stats import BASIC, EXTREME, NEAR_CONSTANT, aggregate, channel_flags, merge_dataset_stats, normalised
+from lerodoc.stats import BASIC, EXTREME, NEAR_CONSTANT, aggregate, channel_flags, column_stats, dataset_stats, normalised
 
 CODES = {
     "STA001": (WARNING, "meta/stats.json is missing (training then has no normalisation stats)",
@@ -170,10 +170,6 @@ def _coverage(ctx: Context, sources: list[Source]) -> list[Finding]:
 
 
 
-def _expected_shapes(spec: dict) -> list[tuple[int, ...]]:
-    return [(3, 1, 1), (1, 1, 1)] if spec["dtype"] in VISUAL else [tuple(spec["shape"])]
-
-
 def _required(ds: Dataset) -> tuple[str, ...]:
     """v2.0 stats.json has no count."""
     return tuple(k for k in BASIC if k != "count") if ds.version == "v2.0" else BASIC
@@ -197,12 +193,12 @@ def _well_formed(ds: Dataset, source: Source) -> list[Finding]:
         missing = [k for k in _required(ds) if k not in by_stat]
         if missing:
             out.append(_finding("STA014", f"{source.label}: {feature} lacks {', '.join(missing)}", **where))
-        expected = _expected_shapes(spec)
-        misshapen = {k: v.shape for k, v in by_stat.items() if k != "count" and v.shape not in expected}
+        misshapen = {k: v.shape for k, v in by_stat.items() if k != "count" and not is_shaped(spec, k, v)}
         if misshapen:
             shown = ", ".join(f"{k} {s}" for k, s in misshapen.items())
+            needs = stat_shape(spec, "min") or "(channels, 1, 1)"
             out.append(_finding("STA013", f"{source.label}: {feature} stats have shapes {shown}, the feature "
-                                          f"(meta/info.json: shape {spec.get('shape')}) needs {expected[0]}", **where))
+                                          f"(meta/info.json: shape {spec.get('shape')}) needs {needs}", **where))
             continue
         out += _values(ds, source, feature, by_stat, spec)
     return out
@@ -363,10 +359,9 @@ def _training_stats(ds: Dataset) -> Stats:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            derived = aggregate([ep.stats for ep in ds.episodes if ep.stats])
+            return dataset_stats([ep.stats for ep in ds.episodes if ep.stats], previous=ds.stats)
     except (ValueError, TypeError, IndexError, KeyError):
-        derived = {}   # malformed episode stats: reported per episode
-    return merge_dataset_stats(derived, ds.stats)
+        return dataset_stats([], previous=ds.stats)   # malformed episode stats: reported per episode
 
 
 def _stats_file(ds: Dataset) -> str:
@@ -430,18 +425,6 @@ def _channels(ds: Dataset, training: Stats) -> list[Finding]:
 
 
 # ---------------------------------------------------------------- stats against the data
-
-def _run_stats(values: np.ndarray, runs: list[Run]) -> list[dict[str, np.ndarray]]:
-    """min/max/mean/std/count of each run's rows (runs tile the file's rows in order)."""
-    starts = np.array([r.start for r in runs])
-    counts = np.array([r.length for r in runs])
-    mins, maxs = np.minimum.reduceat(values, starts), np.maximum.reduceat(values, starts)
-    means = np.add.reduceat(values, starts) / counts[:, None]
-    deviation = values - np.repeat(means, counts, axis=0)
-    stds = np.sqrt(np.add.reduceat(deviation * deviation, starts) / counts[:, None])
-    return [{"min": mins[i], "max": maxs[i], "mean": means[i], "std": stds[i],
-             "count": np.array([counts[i]], dtype=np.int64)} for i in range(len(runs))]
-
 
 def _quantile_keys(by_stat: dict) -> dict[str, float]:
     """{"q01": 0.01, ...}: the quantiles a stats dict holds."""
@@ -546,7 +529,8 @@ def file_stats(args: tuple[str, str, dict[str, int], list[Run], dict]) -> DataSt
         result.dtypes.setdefault(feature, values.dtype)
         values = values.astype(np.float64)
         _non_finite(values, runs, feature, result)
-        for run, stats in zip(runs, _run_stats(values, runs)):
+        for run in runs:
+            stats = column_stats(values[run.start:run.stop])
             result.per_episode.setdefault(run.episode, {}).setdefault(feature, []).append(stats)
             keys = stated.get((run.episode, feature))
             if keys and (run.episode, feature) not in result.dirty:
@@ -638,8 +622,8 @@ def _agreement(ctx: Context, sources: list[Source]) -> list[Finding]:
     recomputed = {}
     complete = [f for f in _numeric(ds) if f not in data.incomplete]
     if placement(ctx).complete and all(ep.index in data.per_episode for ep in ds.episodes):
-        recomputed = aggregate([{f: data.per_episode[ep.index][f] for f in complete
-                                 if f in data.per_episode[ep.index]} for ep in ds.episodes])
+        recomputed = dataset_stats([{f: data.per_episode[ep.index][f] for f in complete
+                                     if f in data.per_episode[ep.index]} for ep in ds.episodes])
     for source in sources:
         actual = recomputed if source.episode is None else data.per_episode.get(source.episode, {})
         for feature, stated in source.stats.items():

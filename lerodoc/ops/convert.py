@@ -16,7 +16,7 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.ops import rewrite
 from lerodoc.staging import check_output, staged_output
-from lerodoc.stats import aggregate, merge_dataset_stats
+from lerodoc.stats import dataset_stats
 
 
 @dataclass
@@ -85,7 +85,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
     with staged_output(out, force=force, inputs=(ds.root,), keep=(src,)) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
         episodes = result.episodes
-        stats = merge_dataset_stats(aggregate([ep.stats for ep in episodes]), ds.stats) if to == "v3.0" else None
+        stats = dataset_stats([ep.stats for ep in episodes], previous=ds.stats) if to == "v3.0" else None
         formats.module(to).write_meta(tmp, ds.info, episodes, ds.tasks, stats)
         rewrite.verify(tmp, to, episodes)
         report.renumbered_episodes = result.renumbered

@@ -24,7 +24,7 @@ from lerodoc.formats.paths import inside, new_file
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema
 from lerodoc.staging import link_or_copy, staged_edit
-from lerodoc.stats import aggregate, block_stats, dataset_quantiles
+from lerodoc.stats import block_stats, dataset_quantiles, dataset_stats
 
 
 class Transform(Protocol):
@@ -98,7 +98,7 @@ def plan(ds: Dataset, transform: Transform, features: dict, moved: dict[str, str
         raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
                            hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
     module = formats.module(ds.version)
-    by_file = {f: [(ep.index, ep.data_row, ep.length) for ep in eps] for f, eps in ds.episodes_by_data_file().items()}
+    by_file = ds.row_spans()
     base = read_schema(ds.path(ds.episodes[0].data_file), ds.episodes[0].index)
     identity = getattr(transform, "identity", False)
     if identity:   # the data files are kept as they are: their footers must at least read
@@ -140,11 +140,10 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
         stats = {renamed.get(k, k): v for k, v in (ds.stats or {}).items() if renamed.get(k, k) in features}
         changed = list(planned.changed)
         if changed:
-            fresh = aggregate([{k: ep.stats[k] for k in changed} for ep in ds.episodes])
             quantiles, _ = dataset_quantiles([tmp / job.out for job in planned.jobs], changed, features,
                                              ds.total_frames, workers=workers)
-            for name in changed:
-                stats[name] = {**fresh[name], **quantiles[name]}
+            stats.update(dataset_stats([{k: ep.stats[k] for k in changed} for ep in ds.episodes], quantiles,
+                                       features=changed))   # each changed feature's stats replaced whole
         ds.info.features = features
         module.write_meta(tmp, ds.info, ds.episodes, ds.tasks, stats if (ds.stats or changed) else None)
     return Path(ds.root if in_place else out).absolute()

@@ -76,8 +76,7 @@ def plan(ds: Dataset, columns: list[str] | None, workers: int) -> tuple[Flatten,
         if name not in schema.names or not is_list_type(schema.field(name).type):
             raise UsageError(f"{name!r} is not a list column of this dataset (list columns: "
                              f"{', '.join(candidates) or 'none'})", field=name)
-    by_file = {str(ds.path(f)): [(ep.index, ep.data_row, ep.length) for ep in eps]
-               for f, eps in ds.episodes_by_data_file().items()}
+    by_file = ds.row_spans(absolute=True)
     seen: dict[str, list[tuple[int, int, int]]] = {name: [] for name in chosen}
     for part in pmap(list_lengths, [(f, eps, chosen) for f, eps in by_file.items()], workers=workers):
         for name, rows in part.items():

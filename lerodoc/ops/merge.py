@@ -23,7 +23,7 @@ from lerodoc.ops import rewrite
 from lerodoc.parquet_io import column_matrix, read_parquet
 from lerodoc.selection import Selection, parse
 from lerodoc.staging import check_output, staged_output
-from lerodoc.stats import aggregate, dataset_quantiles
+from lerodoc.stats import dataset_quantiles, dataset_stats
 
 STREAM_KEYS = ("video.height", "video.width", "video.pix_fmt", "video.channels")
 
@@ -245,12 +245,10 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
     with staged_output(Path(out), force=force or in_place, inputs=() if in_place else roots, keep=roots) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
         new_eps = result.episodes
-        stats = aggregate([ep.stats for ep in new_eps])
         data_files = [tmp / f for f in dict.fromkeys(ep.data_file for ep in new_eps)]
         quantiles, _ = dataset_quantiles(data_files, info.numeric_keys, info.features, sum(e.length for e in new_eps),
                                          workers=workers, engine=engine)
-        for feature, by_level in quantiles.items():
-            stats.setdefault(feature, {}).update(by_level)
+        stats = dataset_stats([ep.stats for ep in new_eps], quantiles)
         formats.module(to).write_meta(tmp, info, new_eps, tasks, stats if to == "v3.0" else None)
         rewrite.verify(tmp, to, new_eps)
         report.episodes, report.frames, report.tasks = len(new_eps), sum(e.length for e in new_eps), len(tasks)

@@ -21,17 +21,17 @@ import numpy as np
 
 from lerodoc import formats, mp4, video
 from lerodoc.checks.common import ERROR, Finding
-from lerodoc.dataset import Dataset, Episode, VideoSpan, stat_size
+from lerodoc.dataset import Dataset, Episode, VideoSpan
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature
-from lerodoc.formats.stats import normalise_stats
+from lerodoc.formats.stats import normalise_stats, stat_size
 from lerodoc.kept import undeclared_cameras
 from lerodoc.ops import rewrite
 from lerodoc.ops.validate import validate
 from lerodoc.parquet_io import column_matrix, read_parquet
 from lerodoc.staging import output_target, staged_output
-from lerodoc.stats import aggregate, exact_stats
+from lerodoc.stats import dataset_stats, exact_stats
 
 CAMERA_NAMES = ["height", "width", "channels"]
 
@@ -318,7 +318,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         numeric, per_episode, _ = exact_stats(fixed, fixed.info.numeric_keys, workers=workers)
         for ep in fixed.episodes:
             ep.stats.update(per_episode[ep.index])
-        carried = {**aggregate([ep.stats for ep in fixed.episodes]), **(fixed.stats or {})}
+        carried = {**dataset_stats([ep.stats for ep in fixed.episodes]), **(fixed.stats or {})}   # stated ones win
         module.write_stats(tmp, fixed.info, fixed.episodes, {**carried, **numeric})
         rewrite.verify(tmp, to, result.episodes)
     after = validate(target, videos=True)
