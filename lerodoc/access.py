@@ -23,6 +23,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 
+from lerodoc.files import new_file, write_bytes
+
 SCHEME = "hf://"
 _URL = re.compile(r"hf://datasets/(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_][A-Za-z0-9_.-]*)"
                   r"(?:@(?P<rev>[^/][^\s]*?))?/?")
@@ -148,7 +150,7 @@ class HubStore:
             shutil.rmtree(folder)
         folder.mkdir(parents=True, exist_ok=True)
         if not commit.is_file():
-            _write_new(commit, f"{self.repo}@{self.sha}".encode())
+            write_bytes(commit, f"{self.repo}@{self.sha}".encode())
         self.disk, self.on_disk = folder, {}
 
     def _spans_on_disk(self, rel: str) -> list[tuple[int, int, Path]]:
@@ -189,7 +191,7 @@ class HubStore:
         if len(data) == end - start:
             folder = self.disk / hashlib.sha1(rel.encode()).hexdigest()
             folder.mkdir(exist_ok=True)
-            _write_new(folder / f"{start}-{end}", data)
+            write_bytes(folder / f"{start}-{end}", data)
             self.on_disk[rel] = sorted([*self.on_disk.get(rel, []), (start, end, folder / f"{start}-{end}")])
         return data
 
@@ -256,18 +258,6 @@ class HubStore:
                 "bytes": received - self.started[1], "range_reads": self.reads, "file_bytes": self.file_bytes,
                 "repository_bytes": sum(self.sizes.values()),
                 **({"resumed_bytes": self.disk_bytes} if self.disk is not None else {})}
-
-
-def _write_new(path: Path, data: bytes) -> None:
-    """`data` as the file `path`, written under a new name beside it and renamed into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.part")
-    try:
-        with open(tmp, "xb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 class RangeFile(io.RawIOBase):
@@ -483,20 +473,11 @@ def read_range(path, start: int, end: int) -> bytes:
 
 
 def copy_file(src, dst: Path) -> None:
-    """The whole file `src` (a hub file, fetched in ranges of COPY_BLOCK) as the new file `dst`, written under a new
-    name beside it and renamed into place."""
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.part")
-    try:
-        with open(tmp, "xb") as f:
-            total = size(src)
-            for start in range(0, total, COPY_BLOCK):
-                f.write(read_range(src, start, min(start + COPY_BLOCK, total)))
-        os.replace(tmp, dst)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """The whole file `src` (a hub file, fetched in ranges of COPY_BLOCK) as the new file `dst` (`files.new_file`)."""
+    with new_file(dst) as tmp, open(tmp, "wb") as f:
+        total = size(src)
+        for start in range(0, total, COPY_BLOCK):
+            f.write(read_range(src, start, min(start + COPY_BLOCK, total)))
 
 
 COPY_BLOCK = 64 << 20

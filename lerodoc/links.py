@@ -1,7 +1,7 @@
 """Files placed by hard link: the same bytes under a new name, none copied (a copy across file systems).
 
 An output tree shares unchanged files with its input this way, so any path of an output may be another name
-of an input's file: writers never write into an existing file (`formats.paths.new_file`), and a link is made
+of an input's file: writers never write into an existing file (`files.new_file`), and a link is made
 under a new name and renamed over its target, so it never writes into what had that name either.
 """
 
@@ -12,7 +12,8 @@ import shutil
 from pathlib import Path
 
 from lerodoc import access
-from lerodoc.formats.paths import check_links, fresh_name, inside
+from lerodoc.files import fresh_name
+from lerodoc.formats.paths import check_links, inside
 
 
 def link_or_copy(src: Path, dst: Path) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from lerodoc import access
 from lerodoc.clips import READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, reason, window_ticks
-from lerodoc.formats.paths import new_file
+from lerodoc.files import new_file
 
 
 class Unsupported(Exception):

@@ -136,7 +136,7 @@ def _said_of(tmp: Path, out: Path):
         raise full from exc
 
 
-WRITER_TEMP = re.compile(r"\.(.+)\.\d+-[0-9a-f]+\.lerodoc-new")   # a writer's temporary name (paths.fresh_name)
+WRITER_TEMP = re.compile(r"\.(.+)\.\d+-[0-9a-f]+\.lerodoc-new")   # a writer's temporary name (files.fresh_name)
 
 
 def _in_output(name, tmp: Path, out: Path) -> Path:

@@ -20,7 +20,7 @@ from lerodoc import access
 from lerodoc.clips import (READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, grid_deviation,  # noqa: F401
                            grid_time_base, reason, window_ticks)
 from lerodoc.errors import LerodocError
-from lerodoc.formats.paths import new_file
+from lerodoc.files import new_file
 
 ENCODERS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265", "mpeg4": "mpeg4"}
 # Re-encoded clips are lossless in the decoded (YUV) domain, so a cut changes no pixel.

@@ -276,3 +276,80 @@ def test_a_stats_computation_outside_the_home_is_found(tmp_path):
                                "d.py": "import numpy as np\ndef m(v):\n    return np.mean(v)\n"})
     assert sorted(stats_sites(root, {"d": {"np.mean"}})) == ["pkg.a:3 np.min", "pkg.a:3 v.std", "pkg.b:3 pc.min_max",
                                                              "pkg.c:3 np.add.reduceat"]
+
+
+# Every write makes a new file and renames it over its target (files.new_file, or formats.jsonl's
+# replace_file/write_text/write_json on top of it), or writes inside a tree that staging.staged_output is building.
+# The home of those primitives may write directly; anything else that writes a file is listed here with its reason,
+# and the list must match the code exactly (a new direct write fails, so does an entry whose write has gone).
+WRITE_HOME = {"files", "staging", "links", "locks"}
+DIRECT_WRITES = {
+    "ops.rewrite.write_rows": "ParquetWriters opened on new_file names that an ExitStack holds open",
+    "pi05.export.write_policy": "into a checkpoint or export folder that staged_output is building",
+    "pi05.weights.save_weights": "into a checkpoint or export folder that staged_output is building",
+    "pi05.train.Metrics.flush": "a run's metrics.jsonl, appended while it trains (the run folder is train's own output)",
+    "report.plots.png": "matplotlib into an in-memory buffer, not a file",
+    "hub.placed_download": "moves huggingface_hub's bookkeeping folder inside a download's own output",
+}
+
+
+def _write_call(call: ast.Call) -> bool:
+    """Whether `call` writes to the file system directly: open() for writing, Path.write_text/write_bytes,
+    parquet writers, shutil copies and moves, os renames and links, safetensors/torch/numpy/matplotlib savers."""
+    func = call.func
+    text = ast.unparse(func)
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name == "open":
+        mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+        return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax+")
+    if isinstance(func, ast.Attribute) and name in {"write_text", "write_bytes", "symlink_to", "hardlink_to",
+                                                   "touch", "rename"}:
+        return True
+    if text.startswith("shutil.") and name in {"copy", "copy2", "copyfile", "copytree", "move"}:
+        return True
+    if text.startswith("os.") and name in {"replace", "rename", "link", "symlink"}:
+        return True
+    if name == "write_table":    # pyarrow.parquet.write_table(table, where); a ParquetWriter's own is not a new file
+        return text.startswith(("pq.", "pyarrow."))
+    return name in {"ParquetWriter", "save_file", "savefig"} or (
+        name == "save" and text.startswith(("torch.", "np.", "numpy.")))
+
+
+def direct_writes(root: Path) -> dict[str, int]:
+    """'module.function' -> line of each direct write outside the write home that is not inside a
+    `with new_file(...)`/`with staged_output(...)` block or a function given to replace_file."""
+    found = {}
+    for name, path in modules(root).items():
+        short = name.partition(".")[2]
+        if short in WRITE_HOME:
+            continue
+        tree = ast.parse(path.read_text())
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and _write_call(node)):
+                continue
+            where, up, safe = [], node, False
+            while up in parents and not safe:
+                up = parents[up]
+                if isinstance(up, ast.With):
+                    safe = any(k in ast.unparse(i.context_expr) for i in up.items for k in ("new_file", "staged_output"))
+                elif isinstance(up, ast.Call):
+                    safe = "replace_file" in ast.unparse(up.func)
+                elif isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    where.insert(0, up.name)
+            if not safe:
+                found.setdefault(".".join([short, *where]), node.lineno)
+    return found
+
+
+def test_every_write_makes_a_new_file_or_is_listed():
+    assert sorted(direct_writes(PACKAGE)) == sorted(DIRECT_WRITES)
+
+
+def test_a_direct_write_is_found(tmp_path):
+    root = _package(tmp_path, {"a.py": "from pathlib import Path\n"
+                                       "def f(p):\n    Path(p).write_text('x')\n",
+                               "b.py": "from x import new_file\n"
+                                       "def g(p):\n    with new_file(p) as tmp:\n        open(tmp, 'wb')\n",
+                               "c.py": "import shutil\nclass C:\n    def h(self, a, b):\n        shutil.copy2(a, b)\n"})
+    assert direct_writes(root) == {"a.f": 3, "c.C.h": 4}

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from lerodoc.errors import ExitCode
+from lerodoc import files
 from lerodoc.formats import paths
 from lerodoc.links import link_or_copy
 from tests.fixtures.factory import make_dataset
@@ -335,12 +336,12 @@ def test_two_outputs_aliasing_one_path_never_change_the_input(clean, tmp_path):
         write(target)                                    # the second, aliasing it
         assert not os.path.samefile(src / rel, target) or rel == "meta/stats.json"
     assert listing(src) == before
-    assert not [p for p in out.rglob("*") if p.name.endswith(paths.NEW_SUFFIX)]
+    assert not [p for p in out.rglob("*") if p.name.endswith(files.NEW_SUFFIX)]
 
 
 def paths_write_parquet(path: Path, pa, pq) -> None:
     """A parquet writer as rewrite's: a new file, renamed over `path`."""
-    with paths.new_file(path) as tmp:
+    with files.new_file(path) as tmp:
         pq.write_table(pa.table({"x": [1, 2, 3]}), tmp)
 
 
@@ -348,7 +349,7 @@ def test_a_failed_write_leaves_the_target_and_no_temporary(tmp_path):
     target = tmp_path / "f.bin"
     target.write_bytes(b"before")
     with pytest.raises(RuntimeError):
-        with paths.new_file(target) as tmp:
+        with files.new_file(target) as tmp:
             tmp.write_bytes(b"half")
             raise RuntimeError("disk trouble")
     assert target.read_bytes() == b"before" and sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc.errors import LerodocError
-from lerodoc.formats.paths import new_file
+from lerodoc.files import new_file
 
 
 def replace_file(path: Path, write) -> None:
     """Call `write(tmp_path)`, then rename the result over `path` (atomic; never writes into `path`'s inode):
-    `paths.new_file`, whose temporary name no file (a hard link into an input included) can already have, and
+    `files.new_file`, whose temporary name no file (a hard link into an input included) can already have, and
     which names `path` when the disk is full."""
     with new_file(path) as tmp:
         write(tmp)

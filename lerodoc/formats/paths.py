@@ -14,8 +14,8 @@ Datasets are untrusted: their info.json decides file names (feature keys become 
 - `check_links`: following symbolic links, the files a dataset names still lie inside it, or, for a
   snapshot of the Hugging Face cache, in that repository's `blobs/` folder (where the snapshot's links
   point).
-- `new_file`: writers never write into a file that exists (it may be a hard link to an input, see
-  `lerodoc.links`): they create a new file under a temporary name beside the target and rename it over.
+- writers never write into a file that exists (it may be a hard link to an input, see `lerodoc.links`):
+  they create a new file under a temporary name beside the target and rename it over (`lerodoc.files`).
 
 Every refusal is an `UnsafePath` (exit 3) naming the file and the field.
 """
@@ -24,17 +24,14 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import stat
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from lerodoc import access
-from lerodoc.errors import LerodocError, no_room
+from lerodoc.errors import LerodocError
 
 NAME_MAX = 255   # bytes in one file name (ext4, xfs, btrfs, APFS, NTFS in UTF-16 units)
-NEW_SUFFIX = ".lerodoc-new"
 
 
 class UnsafePath(LerodocError):
@@ -214,32 +211,6 @@ def readable(root: Path | str, relatives: Iterable[str]) -> list[str]:
             continue
         out.append(relative)
     return out
-
-
-def fresh_name(path: Path) -> Path:
-    """A name beside `path` that no file has: hidden, this process's and random."""
-    return path.with_name(f".{path.name[:180]}.{os.getpid()}-{secrets.token_hex(4)}{NEW_SUFFIX}")
-
-
-@contextmanager
-def new_file(path: Path | str) -> Iterator[Path]:
-    """Yield a temporary name beside `path` holding a new empty file (created exclusively, so no link can be
-    there); when the block succeeds it is renamed over `path`, replacing whatever had that name without writing
-    into it. When the block fails, the temporary file is removed and `path` is untouched; a write that ran out of
-    room (ENOSPC, EDQUOT, EFBIG) is one LerodocError naming `path` (`errors.no_room`)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = fresh_name(path)
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666))
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
-        full = no_room(exc, path)
-        if full is None:
-            raise
-        raise full from exc
 
 
 def regular_files(root: Path | str) -> list[str]:

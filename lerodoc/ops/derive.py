@@ -20,7 +20,8 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats.hf import schema_for
-from lerodoc.formats.paths import inside, new_file
+from lerodoc.files import new_file
+from lerodoc.formats.paths import inside
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema
 from lerodoc.staging import link_or_copy, staged_edit

@@ -25,7 +25,8 @@ from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
-from lerodoc.formats.paths import inside, new_file
+from lerodoc.files import new_file
+from lerodoc.formats.paths import inside
 from lerodoc.parallel import pmap
 from lerodoc.parquet_io import (column_digests, column_matrix, conform, from_numpy, is_list_type, iter_batches,
                                 numpy_dtype, open_parquet, read_parquet, read_schema)
@@ -148,7 +149,7 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
                 ([block for block, _ in pending], sum(out.num_rows for _, out in pending),
                  column_digests(pa.concat_tables([out for _, out in pending]))))
             pending.clear()
-    with ExitStack() as files:   # each output a new file, renamed into place when written (`paths.new_file`)
+    with ExitStack() as files:   # each output a new file, renamed into place when written (`files.new_file`)
         for block in _blocks(pieces):
             first = block[0]
             if first.link:     # an unchanged whole file: the same bytes, so nothing to check either
