@@ -1,11 +1,13 @@
-"""lerodoc.video.frames_at: the frames shown at ascending times, decoded forward through one open container."""
+"""lerodoc.report.data.frames_at (over lerodoc.frames.Cursor): the frames shown at ascending times, decoded forward through one open container."""
 
 from __future__ import annotations
 
 import av
 import numpy as np
 
-from lerodoc.video import EncodeSettings, encode_frames, frames_at, keyframe_gap, open_video
+from lerodoc.encoding import EncodeSettings, encode_frames
+from lerodoc.frames import keyframe_gap, open_video
+from lerodoc.report.data import frames_at
 
 FPS, FRAMES, GOP = 10, 60, 10
 
