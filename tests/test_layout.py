@@ -170,52 +170,6 @@ def test_private_imports_are_found(tmp_path):
                                         "pkg.d:1 imports pkg.a._hidden"]
 
 
-def repeated_blocks(root: Path, size: int = 6) -> list[list[str]]:
-    """Places (file:line) that share `size` or more consecutive identical code lines with another place.
-    Lines are compared stripped; blank lines, comments, imports and lone docstring quotes do not count."""
-    places: dict[tuple[str, ...], list[str]] = {}
-    for path in sorted(root.rglob("*.py")):
-        numbered = [(n, line.strip()) for n, line in enumerate(path.read_text().splitlines(), 1)]
-        code = [(n, s) for n, s in numbered if s and not s.startswith(("#", "import ", "from ")) and s != '"""']
-        for k in range(len(code) - size + 1):
-            window = tuple(s for _, s in code[k:k + size])
-            places.setdefault(window, []).append(f"{path.relative_to(root.parent)}:{code[k][0]}")
-    return [p for p in places.values() if len(p) > 1]
-
-
-def test_no_repeated_block_of_six_lines():
-    assert repeated_blocks(PACKAGE) == []
-
-
-def test_a_repeated_block_is_found(tmp_path):
-    body = "".join(f"    x{i} = f({i})\n" for i in range(6))
-    root = _package(tmp_path, {"a.py": "def f(v):\n    return v\n\n\ndef g():\n" + body,
-                               "b.py": "def h():\n" + body + "    return x0\n"})
-    assert repeated_blocks(root) == [["pkg/a.py:6", "pkg/b.py:2"]]
-
-
-def output_rule_sites(root: Path) -> list[str]:
-    """Places that test 'exactly one of -o and --in-place' themselves (a comparison of `in_place` with whether an
-    output was given), outside `staging.output_target`, which holds the rule once."""
-    sites = []
-    for name, path in modules(root).items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Compare) and "in_place" in ast.unparse(node) and (
-                    "is not None" in ast.unparse(node) or "is None" in ast.unparse(node)):
-                sites.append(f"{name}:{node.lineno}")
-    return [s for s in sites if not s.startswith(f"{root.name}.staging:")]
-
-
-def test_the_output_or_in_place_rule_is_written_once():
-    assert output_rule_sites(PACKAGE) == []
-
-
-def test_a_copy_of_the_output_rule_is_found(tmp_path):
-    root = _package(tmp_path, {"a.py": "def f(out, in_place):\n    if in_place == (out is not None):\n"
-                                       "        raise ValueError\n"})
-    assert output_rule_sites(root) == ["pkg.a:2"]
-
-
 # Where video files are read. lerodoc.frames opens them for reading (the index of a file's frames, the cursor) and
 # lerodoc.mp4 parses their boxes; lerodoc.video, the stream-copy writer, also demuxes packets and picks samples from
 # the sample tables of files it opened through lerodoc.frames.
@@ -262,3 +216,49 @@ def test_a_video_read_outside_the_frames_home_is_found(tmp_path):
                                        "        return mp4.read_track(p), list(c.demux(video=0))\n",
                                "b.py": "import av\n\ndef w(p):\n    return av.open(p, mode='w')\n"})
     assert video_read_sites(root) == ["pkg.a:5 av.open", "pkg.a:6 read_track", "pkg.a:6 demux"]
+
+
+def repeated_blocks(root: Path, size: int = 6) -> list[list[str]]:
+    """Places (file:line) that share `size` or more consecutive identical code lines with another place.
+    Lines are compared stripped; blank lines, comments, imports and lone docstring quotes do not count."""
+    places: dict[tuple[str, ...], list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        numbered = [(n, line.strip()) for n, line in enumerate(path.read_text().splitlines(), 1)]
+        code = [(n, s) for n, s in numbered if s and not s.startswith(("#", "import ", "from ")) and s != '"""']
+        for k in range(len(code) - size + 1):
+            window = tuple(s for _, s in code[k:k + size])
+            places.setdefault(window, []).append(f"{path.relative_to(root.parent)}:{code[k][0]}")
+    return [p for p in places.values() if len(p) > 1]
+
+
+def test_no_repeated_block_of_six_lines():
+    assert repeated_blocks(PACKAGE) == []
+
+
+def test_a_repeated_block_is_found(tmp_path):
+    body = "".join(f"    x{i} = f({i})\n" for i in range(6))
+    root = _package(tmp_path, {"a.py": "def f(v):\n    return v\n\n\ndef g():\n" + body,
+                               "b.py": "def h():\n" + body + "    return x0\n"})
+    assert repeated_blocks(root) == [["pkg/a.py:6", "pkg/b.py:2"]]
+
+
+def output_rule_sites(root: Path) -> list[str]:
+    """Places that test 'exactly one of -o and --in-place' themselves (a comparison of `in_place` with whether an
+    output was given), outside `staging.output_target`, which holds the rule once."""
+    sites = []
+    for name, path in modules(root).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and "in_place" in ast.unparse(node) and (
+                    "is not None" in ast.unparse(node) or "is None" in ast.unparse(node)):
+                sites.append(f"{name}:{node.lineno}")
+    return [s for s in sites if not s.startswith(f"{root.name}.staging:")]
+
+
+def test_the_output_or_in_place_rule_is_written_once():
+    assert output_rule_sites(PACKAGE) == []
+
+
+def test_a_copy_of_the_output_rule_is_found(tmp_path):
+    root = _package(tmp_path, {"a.py": "def f(out, in_place):\n    if in_place == (out is not None):\n"
+                                       "        raise ValueError\n"})
+    assert output_rule_sites(root) == ["pkg.a:2"]
