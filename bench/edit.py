@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lerodoc import video
+from lerodoc import frames
 from lerodoc.dataset import Dataset
 from lerodoc.formats import v30
 from lerodoc.formats.hf import schema_for
@@ -60,7 +60,7 @@ def png_bytes(frame: np.ndarray) -> bytes:
 def episode_pngs(job: tuple) -> list[bytes]:
     """Worker: one camera's frames of one episode, as PNG files."""
     key, episode, path, start, stop, fps = job
-    return [png_bytes(f.to_ndarray(format="rgb24")) for k, f in video.decode_frames(Path(path), fps)
+    return [png_bytes(f.to_ndarray(format="rgb24")) for k, f in frames.decode_frames(Path(path), fps)
             if start * fps - 0.5 <= k < stop * fps - 0.5]
 
 

@@ -487,6 +487,16 @@ def size(path) -> int:
     return path.stat().st_size
 
 
+def version(path) -> tuple[int, int, int]:
+    """What a cache of a file's contents is keyed by, besides its path: a local file's inode, size and modification
+    time (writing the file anew changes them), a hub file's size (it is read at the one commit its path names).
+    OSError when the file cannot be looked at."""
+    if isinstance(path, HubPath):
+        return 0, size(path), 0
+    stat = os.stat(path)
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 def transfer(path: object) -> dict | None:
     """The transfer a hub root has cost so far (`HubStore.transfer`); None for a local one."""
     return path.store.transfer() if isinstance(path, HubPath) else None

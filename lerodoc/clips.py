@@ -1,5 +1,6 @@
 """Clips of video files and the rules that place frames in them: the half-frame window, the k/fps grid,
-and what a read of a damaged file raises. Shared by video.py (PyAV) and mp4.py (box level); imports neither.
+and what a read of a damaged file raises. Shared by frames.py and video.py (PyAV) and mp4.py (box level);
+imports none of them.
 """
 
 from __future__ import annotations

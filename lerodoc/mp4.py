@@ -183,17 +183,14 @@ class Track:
 def read_track(path: Path) -> Track:
     """Parse `path`'s headers (never its sample bytes) into a Track. Cuts of one file in a row parse it once."""
     try:
-        if access.is_remote(path):   # a hub file at one commit: its size is its version
-            return _read_track(path, 0, access.size(path), 0)
-        stat = os.stat(path)
-        return _read_track(Path(path), stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        return _read_track(access.path(path), *access.version(path))
     except (OSError, struct.error, ValueError, IndexError) as exc:
         raise Unsupported(f"unreadable mp4 headers ({exc})") from None
 
 
 @functools.lru_cache(maxsize=1024)
 def _read_track(path: Path, *version: int) -> Track:
-    """read_track, remembered while the file's inode, size and modification time stay the same."""
+    """read_track, remembered while the file's version (`access.version`) stays the same."""
     with access.open_binary(path) as f:
         ftyp, moov, mdats = _top_level(f, version[1])
     return _track(path, ftyp, moov, mdats)
@@ -363,6 +360,16 @@ def select(track: Track, clip: Clip, fps: int, episode: int | None) -> Part:
     if track.pts[start:stop].min() < track.pts[start]:
         raise Unsupported("frames shown before the clip's keyframe")
     return Part(track, start, stop)
+
+
+def clip_bytes(clip: Clip, fps: int, episode: int | None) -> int | None:
+    """How many bytes the clip's samples take in its file, from the sample tables; None for a file this module
+    does not read, or a clip that does not start on a keyframe."""
+    try:
+        part = select(read_track(clip.path), clip, fps, episode)
+    except (Unsupported, NotOnKeyframe):
+        return None
+    return int(part.track.size[part.start:part.stop].sum())
 
 
 @dataclass

@@ -17,9 +17,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from lerodoc import video
+from lerodoc import encoding
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
+from lerodoc.frames import probe
 from tests.fixtures.factory import make_dataset
 from tests.helpers import decode_all, expect_from_fixture, importable, require, rows_by_episode, run_cli, run_json
 from tests.lerobot_oracle import check_many_with_lerobot
@@ -122,7 +123,7 @@ def test_lerobot_image_datasets_become_video_datasets(built, name):
                       if span.from_timestamp - 1e-4 <= t < span.to_timestamp - 1e-4]
             assert len(frames) == ep.length, (key, ep.index)
             decoded += frames
-        scores = [video.psnr(a, b) for a, b in zip(decoded, images)]
+        scores = [encoding.psnr(a, b) for a, b in zip(decoded, images)]
         assert len(decoded) == len(images) and min(scores) > 35, (key, min(scores))
     assert report["psnr_min_db"] > 35 and report["encoded"] == len(cameras) * len(ds.episodes)
     # the camera stats stay as the source had them
@@ -153,7 +154,7 @@ def test_reencode_sets_the_keyframe_interval_and_keeps_quality(built):
         assert max(keyframe_gaps(path)) == 5, rel
         before, after = decode_all(src.root / rel), decode_all(path)
         assert [t for t, _ in before] == [t for t, _ in after]
-        assert min(video.psnr(a, b) for (_, a), (_, b) in zip(before, after)) > 35
+        assert min(encoding.psnr(a, b) for (_, a), (_, b) in zip(before, after)) > 35
     assert case["report"]["psnr_min_db"] > 35
     spec = json.loads((case["out"] / "meta/info.json").read_text())["features"][TOP]["info"]
     assert spec["video.g"] == 5 and spec["video.crf"] == 18 and spec["video.codec"] == "h264"
@@ -175,7 +176,7 @@ def test_reencode_of_one_camera_leaves_the_others_byte_identical(built):
     info = json.loads((case["out"] / "meta/info.json").read_text())["features"]
     assert info[TOP]["info"]["video.crf"] == 20 and "video.crf" not in info[WRIST]["info"]
     # what was not asked for (codec, keyframe interval) stays as the camera had it
-    assert video.probe(case["out"] / top[0]).codec == "h264" and max(keyframe_gaps(case["out"] / top[0])) == 30
+    assert probe(case["out"] / top[0]).codec == "h264" and max(keyframe_gaps(case["out"] / top[0])) == 30
 
 
 def test_dry_run_writes_nothing_and_lists_the_plan(built):
@@ -200,12 +201,12 @@ def test_files_already_as_asked_are_kept_and_nothing_to_do_is_refused(built, tmp
 def test_hevc_where_pyav_encodes_it_else_a_clear_error(built, tmp_path, monkeypatch):
     from lerodoc.ops import encode
     g = built["gop"]["src"]
-    if video.can_encode("hevc"):
+    if encoding.can_encode("hevc"):
         report = run_json("encode", g.root, "-o", tmp_path / "hevc", "--reencode", "--codec", "hevc",
                           "--cameras", WRIST)
-        assert report["encoded"] == 2 and video.probe(next((tmp_path / "hevc").glob(f"videos/{WRIST}/*/*.mp4"))
+        assert report["encoded"] == 2 and probe(next((tmp_path / "hevc").glob(f"videos/{WRIST}/*/*.mp4"))
                                                        ).codec == "hevc"
-    monkeypatch.setattr(video, "can_encode", lambda codec: codec != "hevc")
+    monkeypatch.setattr(encoding, "can_encode", lambda codec: codec != "hevc")
     with pytest.raises(LerodocError, match="no libx265 encoder, so it cannot encode hevc") as error:
         encode.encode(g.root, tmp_path / "none", reencode=True, codec="hevc")
     assert error.value.hint == "choose --codec h264 or av1"

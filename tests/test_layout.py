@@ -170,6 +170,54 @@ def test_private_imports_are_found(tmp_path):
                                         "pkg.d:1 imports pkg.a._hidden"]
 
 
+# Where video files are read. lerodoc.frames opens them for reading (the index of a file's frames, the cursor) and
+# lerodoc.mp4 parses their boxes; lerodoc.video, the stream-copy writer, also demuxes packets and picks samples from
+# the sample tables of files it opened through lerodoc.frames.
+READ_HOME = ("frames", "mp4")
+SAMPLE_HOME = READ_HOME + ("video",)
+
+
+def _writes(call: ast.Call) -> bool:
+    """Whether an av.open(...) call opens for writing: mode "w" as its second argument or mode=."""
+    modes = call.args[1:2] + [k.value for k in call.keywords if k.arg == "mode"]
+    return any(isinstance(m, ast.Constant) and str(m.value).startswith("w") for m in modes)
+
+
+def video_read_sites(root: Path) -> list[str]:
+    """Places outside the frames home that open a video for reading with PyAV (`av.open`, not for writing), or
+    demux one or parse its mp4 sample tables (`demux`, `read_track`) outside the home and the stream-copy writer."""
+    sites = []
+    for name, path in modules(root).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = ast.unparse(node.func)
+            if func == "av.open" and not _writes(node):
+                home, what = READ_HOME, "av.open"
+            elif func.split(".")[-1] in ("demux", "read_track"):
+                home, what = SAMPLE_HOME, func.split(".")[-1]
+            else:
+                continue
+            if name not in {f"{root.name}.{m}" for m in home}:
+                sites.append(f"{name}:{node.lineno} {what}")
+    return sites
+
+
+def test_videos_are_read_only_in_the_frames_home():
+    assert video_read_sites(PACKAGE) == []
+
+
+def test_a_video_read_outside_the_frames_home_is_found(tmp_path):
+    root = _package(tmp_path, {"frames.py": "import av\n\ndef f(p):\n    return av.open(p)\n",
+                               "video.py": "import av\nfrom pkg import mp4\n\ndef g(p, c):\n"
+                                           "    av.open(p, 'w')\n    return mp4.read_track(p), c.demux()\n",
+                               "a.py": "import av\nfrom pkg import mp4\n\ndef h(p):\n"
+                                       "    with av.open(str(p), metadata_errors='replace') as c:\n"
+                                       "        return mp4.read_track(p), list(c.demux(video=0))\n",
+                               "b.py": "import av\n\ndef w(p):\n    return av.open(p, mode='w')\n"})
+    assert video_read_sites(root) == ["pkg.a:5 av.open", "pkg.a:6 read_track", "pkg.a:6 demux"]
+
+
 def repeated_blocks(root: Path, size: int = 6) -> list[list[str]]:
     """Places (file:line) that share `size` or more consecutive identical code lines with another place.
     Lines are compared stripped; blank lines, comments, imports and lone docstring quotes do not count."""
@@ -231,7 +279,7 @@ NOT_STATS = {   # module -> calls that look like stats but are not a feature's s
         "tol.std",      # Tolerance.std: how far a std may sit from the exact one
     },
     "ops.encode": {"np.mean"},        # the mean PSNR of a re-encoded clip's sampled frames
-    "video": {"np.mean"},             # PSNR's mean squared error between two frames
+    "encoding": {"np.mean"},             # PSNR's mean squared error between two frames
     "pi05.model": {"x.float().pow(2).mean"},   # RMSNorm inside the model
     "pi05.train": {"np.mean"},        # throughput and MFU averaged over the benchmark's windows
     "report.plots": {"np.max", "np.nanmin"},   # plot scaling and the loss curve's lowest point

@@ -1,7 +1,7 @@
 """Videos (VID, with --videos): every episode's frames as lerobot will look them up, from the containers.
 
-No frame is decoded (except with --deep): each file's sample tables come from its mp4 headers
-(lerodoc.mp4, a PyAV demux for anything else), frame times are compared with numpy. Per file: it opens,
+No frame is decoded (except with --deep): each file's frame times come from its index (lerodoc.frames: the
+mp4 sample tables, a PyAV demux for anything else), and are compared with numpy. Per file: it opens,
 its codec, size and frame rate agree with info.json, its time base can place frames at k/fps. Per episode
 and camera: the [from_timestamp, to_timestamp) window lies inside the file, holds as many frames as the
 episode has rows, overlaps no other window, and every row's query time (from_timestamp + timestamp) has
@@ -10,19 +10,17 @@ a frame within tolerance_s. Missing files are the layout family's (LAY040, LAY04
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 
-from lerodoc import mp4
-from lerodoc.clips import window, window_frames
+from lerodoc.clips import READ_ERRORS, reason, window, window_frames
 from lerodoc.checks.common import ERROR, WARNING, Context, Finding, finding_factory
 from lerodoc.checks.timestamps import Rows, episode_rows, tolerance_advice
 from lerodoc.dataset import Episode
 from lerodoc.formats.info import codec_name
-from lerodoc.video import NO_CODEC, READ_ERRORS, open_video, reason, strict_tags
+from lerodoc.frames import Index, Unreadable, index, open_video, strict_tags
 
 WINDOWS = "lerodoc repair recomputes the windows from the packets' timestamps"
 CODES = {
@@ -58,99 +56,6 @@ CODES = {
 _finding = finding_factory(CODES)
 
 
-# ---------------------------------------------------------------- reading a file's frame times
-
-class Unreadable(Exception):
-    """The file cannot be read as a video: the message says why."""
-
-
-@dataclass(frozen=True)
-class Stream:
-    """A video file's frames as the container lists them, in presentation order, and its codec parameters."""
-    ticks: np.ndarray        # int64 presentation times in time_base units, ascending
-    end: int                 # end of the last frame, in ticks
-    time_base: Fraction
-    codec: str
-    width: int
-    height: int
-    pix_fmt: str | None
-
-    times: np.ndarray = field(init=False, repr=False, compare=False)   # seconds, from ticks
-
-    def __post_init__(self):
-        object.__setattr__(self, "times", self.ticks * float(self.time_base))
-
-    @property
-    def end_s(self) -> float:
-        return float(self.end * self.time_base)
-
-
-def load_stream(ctx: Context, relative: str) -> Stream:
-    """The file's Stream, read once per context; Unreadable when it is not a readable video."""
-    key = ("videos.stream", relative)
-    if key not in ctx.cache:
-        try:
-            try:
-                ctx.cache[key] = _from_headers(ctx, ctx.root / relative)
-            except mp4.Unsupported:
-                ctx.cache[key] = _from_demux(ctx.root / relative)
-        except Unreadable as exc:
-            ctx.cache[key] = exc
-    if isinstance(ctx.cache[key], Unreadable):
-        raise ctx.cache[key]
-    return ctx.cache[key]
-
-
-def _from_headers(ctx: Context, path: Path) -> Stream:
-    """From the mp4 sample tables; codec parameters probed once per distinct sample description."""
-    track = mp4.read_track(path)
-    params_key = ("videos.params", track.stsd)
-    if params_key not in ctx.cache:
-        try:
-            with open_video(path) as container:
-                ctx.cache[params_key] = _params(container)
-        except READ_ERRORS + (IndexError,):
-            raise mp4.Unsupported("PyAV cannot open it") from None
-    return Stream(np.sort(track.pts), int((track.pts + track.delta).max()), Fraction(1, track.timescale),
-                  *ctx.cache[params_key])
-
-
-def _params(container) -> tuple[str, int, int, str | None]:
-    context = container.streams.video[0].codec_context
-    if context is None:
-        raise Unreadable(f"cannot be opened as a video ({NO_CODEC})")
-    return context.codec.canonical_name, context.width, context.height, context.pix_fmt
-
-
-def _from_demux(path: Path) -> Stream:
-    """From PyAV's demuxer (no decoding), for files the header parser does not handle."""
-    try:
-        with open_video(path) as container:
-            if not container.streams.video:
-                raise Unreadable("holds no video stream")
-            stream = container.streams.video[0]
-            starts, durations = [], []
-            for packet in container.demux(stream):
-                if not packet.size or packet.pts is None:
-                    continue
-                if packet.is_corrupt:
-                    raise Unreadable(f"has a damaged packet at {float(packet.pts * stream.time_base):.3f} s "
-                                     f"(truncated or corrupt file)")
-                starts.append(packet.pts)
-                durations.append(packet.duration or 0)
-            if not starts:
-                raise Unreadable("holds no frames")
-            if stream.frames and len(starts) < stream.frames:
-                raise Unreadable(f"holds {len(starts)} of the {stream.frames} frames its header lists "
-                                 f"(truncated file)")
-            ticks = np.sort(np.array(starts, np.int64))
-            step = int(np.median(np.diff(ticks))) if len(ticks) > 1 else 0     # for packets without a duration
-            end = int((np.array(starts) + np.where(np.array(durations) > 0, durations, step)).max())
-            return Stream(ticks, end, Fraction(stream.time_base), *_params(container))
-    except READ_ERRORS as exc:
-        raise Unreadable(f"cannot be opened as a video ({_reason(exc)})") from None
-
-
 # ---------------------------------------------------------------- the family
 
 @dataclass
@@ -169,12 +74,12 @@ def check(ctx: Context) -> list[Finding]:
     ds, findings, misses = ctx.dataset, [], []
     rows = episode_rows(ctx)
     for key in ds.info.video_keys:
-        streams: dict[str, Stream] = {}
+        streams: dict[str, Index] = {}
         for group in _groups(ctx, key, rows):
             if not (ctx.root / group.file).is_file():
                 continue                                   # layout reports missing and misplaced files
             try:
-                streams[group.file] = stream = load_stream(ctx, group.file)
+                streams[group.file] = stream = index(ctx.root / group.file)
             except Unreadable as exc:
                 findings.append(_unreadable(group, exc))
                 continue
@@ -232,7 +137,7 @@ def _single(group: Episodes) -> int | None:
 def _unreadable(group: Episodes, exc: Unreadable) -> Finding:
     episodes = [ep.index for ep, _ in group.members]
     named = ", ".join(map(str, episodes[:10])) + (f" and {len(episodes) - 10} more" if len(episodes) > 10 else "")
-    return _finding("VID001", f"{group.file} {exc}; episode(s) {named} read {group.key} frames from it",
+    return _finding("VID001", f"{group.file} {exc.message}; episode(s) {named} read {group.key} frames from it",
                     file=group.file, episode=_single(group), feature=group.key)
 
 
@@ -253,14 +158,14 @@ class Grid:
         return self.deviation >= tolerance_s and self.deviation <= float(self.step) / 2 + 1e-12
 
 
-def grid(stream: Stream, fps: int) -> Grid:
+def grid(stream: Index, fps: int) -> Grid:
     times = stream.times
     deviation = float(np.abs(times - np.rint(times * fps) / fps).max())
     gcd = int(np.gcd.reduce(np.diff(stream.ticks))) if len(stream.ticks) > 1 else 0
     return Grid(deviation, gcd * stream.time_base)
 
 
-def _file_findings(ctx: Context, group: Episodes, stream: Stream) -> tuple[list[Finding], list[tuple]]:
+def _file_findings(ctx: Context, group: Episodes, stream: Index) -> tuple[list[Finding], list[tuple]]:
     """Time base, then each episode's window, frame count and query times; also each episode's worst miss."""
     ds, tol, fps = ctx.dataset, ctx.tolerance_s, ctx.dataset.info.fps
     stored = ds.version == "v3.0"              # v2.x windows are [0, length/fps) of a file per episode
@@ -284,7 +189,7 @@ def _file_findings(ctx: Context, group: Episodes, stream: Stream) -> tuple[list[
     return out + _overlaps(group, members, stream, fps, stored, tiles), misses
 
 
-def _frame_range(stream: Stream, ep: Episode, key: str, fps: int, stored: bool) -> tuple[int, int]:
+def _frame_range(stream: Index, ep: Episode, key: str, fps: int, stored: bool) -> tuple[int, int]:
     """Indices [lo, hi) of the frames in the episode's window (clips.window's half-frame rule)."""
     if not stored:
         return 0, len(stream.ticks)
@@ -314,14 +219,14 @@ class Queries:
         return float(np.nan_to_num(self.miss, nan=np.inf).max())
 
 
-def _queries(stream: Stream, start_s: float, rows: Rows | None) -> Queries | None:
+def _queries(stream: Index, start_s: float, rows: Rows | None) -> Queries | None:
     if rows is None or not len(rows.timestamp):
         return None
     times = start_s + rows.timestamp
     return Queries(times, *_misses(stream.times, times))
 
 
-def _episode(ctx: Context, group: Episodes, stream: Stream, ep: Episode, rows: Rows | None, stored: bool,
+def _episode(ctx: Context, group: Episodes, stream: Index, ep: Episode, rows: Rows | None, stored: bool,
              fit: Grid) -> tuple[list[Finding], float | None]:
     """At most one finding (the first that applies: window outside the file, too few or too many frames,
     query misses) and the episode's worst query miss (None without readable rows)."""
@@ -336,7 +241,7 @@ def _held(ep: Episode, key: str) -> str:
     return f"{ep.source or 'meta/episodes'}'s videos/{key}/from_timestamp, to_timestamp"
 
 
-def _window_finding(ctx: Context, group: Episodes, stream: Stream, ep: Episode, queries: Queries | None,
+def _window_finding(ctx: Context, group: Episodes, stream: Index, ep: Episode, queries: Queries | None,
                     stored: bool) -> Finding | None:
     span, fps = ep.videos[group.key], ctx.dataset.info.fps
     where = dict(file=group.file, episode=ep.index, feature=group.key)
@@ -359,7 +264,7 @@ def _window_finding(ctx: Context, group: Episodes, stream: Stream, ep: Episode, 
     return None
 
 
-def _query_finding(ctx: Context, group: Episodes, stream: Stream, ep: Episode, queries: Queries | None,
+def _query_finding(ctx: Context, group: Episodes, stream: Index, ep: Episode, queries: Queries | None,
                    fit: Grid) -> Finding | None:
     """Rows whose query time finds no frame, unless the time base (VID005) or the timestamps themselves
     (the timestamps family) explain it: then queries at exactly k/fps would miss too."""
@@ -378,7 +283,7 @@ def _query_finding(ctx: Context, group: Episodes, stream: Stream, ep: Episode, q
                     file=group.file, episode=ep.index, feature=group.key)
 
 
-def _outside(span, stream: Stream, tol: float) -> str | None:
+def _outside(span, stream: Index, tol: float) -> str | None:
     """Why the window is not inside the file, or None."""
     first, end = float(stream.times[0]), stream.end_s
     if not span.to_timestamp > span.from_timestamp:
@@ -390,7 +295,7 @@ def _outside(span, stream: Stream, tol: float) -> str | None:
     return None
 
 
-def _overlaps(group: Episodes, members: list, stream: Stream, fps: int, stored: bool, tiles: bool) -> list[Finding]:
+def _overlaps(group: Episodes, members: list, stream: Index, fps: int, stored: bool, tiles: bool) -> list[Finding]:
     """Consecutive windows (by start) that share frames."""
     if not stored:
         return []
@@ -410,7 +315,7 @@ def _overlaps(group: Episodes, members: list, stream: Stream, fps: int, stored: 
 
 # ---------------------------------------------------------------- codec parameters, per camera
 
-def _parameters(ctx: Context, key: str, streams: dict[str, Stream]) -> list[Finding]:
+def _parameters(ctx: Context, key: str, streams: dict[str, Index]) -> list[Finding]:
     """Files whose codec, pixel format, size or frame rate disagree with info.json, one finding per value."""
     ds = ctx.dataset
     spec = ds.info.features[key]
@@ -444,7 +349,7 @@ def _size(spec: dict, info: dict) -> tuple[int, int] | None:
         return None                                 # a malformed entry is the layout family's finding
 
 
-def _fps(stream: Stream) -> float | None:
+def _fps(stream: Index) -> float | None:
     times = stream.times
     return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else None
 
@@ -473,7 +378,7 @@ def _summary(ctx: Context, misses: list[tuple[float, int, str]]) -> list[Finding
                                f"{ctx.tolerance_s:g}; {advice}")]
 
 
-def _deep(ctx: Context, group: Episodes, stream: Stream) -> list[Finding]:
+def _deep(ctx: Context, group: Episodes, stream: Index) -> list[Finding]:
     """Decode the first and last frame of each episode's window and check they come out at their time."""
     fps, stored = ctx.dataset.info.fps, ctx.dataset.version == "v3.0"
     targets = []

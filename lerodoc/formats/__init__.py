@@ -109,17 +109,17 @@ def load_problems(root: Path) -> list[str]:
     fps = info.get("fps")
     videos = sorted(root.glob("videos/**/*.mp4")) if isinstance(fps, (int, float)) and fps > 0 else []
     if videos:
-        from lerodoc import video   # PyAV: loaded only for a dataset with videos
+        from lerodoc import clips, frames   # PyAV: loaded only for a dataset with videos
     for path in videos:
         try:
-            time_base = video.time_base(path)
+            time_base = frames.time_base(path)
         except LerodocError as exc:
             problems.append(f"{path.relative_to(root)}: {exc.message}")
             continue
-        if not video.strict_tags(path):
+        if not frames.strict_tags(path):
             problems.append(f"{path.relative_to(root)}: VID013 metadata tags are not UTF-8 (lerobot's pyav backend "
                             "cannot open it)")
-        if not video.fits_grid(time_base, int(fps)):
+        if not clips.fits_grid(time_base, int(fps)):
             problems.append(f"{path.relative_to(root)}: VID005 time base {time_base} places frames up to "
-                            f"{float(video.grid_deviation(time_base, int(fps))) * 1e3:.3g} ms off k/{int(fps)} s")
+                            f"{float(clips.grid_deviation(time_base, int(fps))) * 1e3:.3g} ms off k/{int(fps)} s")
     return problems

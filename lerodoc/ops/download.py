@@ -98,7 +98,7 @@ def own_bytes(ds: Dataset, numbers: list[int]) -> int:
     their rows (a row group shared with other episodes counts in proportion to the rows it holds of theirs) and the
     samples of their video windows. Read from the footers and moov boxes the download fetched already."""
     from lerodoc import mp4
-    from lerodoc.clips import Clip, NotOnKeyframe
+    from lerodoc.clips import Clip
     from lerodoc.parquet_io import open_parquet
     wanted = set(numbers)
     total = 0
@@ -121,11 +121,7 @@ def own_bytes(ds: Dataset, numbers: list[int]) -> int:
             span = ep.videos[key]
             path = ds.path(span.file)
             clip = Clip(path, span.from_timestamp, span.to_timestamp) if ds.version == "v3.0" else Clip(path)
-            try:
-                part = mp4.select(mp4.read_track(path), clip, ds.info.fps, ep.index)
-            except (mp4.Unsupported, NotOnKeyframe):   # not a file mp4 reads: its samples are not counted
-                continue
-            total += int(part.track.size[part.start:part.stop].sum())
+            total += mp4.clip_bytes(clip, ds.info.fps, ep.index) or 0   # a file mp4 does not read: not counted
     return total
 
 

@@ -27,13 +27,14 @@ from pathlib import Path
 import av
 import numpy as np
 
-from lerodoc import formats, video
+from lerodoc import clips, encoding, formats
 from lerodoc.clips import window_frames
 from lerodoc.dataset import Dataset, VideoSpan, read_rows
 from lerodoc.errors import LerodocError, UsageError, VerificationError
 from lerodoc.formats import v21
-from lerodoc.formats.paths import inside
 from lerodoc.formats.jsonl import write_json
+from lerodoc.formats.paths import inside
+from lerodoc.frames import decode_frames, keyframe_gap, probe as probe_video
 from lerodoc.ops import rewrite
 from lerodoc.ops.derive import derive
 from lerodoc.ops.features import FeatureEdit
@@ -64,32 +65,32 @@ class EncodeReport:
 
 
 def settings_of(codec: str | None, gop: int | None, crf: int | None, pix_fmt: str | None,
-                preset: str | None = None) -> video.EncodeSettings:
+                preset: str | None = None) -> encoding.EncodeSettings:
     """The settings asked for, lerobot's defaults for the rest; a codec this PyAV cannot encode is refused."""
-    base = video.EncodeSettings()
-    settings = video.EncodeSettings(codec=codec or base.codec, gop=gop or base.gop,
+    base = encoding.EncodeSettings()
+    settings = encoding.EncodeSettings(codec=codec or base.codec, gop=gop or base.gop,
                                     crf=base.crf if crf is None else crf, pix_fmt=pix_fmt or base.pix_fmt,
                                     preset=preset)
     check_settings(settings)
     return settings
 
 
-def check_settings(settings: video.EncodeSettings) -> None:
-    if settings.codec not in video.CODECS:
-        raise UsageError(f"--codec {settings.codec!r}: expected one of {', '.join(video.CODECS)}")
-    if not video.can_encode(settings.codec):
+def check_settings(settings: encoding.EncodeSettings) -> None:
+    if settings.codec not in encoding.CODECS:
+        raise UsageError(f"--codec {settings.codec!r}: expected one of {', '.join(encoding.CODECS)}")
+    if not encoding.can_encode(settings.codec):
         raise LerodocError(f"this PyAV build (av {av.__version__}) has no {settings.encoder} encoder, so it "
                            f"cannot encode {settings.codec}", field="codec",
-                           hint="choose --codec " + " or ".join(c for c in video.CODECS if video.can_encode(c)))
+                           hint="choose --codec " + " or ".join(c for c in encoding.CODECS if encoding.can_encode(c)))
     if settings.pix_fmt not in [f.name for f in av.codec.Codec(settings.encoder, "w").video_formats or []]:
         raise UsageError(f"--pix-fmt {settings.pix_fmt!r}: {settings.encoder} cannot encode it", field="pix_fmt")
     if settings.gop < 1 or settings.crf < 0:
         raise UsageError("--gop must be 1 or more and --crf 0 or more")
 
 
-def video_info(path: Path, settings: video.EncodeSettings) -> dict:
+def video_info(path: Path, settings: encoding.EncodeSettings) -> dict:
     """The `info` block lerobot 0.6.1 writes for a video feature (get_video_info with its encoder config)."""
-    probe = video.probe(path)
+    probe = probe_video(path)
     channels = {"gray": 1, "gray12le": 1, "yuva420p": 4, "rgba": 4}.get(probe.pix_fmt or "", 3)
     return {"video.height": probe.height, "video.width": probe.width, "video.codec": probe.codec,
             "video.pix_fmt": probe.pix_fmt, "video.fps": round(probe.fps), "video.channels": channels,
@@ -106,10 +107,10 @@ def sample_positions(n: int) -> list[int]:
 def psnr_of(sources: dict[int, np.ndarray], path: Path, fps: int, episode: int | None) -> tuple[list[int], list[float]]:
     """Every frame's k in the written file, and the PSNR of its frames at the `sources` positions."""
     ks, scores = [], []
-    for position, (k, frame) in enumerate(video.decode_frames(path, fps, episode)):
+    for position, (k, frame) in enumerate(decode_frames(path, fps, episode)):
         ks.append(k)
         if position in sources:
-            scores.append(video.psnr(frame.to_ndarray(format="rgb24"), sources[position]))
+            scores.append(encoding.psnr(frame.to_ndarray(format="rgb24"), sources[position]))
     return ks, scores
 
 
@@ -125,7 +126,7 @@ class ImageJob:
     out: str
     fps: int
     shape: tuple[int, int]        # (height, width) info.json gives the camera
-    settings: video.EncodeSettings
+    settings: encoding.EncodeSettings
 
 
 def decode_image(value, job: ImageJob, i: int) -> av.VideoFrame:
@@ -137,8 +138,8 @@ def decode_image(value, job: ImageJob, i: int) -> av.VideoFrame:
                            "stored by path only)"), file=job.data_file, episode=job.episode, field=job.key)
     try:
         frames = av.CodecContext.create(codec, "r").decode(av.Packet(data))
-    except video.READ_ERRORS as exc:
-        raise LerodocError(f"frame {i} does not decode ({video.reason(exc)})", file=job.data_file,
+    except clips.READ_ERRORS as exc:
+        raise LerodocError(f"frame {i} does not decode ({clips.reason(exc)})", file=job.data_file,
                            episode=job.episode, field=job.key) from None
     if len(frames) != 1 or (frames[0].height, frames[0].width) != job.shape:
         got = f"{frames[0].height}x{frames[0].width}" if frames else "nothing"
@@ -162,7 +163,7 @@ def encode_episode(job: ImageJob) -> dict:
                 sources[i] = frame.to_ndarray()
             yield i, frame
     Path(job.out).parent.mkdir(parents=True, exist_ok=True)
-    video.encode_frames(frames(), Path(job.out), job.fps, job.settings, job.shape[1], job.shape[0])
+    encoding.encode_frames(frames(), Path(job.out), job.fps, job.settings, job.shape[1], job.shape[0])
     ks, scores = psnr_of(sources, Path(job.out), job.fps, job.episode)
     if ks != list(range(job.length)):
         raise VerificationError(f"encoded clip holds {len(ks)} frames at other times than the episode's "
@@ -170,7 +171,7 @@ def encode_episode(job: ImageJob) -> dict:
     return {"camera": job.key, "episode": job.episode, "frames": job.length, "psnr_db": scores}
 
 
-def images_to_video(ds: Dataset, out: Path | None, report: EncodeReport, settings: video.EncodeSettings, *,
+def images_to_video(ds: Dataset, out: Path | None, report: EncodeReport, settings: encoding.EncodeSettings, *,
                     in_place: bool, force: bool, workers: int, dry_run: bool, progress) -> None:
     if ds.version == "v2.0":
         raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
@@ -222,7 +223,7 @@ def place_clips(ds: Dataset, jobs: list[ImageJob], scratch: Path, workers: int) 
     for job in jobs:
         by_key.setdefault(job.key, []).append(job)
     video_jobs = [(rewrite.VideoJob(key=key, episodes=tuple(j.episode for j in group),
-                                    clips=tuple(video.Clip(Path(j.out)) for j in group),
+                                    clips=tuple(clips.Clip(Path(j.out)) for j in group),
                                     sizes=tuple(Path(j.out).stat().st_size for j in group), out_root=str(scratch),
                                     cap_bytes=ds.info.video_files_size_in_mb * rewrite.MB,
                                     chunks_size=ds.info.chunks_size), ds.info.fps) for key, group in by_key.items()]
@@ -248,7 +249,7 @@ class FileJob:
     out: str
     fps: int
     frames: int                   # what the episodes put in the file
-    settings: video.EncodeSettings
+    settings: encoding.EncodeSettings
 
 
 def reencode_file(job: FileJob) -> dict:
@@ -256,16 +257,16 @@ def reencode_file(job: FileJob) -> dict:
     samples = set(sample_positions(job.frames))
     sources: dict[int, np.ndarray] = {}
     source_ks: list[int] = []
-    probe = video.probe(Path(job.src))
+    probe = probe_video(Path(job.src))
 
     def frames():
-        for position, (k, frame) in enumerate(video.decode_frames(Path(job.src), job.fps)):
+        for position, (k, frame) in enumerate(decode_frames(Path(job.src), job.fps)):
             if position in samples:
                 sources[position] = frame.to_ndarray(format="rgb24")
             source_ks.append(k)
             yield k, frame
     Path(job.out).parent.mkdir(parents=True, exist_ok=True)
-    video.encode_frames(frames(), Path(job.out), job.fps, job.settings, probe.width, probe.height)
+    encoding.encode_frames(frames(), Path(job.out), job.fps, job.settings, probe.width, probe.height)
     ks, scores = psnr_of(sources, Path(job.out), job.fps, None)
     if len(source_ks) != job.frames:
         raise LerodocError(f"decodes to {len(source_ks)} frames, but the episodes put {job.frames} in it",
@@ -278,16 +279,16 @@ def reencode_file(job: FileJob) -> dict:
 
 def current_settings(ds: Dataset, key: str, rel: str) -> dict:
     path = ds.path(rel)
-    probe = video.probe(path)
+    probe = probe_video(path)
     if not probe.pix_fmt or not probe.width or not probe.height:   # the codec parameters did not parse
         raise LerodocError("the video's pixel format and size cannot be read from its headers, so it cannot be "
                            "re-encoded", file=path, field=key, hint="lerodoc validate --videos names the damage")
     info = ds.info.features[key].get("info") or {}
-    return {"codec": probe.codec, "pix_fmt": probe.pix_fmt, "gop": video.keyframe_gap(path),
+    return {"codec": probe.codec, "pix_fmt": probe.pix_fmt, "gop": keyframe_gap(path),
             "frames": probe.frames, "crf": info.get("video.crf")}
 
 
-def changes(now: dict, settings: video.EncodeSettings, asked: set[str]) -> list[str]:
+def changes(now: dict, settings: encoding.EncodeSettings, asked: set[str]) -> list[str]:
     """What differs between a file and the settings asked for (only those given on the command line)."""
     why = []
     if "codec" in asked and now["codec"] != settings.codec:
@@ -326,7 +327,7 @@ def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: 
         now = {rel: current_settings(ds, key, rel) for rel in rels}
         first = now[rels[0]]
         # what is not asked for stays as the camera's first file has it
-        settings = video.EncodeSettings(codec=asked.get("codec") or first["codec"],
+        settings = encoding.EncodeSettings(codec=asked.get("codec") or first["codec"],
                                         gop=asked.get("gop") or first["gop"],
                                         crf=asked["crf"] if asked.get("crf") is not None else
                                         (first["crf"] if isinstance(first["crf"], int) else 30),
@@ -390,7 +391,7 @@ def encode(src: Path, out: Path | None = None, *, reencode: bool = False, codec:
     report.cameras = list(cameras) or list(available)
     if reencode:
         if codec is not None:
-            check_settings(replace(video.EncodeSettings(), codec=codec))
+            check_settings(replace(encoding.EncodeSettings(), codec=codec))
         asked = {"codec": codec, "gop": gop, "crf": crf, "pix_fmt": pix_fmt, "preset": preset}
         if all(v is None for k, v in asked.items() if k != "preset"):
             raise UsageError("nothing to change: give --codec, --gop, --crf or --pix-fmt")

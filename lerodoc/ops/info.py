@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lerodoc import access, video
+from lerodoc import access, frames
 from lerodoc.dataset import Dataset
 from lerodoc.formats.info import flat_names
 from lerodoc.stats import BASIC, QUANTILES
@@ -22,7 +22,7 @@ def describe(root: Path) -> dict:
         files = ds.video_files(key)
         first = ds.path(files[0]) if files else None
         if first is not None and first.is_file():
-            p = video.probe(first)
+            p = frames.probe(first)
             cameras[key] = {"codec": p.codec, "width": p.width, "height": p.height, "pix_fmt": p.pix_fmt,
                             "fps": p.fps, "files": len(files), "probed_file": files[0]}
         else:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 
-from lerodoc import formats, mp4, video
+from lerodoc import formats, frames
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset, Episode, VideoSpan
 from lerodoc.errors import LerodocError
@@ -87,16 +86,16 @@ def _find_video(ds: Dataset, relative: str, key: str, loose: list[str]) -> str |
 
 
 def _windows(ds: Dataset, file: str, lengths: list[int]) -> list[tuple[float, float]] | None:
-    """Consecutive windows of `lengths` frames in presentation order, from the file's sample tables."""
+    """Consecutive windows of `lengths` frames in presentation order, from the file's sample tables (a file they
+    do not describe keeps the windows it has)."""
     try:
-        track = mp4.read_track(ds.path(file))
-    except mp4.Unsupported:
+        index = frames.index(ds.path(file))
+    except frames.Unreadable:
         return None
-    if len(track.pts) != sum(lengths):
+    if not index.from_tables or len(index.pts) != sum(lengths):
         return None
-    order = np.argsort(track.pts, kind="stable")
-    pts, end = track.pts[order], (track.pts + track.delta)[order]
-    tb, bounds = Fraction(1, track.timescale), np.cumsum([0] + lengths)
+    pts, end = index.ticks, index.ends[index.order]
+    tb, bounds = index.time_base, np.cumsum([0] + lengths)
     return [(float(pts[a] * tb), float(end[b - 1] * tb)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
@@ -150,8 +149,8 @@ def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], 
 def _unreadable(path) -> str | None:
     """Why a video file cannot be read (its container does not open or holds no video stream), or None."""
     try:
-        video.probe(path)
-    except LerodocError as exc:         # video.probe names the file and the reason
+        frames.probe(path)
+    except LerodocError as exc:         # frames.probe names the file and the reason
         return f"unreadable ({exc.message})"
     return None
 
@@ -196,7 +195,7 @@ def restore_cameras(ds: Dataset) -> list[str]:
     then read the camera's windows again. What changed, in words."""
     changes = []
     for key, files in sorted(undeclared_cameras(ds).items()):
-        probe = video.probe(ds.path(files[0]))
+        probe = frames.probe(ds.path(files[0]))
         ds.info.features[key] = {
             "dtype": "video", "shape": [probe.height, probe.width, 3], "names": CAMERA_NAMES,
             "info": {"video.height": probe.height, "video.width": probe.width, "video.codec": probe.codec,
@@ -218,7 +217,7 @@ def _canonical_features(ds: Dataset, episodes: list[Episode]) -> dict:
         if spec["dtype"] in ("video", "image") and len(spec.get("names") or []) == 3:
             spec["names"] = CAMERA_NAMES
         if spec["dtype"] == "video" and episodes and ds.path(episodes[0].videos[name].file).is_file():
-            probe = video.probe(ds.path(episodes[0].videos[name].file))
+            probe = frames.probe(ds.path(episodes[0].videos[name].file))
             spec["shape"] = [probe.height, probe.width, spec["shape"][2] if len(spec["shape"]) == 3 else 3]
             spec["info"] = {**(spec.get("info") or {}), "video.codec": probe.codec, "video.pix_fmt": probe.pix_fmt,
                             "video.height": probe.height, "video.width": probe.width}

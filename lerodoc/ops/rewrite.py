@@ -301,10 +301,10 @@ def clip_facts(args: tuple[tuple[video.Clip, ...], tuple[int, ...], int, bool]
     """Worker: per clip, whether it starts on a keyframe (else it is re-encoded); with `signatures`, what must
     be equal for it to be joined to its neighbour (`video.signature`); and whether its time base places frames
     on the k/fps grid (else its packets are re-timed onto it: `video.concat`)."""
-    from lerodoc import video
+    from lerodoc import frames, video
     clips, episodes, fps, signatures = args
     return [(video.starts_on_keyframe(c, fps, e), video.signature(c.path, e) if signatures else None,
-             video.fits_grid(video.time_base(c.path, e), fps)) for c, e in zip(clips, episodes)]
+             video.fits_grid(frames.time_base(c.path, e), fps)) for c, e in zip(clips, episodes)]
 
 
 def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ...],

@@ -1,9 +1,10 @@
 """Decode video frames at given times for training: few seeks, uint8 out, resized with padding.
 
-A reader keeps a few containers open. For the sorted times asked of one file it decodes forward from the
-last frame it returned whenever no keyframe lies between that frame and the next target (so frames of one
-episode in a batch cost one seek), and seeks otherwise. Keyframe times come from the mp4 sample tables
-(`lerodoc.mp4`); files it cannot parse fall back to seeking when the target is over a second ahead.
+A reader keeps a few files open, each with a `lerodoc.frames.Cursor`. For the sorted times asked of one file it
+decodes forward from the last frame it returned whenever no keyframe lies between that frame and the next target
+(so frames of one episode in a batch cost one seek), and seeks otherwise. Keyframe times come from the file's
+index (`lerodoc.frames.index`); for a file that cannot be indexed it seeks when the target is over a second
+ahead.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from pathlib import Path
 import av
 import numpy as np
 
-from lerodoc import mp4
+from lerodoc.clips import READ_ERRORS, reason
 from lerodoc.errors import LerodocError
-from lerodoc.video import READ_ERRORS, open_video, reason
+from lerodoc.frames import Cursor, Unreadable, index, open_video
 
 FALLBACK_GAP_S = 1.0
 
@@ -34,46 +35,31 @@ def resize_with_pad(frame: av.VideoFrame, size: int) -> np.ndarray:
 
 
 class _Open:
-    """One open file: its container, stream, keyframe times and the time of the last decoded frame."""
+    """One open file: its cursor (lerodoc.frames) and keyframe times."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, tolerance_s: float):
         try:
             self.container = open_video(path)
-            self.stream = self.container.streams.video[0]
+            stream = self.container.streams.video[0]
         except READ_ERRORS + (IndexError,) as exc:
             raise LerodocError(f"cannot open video for training ({reason(exc)})", file=path) from None
-        self.stream.thread_type = "AUTO"
+        stream.thread_type = "AUTO"
+        self.cursor = Cursor(self.container, stream, tolerance_s)
         try:
-            track = mp4.read_track(path)
-            self.keyframes = np.sort(track.pts[track.sync]) / track.timescale
-        except mp4.Unsupported:
+            self.keyframes = index(path).keyframe_times()
+        except Unreadable:
             self.keyframes = None
-        self.frames = None          # the decode iterator after the last seek
-        self.position: float | None = None         # time of `last`
-        self.last: av.VideoFrame | None = None      # the last frame decoded at or before a target
-        self.pending: av.VideoFrame | None = None   # a decoded frame past the last target, kept for the next
 
     def must_seek(self, target: float) -> bool:
-        if self.position is None or target < self.position:
+        """Seek when the target lies behind the frame shown last, or a keyframe lies between them (decoding on
+        from there would decode a whole group of pictures for nothing); without keyframe times, more than
+        FALLBACK_GAP_S ahead."""
+        position = None if self.cursor.shown is None else float(self.cursor.shown.time)
+        if position is None or target < position:
             return True
         if self.keyframes is None:
-            return target - self.position > FALLBACK_GAP_S
-        return bool(np.any((self.keyframes > self.position + 1e-6) & (self.keyframes <= target + 1e-6)))
-
-    def seek(self, target: float, path: Path) -> None:
-        try:
-            self.container.seek(max(0, int(target / self.stream.time_base)), stream=self.stream, backward=True)
-        except READ_ERRORS as exc:
-            raise LerodocError(f"cannot seek to {target:.4f} s ({reason(exc)})", file=path,
-                               hint="lerodoc validate --videos DATASET names the damage") from None
-        self.frames = self.container.decode(self.stream)
-        self.pending, self.position, self.last = None, None, None
-
-    def next_frame(self) -> av.VideoFrame | None:
-        if self.pending is not None:
-            frame, self.pending = self.pending, None
-            return frame
-        return next(self.frames, None)
+            return target - position > FALLBACK_GAP_S
+        return bool(np.any((self.keyframes > position + 1e-6) & (self.keyframes <= target + 1e-6)))
 
 
 class FrameReader:
@@ -87,7 +73,7 @@ class FrameReader:
         if path in self._open:
             self._open.move_to_end(path)
         else:
-            self._open[path] = _Open(path)
+            self._open[path] = _Open(path, self.tolerance_s)
             if len(self._open) > self.open_files:
                 self._open.popitem(last=False)[1].container.close()
         return self._open[path]
@@ -102,7 +88,7 @@ class FrameReader:
             try:
                 f = self._file(path)
                 if f.must_seek(target):
-                    f.seek(target, path)
+                    self._seek(f, target, path)
                 frame = self._decode_to(f, target, path)
             except LerodocError as exc:
                 if where is not None and exc.episode is None:
@@ -111,17 +97,19 @@ class FrameReader:
             out[i] = resize_with_pad(frame, self.size) if self.size else frame.to_ndarray(format="rgb24")
         return np.stack(out) if out else np.zeros((0, self.size or 0, self.size or 0, 3), np.uint8)
 
-    def _decode_to(self, f: _Open, target: float, path: Path) -> av.VideoFrame:
-        """Decode forward to the frame shown at `target` (the last one starting at or before it, within the
-        tolerance); the frame after it is kept for the next call."""
-        best = f.last
+    @staticmethod
+    def _seek(f: _Open, target: float, path: Path) -> None:
         try:
-            while (frame := f.next_frame()) is not None:
-                t = float(frame.time)
-                if t > target + self.tolerance_s:
-                    f.pending = frame
-                    break
-                best, f.last, f.position = frame, frame, t
+            f.cursor.seek(target)
+        except READ_ERRORS as exc:
+            raise LerodocError(f"cannot seek to {target:.4f} s ({reason(exc)})", file=path,
+                               hint="lerodoc validate --videos DATASET names the damage") from None
+
+    def _decode_to(self, f: _Open, target: float, path: Path) -> av.VideoFrame:
+        """The frame shown at `target` (the last one starting at or before it, within the tolerance), refused when
+        none is, or it lies further from the target than the tolerance or 1.5 frames."""
+        try:
+            best = f.cursor.at(target)
         except READ_ERRORS as exc:
             raise LerodocError(f"cannot decode the frame at {target:.4f} s ({reason(exc)})", file=path) from None
         if best is None or abs(float(best.time) - target) > max(self.tolerance_s, 1.5 / self._fps(f)):
@@ -132,7 +120,7 @@ class FrameReader:
 
     @staticmethod
     def _fps(f: _Open) -> float:
-        rate = f.stream.average_rate or f.stream.guessed_rate
+        rate = f.cursor.stream.average_rate or f.cursor.stream.guessed_rate
         return float(rate) if rate else 30.0
 
     def close(self) -> None:

@@ -11,10 +11,11 @@ import io
 import shlex
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
+from lerodoc.clips import READ_ERRORS, reason
 from lerodoc.dataset import Dataset, Episode, read_rows
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import INDEX_FEATURES
@@ -22,7 +23,7 @@ from lerodoc.ops.quantiles import channel_table
 from lerodoc.parquet_io import column_matrix
 from lerodoc.selection import Selection
 from lerodoc.stats import block_stats, groups_of
-from lerodoc.video import READ_ERRORS, frames_at, keyframe_gap, open_video, probe, reason
+from lerodoc.frames import Cursor, keyframe_gap, open_video, probe
 
 THUMB_WIDTH = 240   # pixels; thumbnails keep their aspect ratio
 
@@ -164,7 +165,7 @@ def task_changes(ds: Dataset, task_index: dict[int, np.ndarray | None]) -> list[
 
 def cameras(ds: Dataset) -> list[dict]:
     """Per camera, from its first video file's headers: codec, size, pixel format, fps and GOP (the longest
-    run of frames between keyframes, from the mp4 sample tables); no frame is decoded."""
+    run of frames between keyframes, from the file's index: `lerodoc.frames`); no frame is decoded."""
     out = []
     for key in ds.info.video_keys:
         files = ds.video_files(key)
@@ -224,7 +225,7 @@ def decode_thumbnails(ds: Dataset, thumbs: list[Thumb], tolerance_s: float, work
                       tick: Callable[[int], None] | None = None) -> None:
     """Fill each thumb's frame (JPEG) and PTS: the frame shown at its query time, i.e. the last one starting at or
     before it (within `tolerance_s`), or the first frame when none does. One file per thread, opened once and
-    decoded forward through its thumbs (`lerodoc.video.frames_at`); PyAV decodes without the GIL."""
+    decoded forward through its thumbs (`frames_at`); PyAV decodes without the GIL."""
     by_file: dict[str, list[Thumb]] = {}
     spans = {(ep.index, key): span for ep in ds.episodes for key, span in ep.videos.items()}
     for t in sorted(thumbs, key=lambda t: t.query):
@@ -257,6 +258,21 @@ def decode_thumbnails(ds: Dataset, thumbs: list[Thumb], tolerance_s: float, work
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
         list(pool.map(one, by_file.items()))
+
+
+def frames_at(container, stream, targets: list[float], gap_s: float, tolerance_s: float) -> Iterator:
+    """The frame shown at each of `targets` (seconds in the file, ascending), or the first decoded when none is
+    (a target before the file's first frame); None where nothing decodes. One decode runs forward through the open
+    `container` (`frames.Cursor`): it seeks (to the keyframe before a target) only where the target lies more than
+    `gap_s`, the longest keyframe interval, past the last frame decoded, so no seek goes back. Frames are yielded
+    as found, so a decode error later in the file leaves the earlier ones to the caller."""
+    cursor = Cursor(container, stream, tolerance_s)
+    for target in targets:
+        last = cursor.ahead if cursor.ahead is not None else cursor.shown
+        if cursor.frames is None or last is None or target - last.time > gap_s:
+            cursor.seek(target)
+        shown = cursor.at(target)
+        yield shown if shown is not None else cursor.ahead
 
 
 def _jpeg(frame) -> bytes:
