@@ -261,8 +261,8 @@ def _quick(descriptor, value, param, ctx):
         if isinstance(value, str):
             return [value]
         return list(value) if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) else _quick
-    if annotation in (int, float) and getattr(info, "clamp", None) is None:
-        if type(value) is annotation or (isinstance(value, str) and _PLAIN[annotation].fullmatch(value)):
+    if annotation in (int, float) and not getattr(info, "clamp", False):
+        if type(value) in (int, annotation) or (isinstance(value, str) and _PLAIN[annotation].fullmatch(value)):
             number = annotation(value)
             low, high = getattr(info, "min", None), getattr(info, "max", None)
             if (low is None or number >= low) and (high is None or number <= high):

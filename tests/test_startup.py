@@ -1,8 +1,8 @@
 """Start-up (issue 26 item 7) held by what a command line imports, not by the clock, so a loaded CI machine cannot
 make it flake and a regression (a heavy import moved back to a module's top) still fails: `import lerodoc.cli`
 and `lerodoc --help` load none of numpy, pyarrow, PyAV, torch, huggingface_hub or pydantic, nor rich (help is
-click's plain text, render's consoles are made on first use); `lerodoc info` of a small dataset loads no
-pydantic. The lazily built
+click's plain text, render's consoles are made on first use); `lerodoc info` and a convert plan of a small dataset load
+no pydantic. The lazily built
 command (cli.command_for) shows what the full app shows, and the quick coercion in front of Typer's gives Typer's
 values. The times themselves are measured by bench/startup.py (docs/results/startup_cpu_2core.json)."""
 
@@ -52,9 +52,12 @@ def test_help_and_usage_errors_load_no_heavy_library_nor_rich(args, code):
     assert roots(imported("-m", "lerodoc", *args, code=code), HEAVY + HELP_ONLY) == []
 
 
-def test_info_of_a_small_dataset_loads_no_pydantic():
+@pytest.mark.parametrize("args", [["info", "SMALL"], ["convert", "SMALL", "-o", "OUT", "--dry-run", "--json"]])
+def test_a_command_on_a_small_dataset_loads_no_pydantic(args, tmp_path):
+    """Its options (paths, numbers, choices, defaults) are coerced without Typer's pydantic adapters."""
     assert SMALL.is_dir(), f"{SMALL}: the zoo member is committed with the tests"
-    assert roots(imported("-m", "lerodoc", "info", str(SMALL)), ("pydantic", "torch", "huggingface_hub")) == []
+    args = [{"SMALL": str(SMALL), "OUT": str(tmp_path / "out")}.get(a, a) for a in args]
+    assert roots(imported("-m", "lerodoc", *args), ("pydantic", "torch", "huggingface_hub")) == []
 
 
 @pytest.mark.parametrize("args", [[], ["info"], ["train"], ["train", "pi05"], ["download", "weights"], ["infp"],
@@ -82,7 +85,9 @@ class Colour(str, Enum):
 
 CASES = [   # (annotation, typer option keywords, value)
     (str, {}, "a [red] cube"), (Path, {}, "some/where"), (Path, {}, Path("x")), (int, {}, "12"), (int, {}, -3),
-    (int, {"min": 1}, "4"), (float, {}, "2.5"), (float, {}, 100.0), (Colour, {"case_sensitive": False}, "RED"),
+    (int, {"min": 1}, "4"), (int, {"min": 1}, 8), (int, {}, "007"), (int, {"max": 5}, "-0"), (float, {}, "2.5"),
+    (float, {}, 100.0), (float, {}, 0), (float, {"min": 0}, "3"), (float, {}, "00.50"),
+    (Colour, {"case_sensitive": False}, "RED"),
     (Colour, {}, Colour.green), (list[str], {}, ("a", "b")), (Optional[str], {}, "s"), (bool, {}, "true"),
 ]
 
