@@ -245,22 +245,26 @@ def command_for(args: list[str]):
 
 def _quick(descriptor, value, param, ctx):
     """`value` coerced as Typer would for the common cases whose result is certain without pydantic (a str for a
-    str, a Path for a Path, a choice, an integer or decimal written plainly, a default already of its type), or
-    `_quick` itself when not one of them: Typer 0.2x builds a pydantic TypeAdapter per parameter, and importing
-    pydantic costs more than the rest of a small command's start-up."""
+    str, a Path for a Path, a choice, an integer or decimal written plainly, a default already of its type, a
+    list of those), or `_quick` itself when not one of them: Typer 0.2x builds a pydantic TypeAdapter per
+    parameter, and importing pydantic costs more than the rest of a small command's start-up."""
+    info = descriptor.parameter_info
+    if info.parser is not None or descriptor.file_annotation is not None:
+        return _quick
+    return _quick_value(descriptor.annotation, info, value, param, ctx)
+
+
+def _quick_value(annotation, info, value, param, ctx):
     from enum import Enum
     from typing import get_args, get_origin
 
     from typer._param_types import coerce_cli_choice, coerce_cli_path, routes_to_path
-    annotation, info = descriptor.annotation, descriptor.parameter_info
-    if info.parser is not None or descriptor.file_annotation is not None:
-        return _quick
+    if get_origin(annotation) is list:   # Typer coerces each item by the same parameter's rules
+        items = [_quick_value(get_args(annotation)[0], info, item, param, ctx)
+                 for item in (value if isinstance(value, (list, tuple)) else [value])]
+        return _quick if any(item is _quick for item in items) else items
     if annotation is str:
         return value if isinstance(value, str) else _quick
-    if get_origin(annotation) is list and get_args(annotation) == (str,):
-        if isinstance(value, str):
-            return [value]
-        return list(value) if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) else _quick
     if annotation in (int, float) and not getattr(info, "clamp", False):
         if type(value) in (int, annotation) or (isinstance(value, str) and _PLAIN[annotation].fullmatch(value)):
             number = annotation(value)

@@ -52,7 +52,8 @@ def test_help_and_usage_errors_load_no_heavy_library_nor_rich(args, code):
     assert roots(imported("-m", "lerodoc", *args, code=code), HEAVY + HELP_ONLY) == []
 
 
-@pytest.mark.parametrize("args", [["info", "SMALL"], ["convert", "SMALL", "-o", "OUT", "--dry-run", "--json"]])
+@pytest.mark.parametrize("args", [["info", "SMALL"], ["convert", "SMALL", "-o", "OUT", "--dry-run", "--json"],
+                                  ["merge", "SMALL", "SMALL", "-o", "OUT", "--dry-run", "--json"]])
 def test_a_command_on_a_small_dataset_loads_no_pydantic(args, tmp_path):
     """Its options (paths, numbers, choices, defaults) are coerced without Typer's pydantic adapters."""
     assert SMALL.is_dir(), f"{SMALL}: the zoo member is committed with the tests"
@@ -88,7 +89,9 @@ CASES = [   # (annotation, typer option keywords, value)
     (int, {"min": 1}, "4"), (int, {"min": 1}, 8), (int, {}, "007"), (int, {"max": 5}, "-0"), (float, {}, "2.5"),
     (float, {}, 100.0), (float, {}, 0), (float, {"min": 0}, "3"), (float, {}, "00.50"),
     (Colour, {"case_sensitive": False}, "RED"),
-    (Colour, {}, Colour.green), (list[str], {}, ("a", "b")), (Optional[str], {}, "s"), (bool, {}, "true"),
+    (Colour, {}, Colour.green), (list[str], {}, ("a", "b")), (list[str], {}, "a"), (list[Path], {}, ("x", "y")),
+    (list[Path], {"exists": True}, ("tests",)), (list[int], {"min": 0}, ("1", "2")), (list[Colour], {}, ["red"]),
+    (Optional[str], {}, "s"), (bool, {}, "true"),
 ]
 
 
@@ -114,11 +117,12 @@ def test_quick_coercion_leaves_errors_to_typer():
     app = typer.Typer()
 
     @app.command()
-    def command(n: int = typer.Option(1, "--n", min=1), c: Colour = typer.Option(Colour.red, "--c")) -> None:
+    def command(n: int = typer.Option(1, "--n", min=1), c: Colour = typer.Option(Colour.red, "--c"),
+                p: list[Path] = typer.Option([], "--p", exists=True)) -> None:   # noqa: B006
         pass
     group = typer.main.get_command(app)
     ctx = typer.Context(group)
-    for name, bad in (("n", "0"), ("n", "x1"), ("c", "blue")):
+    for name, bad in (("n", "0"), ("n", "x1"), ("c", "blue"), ("p", ["tests", "no/such/path"])):
         param = next(p for p in group.params if p.name == name)
         with pytest.raises(typer.BadParameter) as typer_says:
             build_runtime_param(param.type_descriptor)._coerce_value(bad, param=param, ctx=ctx)
