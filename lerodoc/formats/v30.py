@@ -141,7 +141,7 @@ def read(root: Path, info: Info):
     tables = [_read_table(f) for f in files]
     rows = [row for t in tables for row in t.select([c for c in t.column_names
                                                      if not c.startswith("stats/")]).to_pylist()]
-    sources = [f.relative_to(root).as_posix() for f, t in zip(files, tables) for _ in range(t.num_rows)]
+    sources = [name for f, t in zip(files, tables) for name in [f.relative_to(root).as_posix()] * t.num_rows]
     row_stats = [s for t in tables for s in _episode_stats(t)]
     episodes = []
     for position, row in enumerate(rows):
