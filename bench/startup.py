@@ -8,8 +8,9 @@ runs, alternating):
 - `lerodoc --help`;
 - `lerodoc info SMALL`, SMALL being the writer zoo's lerobot 0.6.1 recording (3 episodes, 47 frames, two AV1
   cameras: tests/zoo/members/lerobot-0.6.1-record);
-- `python -c pass` and `python -c "import typer.main, rich.console, rich.table, rich.panel"`: the interpreter's
-  own start-up and the CLI libraries', the floor under the two above;
+- `python -c pass`, `python -c "import typer.main"` and `python -c "import typer.main, rich.console, rich.table,
+  rich.panel"`: the interpreter's own start-up and the CLI libraries', the floors under the two above (`--help`
+  loads typer and no rich; `info` prints its tables with rich);
 - the 681-episode parquet-only convert (bench.convert --parquet-only's dataset) against `bench.parquet_floor`
   on the same files, alternating, --convert-rounds each: the ratio of the minimum times, and of the CPU seconds.
 
@@ -35,6 +36,7 @@ from pathlib import Path
 from bench.results import ROOT, provenance, write_results
 
 SMALL = ROOT / "tests/zoo/members/lerobot-0.6.1-record"
+TYPER = "import typer.main"
 LIBRARIES = "import typer.main, rich.console, rich.table, rich.panel"
 HELP_BAR_S, INFO_BAR_S, FLOOR_BAR = 0.15, 0.3, 1.15   # the issue's bars
 
@@ -92,7 +94,8 @@ def main() -> None:
                "bytecode": "compiled before timing (PYTHONPYCACHEPREFIX, one warm-up run each)"}
 
     startup = {"lerodoc --help": [*lerodoc, "--help"], "lerodoc info SMALL": [*lerodoc, "info", str(SMALL)],
-               "python -c pass": [python, "-c", "pass"], "python: typer + rich imported": [python, "-c", LIBRARIES]}
+               "python -c pass": [python, "-c", "pass"], "python: typer imported": [python, "-c", TYPER],
+               "python: typer + rich imported": [python, "-c", LIBRARIES]}
     alternate(startup, 1, env)   # warm-up: bytecode written, files in the page cache
     loads["startup"] = os.getloadavg()
     summary["startup"] = alternate(startup, args.rounds, env)

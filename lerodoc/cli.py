@@ -3,22 +3,19 @@
 Command modules import their core operation inside the command, so `lerodoc --help` and failures found
 before any work (a missing tokenizer, say) answer without loading numpy, pyarrow, PyAV, huggingface_hub or torch
 (tests/test_startup.py holds that). `main` builds only the command a command line runs (`command_for`), and help
-is formatted without the markdown and traceback halves of Typer's rich formatter (`_rich_utils`): the start-up
-times are in bench/startup.py's results."""
+is click's plain text (`PlainCommand`, `PlainGroup`), so `--help` loads no rich: the start-up times are in
+bench/startup.py's results."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import functools
-import importlib
 import os
 import re
 import sys
 import time
 import traceback
-import types
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -35,95 +32,97 @@ from lerodoc.commands import report
 from lerodoc.errors import ExitCode, LerodocError, no_room
 
 
-class LiteralCommand(TyperCommand):
-    """A command whose --help shows its texts literally (rich markup escaped) with paragraphs wrapped to the
-    terminal: `render.help_text` applied while the help is formatted; the texts themselves stay as written
-    (scripts/gen_cli_docs.py reads them)."""
+GLUE = "\x1f"   # stands for a hyphen inside a word while help is wrapped
 
-    def format_help(self, ctx, formatter) -> None:
-        _rich_utils()
-        with _literal_help(self):
-            super().format_help(ctx, formatter)
+
+class PlainFormatter(typer.Context.formatter_class):
+    """click's help formatter, wrapping lines at spaces only: a hyphen inside a word (`fixed-size`,
+    `--no-keep-source`) never ends a line, where click's wrapper (textwrap's break_on_hyphens) would cut there."""
+
+    def write_usage(self, prog: str, args: str = "", prefix: str | None = None) -> None:
+        super().write_usage(prog, _glued(args), prefix)
+
+    def write_text(self, text: str) -> None:
+        super().write_text(_glued(text))
+
+    def write_dl(self, rows, *args, **kwargs) -> None:
+        super().write_dl([tuple(_glued(cell) for cell in row) for row in rows], *args, **kwargs)
+
+    def getvalue(self) -> str:
+        return super().getvalue().replace(GLUE, "-")
+
+
+def _glued(text: str) -> str:
+    return re.sub(r"(?<=\w)-(?=\w)", GLUE, text)
+
+
+class PlainContext(typer.Context):
+    formatter_class = PlainFormatter
+
+
+class PlainCommand(TyperCommand):
+    """A command whose --help is click's plain text, as sqlite-utils' is: its texts printed as written (no markup
+    is read, so `feature[name,glob*]` survives), paragraphs filled to the terminal, options under the headings
+    their rich_help_panel names (Output, Performance)."""
+    context_class = PlainContext
+
+    def format_options(self, ctx, formatter) -> None:
+        _format_params(self, ctx, formatter)
 
     def get_help_option(self, ctx):
         return _quicken(super().get_help_option(ctx))   # made per context, after _coerce_quickly
 
 
-class LiteralGroup(TyperGroup):
-    """A command group whose --help (its own texts and its commands' one-liners) shows literally."""
+class PlainGroup(TyperGroup):
+    """A command group whose --help is plain text too: its options, then its commands under their panels' headings
+    (Format, Edit, ...), each with its help's first paragraph whole."""
+    context_class = PlainContext
 
-    def format_help(self, ctx, formatter) -> None:
-        _rich_utils()
-        with _literal_help(self, *self.commands.values()):
-            super().format_help(ctx, formatter)
+    def format_options(self, ctx, formatter) -> None:
+        _format_params(self, ctx, formatter)
+        self.format_commands(ctx, formatter)
+
+    def format_commands(self, ctx, formatter) -> None:
+        panels: dict[str, list] = {"Commands": []}
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                panel = getattr(command, "rich_help_panel", None) or "Commands"
+                panels.setdefault(panel, []).append((name, _first_paragraph(command.short_help or command.help)))
+        width = max((len(name) for rows in panels.values() for name, _ in rows), default=0)
+        for panel, rows in panels.items():
+            if rows:
+                with formatter.section(panel):
+                    formatter.write_dl([(name.ljust(width), text) for name, text in rows])
 
     def get_help_option(self, ctx):
         return _quicken(super().get_help_option(ctx))
 
 
-@contextmanager
-def _literal_help(*commands):
-    saved = []
-    for command in commands:
-        for obj, attrs in ((command, ("help", "short_help", "epilog")), *((p, ("help",)) for p in command.params)):
-            for attr in attrs:
-                value = getattr(obj, attr, None)
-                if isinstance(value, str):
-                    saved.append((obj, attr, value))
-                    setattr(obj, attr, render.help_text(value))
-    try:
-        yield
-    finally:
-        for obj, attr, value in reversed(saved):
-            setattr(obj, attr, value)
+def _format_params(command, ctx, formatter) -> None:
+    """`command`'s arguments, then its options, each under its panel's heading, the default panels (Arguments,
+    Options) first, as Typer's rich help orders them."""
+    arguments, options = {"Arguments": []}, {"Options": []}
+    for param in command.get_params(ctx):
+        record = param.get_help_record(ctx)   # None for a hidden one
+        if record is not None:
+            panels = arguments if param.param_type_name == "argument" else options
+            panels.setdefault(getattr(param, "rich_help_panel", None) or next(iter(panels)), []).append(record)
+    for panel, records in (*arguments.items(), *options.items()):
+        if records:
+            with formatter.section(panel):
+                formatter.write_dl(records)
 
 
-class _Deferred(type):
-    """A stand-in for a class of a module not imported yet: calling it, or reading an attribute of it, imports
-    the module and hands over to the real class."""
-
-    def __getattr__(cls, name):
-        return getattr(cls.real(), name)
-
-
-def _deferred(module: str, name: str) -> type:
-    def real():
-        return getattr(importlib.import_module(module), name)
-    return _Deferred(name, (), {"__new__": lambda cls, *args, **kwargs: real()(*args, **kwargs),
-                                "real": staticmethod(real), "__module__": module})
+def _first_paragraph(text: str | None) -> str:
+    """A command's line in its group's listing: the first paragraph of its help, on one line."""
+    import inspect
+    first = inspect.cleandoc(text or "").split("\n\n")[0]
+    return first.replace("\b\n", "") if first.startswith("\b") else " ".join(first.split())
 
 
-def _rich_utils():
-    """typer.rich_utils (Typer's help and usage-error formatter), imported without rich.markdown and
-    rich.traceback: Typer imports both at its top for markdown help and pretty tracebacks, which lerodoc does not
-    use (help is literal text, errors are rendered by `main`), and they cost as much as the rest of `lerodoc
-    --help` (markdown-it, pygments, attrs). While rich_utils is imported, those two modules are stand-ins whose
-    names are `_deferred` classes; the stand-ins leave sys.modules at once, so any other import gets the real
-    modules, and a deferred name used after all (markdown help, a rich traceback) imports its real module."""
-    if "typer.rich_utils" in sys.modules:
-        return sys.modules["typer.rich_utils"]
-    stand_ins = {}
-    for module in ("rich.markdown", "rich.traceback"):
-        if module not in sys.modules:
-            stand_in = types.ModuleType(module)
-
-            def names(name, module=module):
-                if name.startswith("__"):
-                    raise AttributeError(name)
-                return _deferred(module, name)
-            stand_in.__getattr__ = names
-            sys.modules[module] = stand_ins[module] = stand_in
-    try:
-        from typer import rich_utils
-    finally:
-        for module, stand_in in stand_ins.items():
-            if sys.modules.get(module) is stand_in:
-                del sys.modules[module]
-    return rich_utils
-
-
-app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=True, cls=LiteralGroup,
-                  context_settings={"help_option_names": ["-h", "--help"]},
+app = typer.Typer(name="lerodoc", no_args_is_help=True, add_completion=True, cls=PlainGroup, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"], "max_content_width": render.PLAIN_WIDTH},
                   help="Prepare, convert, repair and train on LeRobot datasets (v2.0, v2.1, v3.0).",
                   epilog="Exit codes: 0 ok, 1 findings, 2 usage, 3 bad input, 4 verification failed, "
                          "5 hub unreachable or refused, 70 a bug in lerodoc, 130 interrupted.")
@@ -141,14 +140,14 @@ app.command(rich_help_panel="Stats")(quantiles.quantiles)
 app.command(rich_help_panel="Check")(validate.validate)
 app.command(rich_help_panel="Check")(repair.repair)
 app.command(rich_help_panel="Check")(report.report)
-app.add_typer(train.app, rich_help_panel="Train", cls=LiteralGroup)
-app.add_typer(export.app, rich_help_panel="Train", cls=LiteralGroup)
-app.add_typer(download.app, name="download", rich_help_panel="Hub", cls=LiteralGroup)
+app.add_typer(train.app, rich_help_panel="Train", cls=PlainGroup)
+app.add_typer(export.app, rich_help_panel="Train", cls=PlainGroup)
+app.add_typer(download.app, name="download", rich_help_panel="Hub", cls=PlainGroup)
 app.command(rich_help_panel="Hub")(push.push)
 for _app in (app, train.app, export.app, download.app):
     for _info in _app.registered_commands:
         if _info.cls in (None, TyperCommand):
-            _info.cls = LiteralCommand
+            _info.cls = PlainCommand
 
 
 def _version(value: bool) -> None:
@@ -246,24 +245,28 @@ def command_for(args: list[str]):
 
 def _quick(descriptor, value, param, ctx):
     """`value` coerced as Typer would for the common cases whose result is certain without pydantic (a str for a
-    str, a Path for a Path, a choice, an integer or decimal written plainly, a default already of its type), or
-    `_quick` itself when not one of them: Typer 0.2x builds a pydantic TypeAdapter per parameter, and importing
-    pydantic costs more than the rest of a small command's start-up."""
+    str, a Path for a Path, a choice, an integer or decimal written plainly, a default already of its type, a
+    list of those), or `_quick` itself when not one of them: Typer 0.2x builds a pydantic TypeAdapter per
+    parameter, and importing pydantic costs more than the rest of a small command's start-up."""
+    info = descriptor.parameter_info
+    if info.parser is not None or descriptor.file_annotation is not None:
+        return _quick
+    return _quick_value(descriptor.annotation, info, value, param, ctx)
+
+
+def _quick_value(annotation, info, value, param, ctx):
     from enum import Enum
     from typing import get_args, get_origin
 
     from typer._param_types import coerce_cli_choice, coerce_cli_path, routes_to_path
-    annotation, info = descriptor.annotation, descriptor.parameter_info
-    if info.parser is not None or descriptor.file_annotation is not None:
-        return _quick
+    if get_origin(annotation) is list:   # Typer coerces each item by the same parameter's rules
+        items = [_quick_value(get_args(annotation)[0], info, item, param, ctx)
+                 for item in (value if isinstance(value, (list, tuple)) else [value])]
+        return _quick if any(item is _quick for item in items) else items
     if annotation is str:
         return value if isinstance(value, str) else _quick
-    if get_origin(annotation) is list and get_args(annotation) == (str,):
-        if isinstance(value, str):
-            return [value]
-        return list(value) if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) else _quick
-    if annotation in (int, float) and getattr(info, "clamp", None) is None:
-        if type(value) is annotation or (isinstance(value, str) and _PLAIN[annotation].fullmatch(value)):
+    if annotation in (int, float) and not getattr(info, "clamp", False):
+        if type(value) in (int, annotation) or (isinstance(value, str) and _PLAIN[annotation].fullmatch(value)):
             number = annotation(value)
             low, high = getattr(info, "min", None), getattr(info, "max", None)
             if (low is None or number >= low) and (high is None or number <= high):
@@ -389,9 +392,7 @@ def main() -> None:
         if _is_click_error(exc):   # a usage error (exit 2): Typer's own rendering, and the envelope
             if as_json and type(exc).__name__ != "NoArgsIsHelpError":
                 render.write_json(render.envelope(exit_code=exc.exit_code, error=_error(exc.format_message())))
-            if getattr(app, "rich_markup_mode", None) is not None and type(exc).__name__ != "NoArgsIsHelpError":
-                _rich_utils().rich_format_error(exc)
-            elif type(exc).__name__ != "NoArgsIsHelpError":
+            if type(exc).__name__ != "NoArgsIsHelpError":
                 exc.show()
             sys.exit(exc.exit_code)
         if os.environ.get("LERODOC_DEBUG"):

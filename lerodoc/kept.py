@@ -49,16 +49,17 @@ def held(ds: Dataset, cameras: dict[str, list[str]] | None = None) -> set[str]:
     return set(ds.info.features) | columns | set(undeclared_cameras(ds) if cameras is None else cameras)
 
 
-def require_kept(sources: list[Path], out: Path, *, dropped: set[str] = frozenset(),
+def require_kept(sources: list[Path | Dataset], out: Path, *, dropped: set[str] = frozenset(),
                  renamed: dict[str, str] | None = None) -> None:
     """Refuse the written dataset at `out` when it lacks a feature, data column or camera that a source holds
     (`held`) and the command was not asked to drop (`dropped`, source names) or rename (`renamed`, source name
-    -> output name). Raises VerificationError naming the input, what would be lost and, for an undeclared camera,
+    -> output name). A source is a dataset's path, or the dataset as the command opened it (its metadata is not
+    read twice). Raises VerificationError naming the input, what would be lost and, for an undeclared camera,
     repair."""
     renamed = renamed or {}
     have = held(Dataset.open(out))
     for src in sources:
-        ds = Dataset.open(src)
+        ds = src if isinstance(src, Dataset) else Dataset.open(src)
         cameras = undeclared_cameras(ds)
         lost = sorted(n for n in held(ds, cameras) - set(dropped) if renamed.get(n, n) not in have)
         if not lost:
@@ -70,4 +71,4 @@ def require_kept(sources: list[Path], out: Path, *, dropped: set[str] = frozense
                 "on repair's output" if any(n in cameras for n in lost) else
                 "nothing asked for this loss: please report it with the command line")
         raise VerificationError(f"the output would lose {what}, which the input holds and nothing asked to drop; "
-                                "nothing was written", file=Path(src) / formats.INFO_PATH, field=lost[0], hint=hint)
+                                "nothing was written", file=ds.root / formats.INFO_PATH, field=lost[0], hint=hint)

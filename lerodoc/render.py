@@ -15,36 +15,44 @@ import json
 import re
 import sys
 from contextlib import contextmanager
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from rich import box
-from rich.cells import cell_len
-from rich.console import Console, ConsoleDimensions, ConsoleOptions, RenderResult
-from rich.markup import escape
-from rich.padding import Padding
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderResult
 
 PLAIN_WIDTH = 1 << 16      # the width of output that is not a terminal: lines are never wrapped
 
 
-class _Console(Console):
+def _console(stderr: bool):
     """A console whose width is the terminal's, or unlimited when it writes to a pipe or a file (rich would take
     the width of another stream's terminal, or 80, and cut piped lines there)."""
+    from rich.console import Console, ConsoleDimensions
 
-    @property
-    def size(self) -> ConsoleDimensions:
-        if not self.is_terminal:
-            return ConsoleDimensions(PLAIN_WIDTH, 25)
-        return super().size
+    class _Console(Console):
+        @property
+        def size(self) -> ConsoleDimensions:
+            if not self.is_terminal:
+                return ConsoleDimensions(PLAIN_WIDTH, 25)
+            return super().size
 
-    @size.setter
-    def size(self, new_size) -> None:
-        Console.size.fset(self, new_size)
+        @size.setter
+        def size(self, new_size) -> None:
+            Console.size.fset(self, new_size)
+    return _Console(stderr=stderr, markup=False, highlight=False, emoji=False)
 
 
-err = _Console(stderr=True, markup=False, highlight=False, emoji=False)
-out = _Console(markup=False, highlight=False, emoji=False)
+def __getattr__(name: str):
+    """`render.out` (stdout) and `render.err` (stderr), made on first use: rich is most of what a command's
+    start-up imports, and `lerodoc --help` prints without it."""
+    if name in ("out", "err"):
+        return _stream(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _stream(name: str):
+    if name not in globals():
+        globals()[name] = _console(stderr=name == "err")
+    return globals()[name]
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 level = NORMAL               # set once by the root options -q / -v
@@ -90,6 +98,8 @@ def shows_progress(wanted: bool = True) -> bool:
 def message(kind: str, text: str, *, style: str = "yellow") -> None:
     """`kind: text` on stderr, the kind styled (warning, note); nothing under -q (only errors and results)."""
     if level > QUIET:
+        from rich.text import Text
+        err = _stream("err")
         err.print(Text.assemble((f"{kind}:", style), " ", text), soft_wrap=not err.is_terminal)
 
 
@@ -100,22 +110,29 @@ def warning(text: str) -> None:
 def note(text: str) -> None:
     """A plain line on stderr about what the command is doing (train's start line); nothing under -q."""
     if level > QUIET:
+        from rich.text import Text
+        err = _stream("err")
         err.print(Text(text), soft_wrap=not err.is_terminal)
 
 
 def detail(text: str) -> None:
     """More detail, printed only under -v."""
     if level >= VERBOSE:
+        from rich.text import Text
+        err = _stream("err")
         err.print(Text(text, style="dim"), soft_wrap=not err.is_terminal)
 
 
 def error(text: str, *, prefix: str = "error:") -> None:
     """The one-paragraph error, always printed (-q keeps errors)."""
+    from rich.text import Text
+    err = _stream("err")
     err.print(Text.assemble((prefix, "bold red"), " ", text), soft_wrap=not err.is_terminal)
 
 
 def heading(text: str) -> None:
-    out.print(Text(text, style="bold"))
+    from rich.text import Text
+    _stream("out").print(Text(text, style="bold"))
 
 
 # --- JSON ---------------------------------------------------------------------------------------------------------
@@ -171,12 +188,18 @@ def write_json(body: dict) -> None:
 _WORD = re.compile(r"\S+")
 
 
+def _width(text: str) -> int:
+    """Terminal cells `text` takes (wide characters count two)."""
+    from rich.cells import cell_len
+    return cell_len(text)
+
+
 def _longest_word(text: str) -> int:
-    return max((cell_len(w) for w in _WORD.findall(text)), default=0)
+    return max((_width(w) for w in _WORD.findall(text)), default=0)
 
 
 def _widest_line(text: str) -> int:
-    return max((cell_len(line) for line in text.split("\n")), default=0)
+    return max((_width(line) for line in text.split("\n")), default=0)
 
 
 GAP = 2   # spaces between two columns of a terminal table
@@ -196,7 +219,7 @@ def fit_widths(columns: list[str], rows: list[list[str]], width: int) -> list[in
     if sum(full) <= room:
         return full
     words = [max((_longest_word(c) for c in col[1:]), default=0) for col in cells]
-    for least in ([max(cell_len(col[0]), w, 1) for col, w in zip(cells, words)],
+    for least in ([max(_width(col[0]), w, 1) for col, w in zip(cells, words)],
                   [max(_longest_word(col[0]), w, 1) for col, w in zip(cells, words)]):
         if sum(least) <= room:
             return _share(least, full, room)
@@ -226,6 +249,8 @@ class _Table:
         self.rows = [["" if v is None else str(v) for v in row] for row in rows]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich import box
+        from rich.table import Table
         if not console.is_terminal:
             yield from self._plain()
             return
@@ -244,17 +269,20 @@ class _Table:
     def _plain(self) -> RenderResult:
         """For a pipe or a file: the title, then the header and each row on one line, cells in aligned columns
         two spaces apart, nothing cut, no rules."""
+        from rich.text import Text
         lines = [self.columns, *self.rows]
         widths = [max(_widest_line(line[i]) for line in lines) for i in range(len(self.columns))]
         if self.title:
             yield Text(self.title)
         for line in lines:
             cells = [" ".join(c.split("\n")) for c in line]
-            yield Text("  ".join(c + " " * (w - cell_len(c)) for c, w in zip(cells, widths)).rstrip())
+            yield Text("  ".join(c + " " * (w - _width(c)) for c, w in zip(cells, widths)).rstrip())
 
     def _records(self, width: int) -> RenderResult:
         """Too wide for the terminal even with whole names: each row as its first cell on a line of its own, then
         its other cells as `column: value` on an indented line that wraps between words."""
+        from rich.padding import Padding
+        from rich.text import Text
         if self.title:
             yield Text(self.title, style="italic")
         for row in self.rows:
@@ -275,9 +303,10 @@ def progress(enabled: bool = True):
     if not shows_progress(enabled):
         yield None
         return
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn   # a bar runs
     bar = Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=err, transient=True)
+                   TimeElapsedColumn(), console=_stream("err"), transient=True)
 
     def track(label: str, total: int) -> Callable[[int], None]:
         task = bar.add_task(escape(label), total=total)
@@ -306,21 +335,8 @@ def print_plan(plan: dict) -> None:
     columns = ["file", "action", "episodes", "re-encoded"]
     if not any(r[3] for r in rows):   # nothing re-encoded: no empty column
         columns, rows = columns[:3], [r[:3] for r in rows]
+    out = _stream("out")
     out.print(table("plan: files", columns, rows))
     for line in plan.get("changes", []):
         out.print(f"plan: {line}")
     out.print("dry run: nothing written")
-
-
-# --- help ---------------------------------------------------------------------------------------------------------
-
-def help_text(text: str | None) -> str | None:
-    """Help as Typer's rich help formatter should show it: literal (markup escaped, so `feature[name,glob*]` and
-    `[default: ...]` survive) and each paragraph one line, for rich to wrap to the terminal (a paragraph that
-    starts with \\b keeps its lines)."""
-    if not text:
-        return text
-    import inspect
-    paragraphs = inspect.cleandoc(text).split("\n\n")
-    joined = [p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs]
-    return escape("\n\n".join(joined))

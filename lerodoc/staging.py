@@ -161,8 +161,8 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
     under the name the user asked for. A dataset that LeRobotDataset 0.6.1 could not load
     (`formats.load_problems`: a data column its `datasets` cast refuses, a video off the k/fps grid or with
     tags that are not UTF-8) is not promoted either: that is a VerificationError. Nor is one that lost a
-    feature, data column or camera (undeclared ones included) of the datasets in `keep` (default `inputs`) the
-    command was not asked to drop or rename (`kept.require_kept`).
+    feature, data column or camera (undeclared ones included) of the datasets in `keep` (default `inputs`; paths,
+    or datasets the command opened) the command was not asked to drop or rename (`kept.require_kept`).
     """
     out = check_output(out, inputs, force=force)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -179,8 +179,7 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
                                         file=out, hint="nothing was written; the input has the same problem: "
                                                        "lerodoc repair (or convert) fixes it, then run this command "
                                                        "on its output")
-            require_kept([access.path(p) for p in (inputs if keep is None else keep)], tmp, dropped=set(dropped),
-                         renamed=renamed)
+            require_kept(list(inputs if keep is None else keep), tmp, dropped=set(dropped), renamed=renamed)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

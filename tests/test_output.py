@@ -114,11 +114,11 @@ def test_bracketed_help_survives_a_terminal_and_a_pipe(args, literal):
         assert not fits(text), fits(text)
 
 
-def test_a_help_paragraph_is_filled_to_the_terminal(monkeypatch):
+def test_a_help_paragraph_is_filled_to_the_terminal():
     """select's second paragraph: its first source line ends at "follow the selected" (88 characters); at 120
     columns the paragraph's first line is filled past it."""
-    monkeypatch.setenv("COLUMNS", "120")
-    out = CliRunner().invoke(app, ["select", "--help"]).output
+    rc, out = in_terminal("select", "--help", columns=120)
+    assert rc == 0, out
     line = next(line.strip() for line in out.splitlines() if "Names, shapes and stats" in line)
     assert "follow the selected channels" in line and len(line) > 100, out
 
@@ -127,7 +127,7 @@ def test_short_help_option_completion_and_quiet_verbose():
     assert "Usage:" in through_pipe("info", "-h").stdout
     root = through_pipe("--help").stdout
     for option in ("--install-completion", "--show-completion", "--quiet", "--verbose", "-q", "-v"):
-        assert option in words(root), option
+        assert option in words(root.replace(",", " ")), option   # "-q, --quiet"
     both = through_pipe("-q", "-v", "info", "x")
     assert both.returncode == 2 and "not both" in both.stderr
 

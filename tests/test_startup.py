@@ -1,7 +1,8 @@
 """Start-up (issue 26 item 7) held by what a command line imports, not by the clock, so a loaded CI machine cannot
 make it flake and a regression (a heavy import moved back to a module's top) still fails: `import lerodoc.cli`
-and `lerodoc --help` load none of numpy, pyarrow, PyAV, torch, huggingface_hub or pydantic, nor the markdown and
-traceback halves of Typer's rich formatter; `lerodoc info` of a small dataset loads no pydantic. The lazily built
+and `lerodoc --help` load none of numpy, pyarrow, PyAV, torch, huggingface_hub or pydantic, nor rich (help is
+click's plain text, render's consoles are made on first use); `lerodoc info` and a convert plan of a small dataset load
+no pydantic. The lazily built
 command (cli.command_for) shows what the full app shows, and the quick coercion in front of Typer's gives Typer's
 values. The times themselves are measured by bench/startup.py (docs/results/startup_cpu_2core.json)."""
 
@@ -25,15 +26,15 @@ from lerodoc import cli
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "tests/zoo/members/lerobot-0.6.1-record"
 HEAVY = ("numpy", "pyarrow", "av", "torch", "huggingface_hub", "pydantic", "pandas", "matplotlib")
-HELP_ONLY = ("rich.markdown", "rich.traceback", "rich.progress", "markdown_it", "pygments")
+HELP_ONLY = ("rich", "markdown_it", "pygments")
 
 
-def imported(*args: str) -> set[str]:
-    """The modules a fresh interpreter imports running `python -X importtime ARGS`."""
+def imported(*args: str, code: int = 0) -> set[str]:
+    """The modules a fresh interpreter imports running `python -X importtime ARGS`, which exits `code`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("_LERODOC_COMPLETE")}
     proc = subprocess.run([sys.executable, "-X", "importtime", *args], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == code, proc.stderr[-2000:]
     return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
 
 
@@ -45,14 +46,19 @@ def test_import_cli_loads_no_heavy_library():
     assert roots(imported("-c", "import lerodoc.cli"), HEAVY) == []
 
 
-def test_help_loads_no_heavy_library_nor_rich_markdown():
-    modules = imported("-m", "lerodoc", "--help")
-    assert roots(modules, HEAVY + HELP_ONLY) == []
+@pytest.mark.parametrize("args, code", [(["--help"], 0), (["convert", "--help"], 0), (["train", "pi05", "--help"], 0),
+                                        (["info", "--bogus"], 2)])
+def test_help_and_usage_errors_load_no_heavy_library_nor_rich(args, code):
+    assert roots(imported("-m", "lerodoc", *args, code=code), HEAVY + HELP_ONLY) == []
 
 
-def test_info_of_a_small_dataset_loads_no_pydantic():
+@pytest.mark.parametrize("args", [["info", "SMALL"], ["convert", "SMALL", "-o", "OUT", "--dry-run", "--json"],
+                                  ["merge", "SMALL", "SMALL", "-o", "OUT", "--dry-run", "--json"]])
+def test_a_command_on_a_small_dataset_loads_no_pydantic(args, tmp_path):
+    """Its options (paths, numbers, choices, defaults) are coerced without Typer's pydantic adapters."""
     assert SMALL.is_dir(), f"{SMALL}: the zoo member is committed with the tests"
-    assert roots(imported("-m", "lerodoc", "info", str(SMALL)), ("pydantic", "torch", "huggingface_hub")) == []
+    args = [{"SMALL": str(SMALL), "OUT": str(tmp_path / "out")}.get(a, a) for a in args]
+    assert roots(imported("-m", "lerodoc", *args), ("pydantic", "torch", "huggingface_hub")) == []
 
 
 @pytest.mark.parametrize("args", [[], ["info"], ["train"], ["train", "pi05"], ["download", "weights"], ["infp"],
@@ -80,8 +86,12 @@ class Colour(str, Enum):
 
 CASES = [   # (annotation, typer option keywords, value)
     (str, {}, "a [red] cube"), (Path, {}, "some/where"), (Path, {}, Path("x")), (int, {}, "12"), (int, {}, -3),
-    (int, {"min": 1}, "4"), (float, {}, "2.5"), (float, {}, 100.0), (Colour, {"case_sensitive": False}, "RED"),
-    (Colour, {}, Colour.green), (list[str], {}, ("a", "b")), (Optional[str], {}, "s"), (bool, {}, "true"),
+    (int, {"min": 1}, "4"), (int, {"min": 1}, 8), (int, {}, "007"), (int, {"max": 5}, "-0"), (float, {}, "2.5"),
+    (float, {}, 100.0), (float, {}, 0), (float, {"min": 0}, "3"), (float, {}, "00.50"),
+    (Colour, {"case_sensitive": False}, "RED"),
+    (Colour, {}, Colour.green), (list[str], {}, ("a", "b")), (list[str], {}, "a"), (list[Path], {}, ("x", "y")),
+    (list[Path], {"exists": True}, ("tests",)), (list[int], {"min": 0}, ("1", "2")), (list[Colour], {}, ["red"]),
+    (Optional[str], {}, "s"), (bool, {}, "true"),
 ]
 
 
@@ -107,11 +117,12 @@ def test_quick_coercion_leaves_errors_to_typer():
     app = typer.Typer()
 
     @app.command()
-    def command(n: int = typer.Option(1, "--n", min=1), c: Colour = typer.Option(Colour.red, "--c")) -> None:
+    def command(n: int = typer.Option(1, "--n", min=1), c: Colour = typer.Option(Colour.red, "--c"),
+                p: list[Path] = typer.Option([], "--p", exists=True)) -> None:   # noqa: B006
         pass
     group = typer.main.get_command(app)
     ctx = typer.Context(group)
-    for name, bad in (("n", "0"), ("n", "x1"), ("c", "blue")):
+    for name, bad in (("n", "0"), ("n", "x1"), ("c", "blue"), ("p", ["tests", "no/such/path"])):
         param = next(p for p in group.params if p.name == name)
         with pytest.raises(typer.BadParameter) as typer_says:
             build_runtime_param(param.type_descriptor)._coerce_value(bad, param=param, ctx=ctx)

@@ -184,7 +184,7 @@ def read(root: Path, info: Info):
     tables = [_read_table(f) for f in files]
     rows = [row for t in tables for row in t.select([c for c in t.column_names
                                                      if not c.startswith("stats/")]).to_pylist()]
-    sources = [f.relative_to(root).as_posix() for f, t in zip(files, tables) for _ in range(t.num_rows)]
+    sources = [name for f, t in zip(files, tables) for name in [f.relative_to(root).as_posix()] * t.num_rows]
     row_stats = [partial(StatsColumns.row, holder, i) for f, t in zip(files, tables)
                  for holder in [StatsColumns(f)] for i in range(t.num_rows)]
     if not access.is_remote(root):

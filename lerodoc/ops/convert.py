@@ -82,7 +82,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
         report.video_files = len(plan.video_files)
         report.seconds = round(time.perf_counter() - started, 3)
         return report
-    with staged_output(out, force=force, inputs=(ds.root,), keep=(src,)) as tmp:
+    with staged_output(out, force=force, inputs=(ds.root,), keep=(ds,)) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
         episodes = result.episodes
         stats = dataset_stats([ep.stats for ep in episodes], previous=ds.stats) if to == "v3.0" else None
