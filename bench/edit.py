@@ -37,12 +37,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lerodoc import frames
+from lerodoc.media import frames
 from lerodoc.dataset import Dataset
 from lerodoc.formats import v30
 from lerodoc.formats.hf import schema_for
-from lerodoc.parallel import default_workers, pmap
-from lerodoc.parquet_io import read_parquet
+from lerodoc.execution.parallel import default_workers, pmap
+from lerodoc.tables.parquet_io import read_parquet
 from tests.fixtures.factory import make_dataset
 from bench.results import provenance
 from tests.lerobot_oracle import lerobot_python

@@ -18,7 +18,7 @@ from lerodoc.formats import paths
 from lerodoc.formats.info import Info
 from lerodoc.formats.model import Episode, Stats, VideoSpan  # noqa: F401  (re-exported)
 from lerodoc.formats.stats import stat_size
-from lerodoc.parquet_io import open_parquet, read_row_groups, read_schema
+from lerodoc.tables.parquet_io import open_parquet, read_row_groups, read_schema
 
 @dataclass
 class Dataset:

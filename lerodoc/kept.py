@@ -14,7 +14,7 @@ from pathlib import Path
 from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
-from lerodoc.parquet_io import read_schema
+from lerodoc.tables.parquet_io import read_schema
 
 
 def undeclared_cameras(ds: Dataset) -> dict[str, list[str]]:

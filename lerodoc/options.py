@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from lerodoc.parallel import default_workers
+from lerodoc.execution.parallel import default_workers
 
 INFO_FILE = "meta/info.json"   # formats.INFO_PATH, spelt here so that --help loads no format code
 
@@ -207,7 +207,7 @@ def pushes(command):
         from lerodoc import render
         from lerodoc.errors import LerodocError
         from lerodoc.hub import push_outputs
-        from lerodoc.staging import recording_outputs
+        from lerodoc.execution.staging import recording_outputs
         with render.held_json() as bodies, recording_outputs() as written:
             try:
                 command(*args, **kwargs)

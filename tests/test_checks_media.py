@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lerodoc.checks import ERROR, WARNING, Context, open_context, run_checks
-from lerodoc import frames
+from lerodoc.media import frames
 from lerodoc.checks import timestamps, videos
 from lerodoc.dataset import Dataset
 from lerodoc.ops.repair import repair

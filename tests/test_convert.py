@@ -226,7 +226,7 @@ def test_column_digests_do_not_depend_on_chunking():
     values must give the same digest however they are chunked, and one changed value must not."""
     import pyarrow as pa
 
-    from lerodoc.parquet_io import column_digests
+    from lerodoc.tables.parquet_io import column_digests
     rng = np.random.default_rng(0)
     values = rng.random(600, dtype=np.float32)
     table = pa.table({"state": pa.FixedSizeListArray.from_arrays(pa.array(values), 3),

@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from lerodoc import encoding
+from lerodoc.media import encoding
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
-from lerodoc.frames import probe
+from lerodoc.media.frames import probe
 from tests.fixtures.factory import make_dataset
 from tests.helpers import decode_all, expect_from_fixture, importable, require, rows_by_episode, run_cli, run_json
 from tests.lerobot_oracle import check_many_with_lerobot

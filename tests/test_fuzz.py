@@ -632,7 +632,7 @@ def summary(content: dict, packets: bool = True) -> dict:
 def check_quantiles(content: dict, stats: dict) -> list[str]:
     """The stats' q01..q99 of state and action equal numpy's quantiles over every row, bit for bit."""
     import numpy as np
-    from lerodoc.stats import LEVELS, QUANTILES
+    from lerodoc.tables.stats import LEVELS, QUANTILES
     found = []
     for feature in ("observation.state", "action"):
         values = np.array([row[feature] for e in content["episodes"] for row in e["rows"]], dtype=np.float64)
@@ -1180,7 +1180,7 @@ def test_errors_cross_process_boundaries():
     import pickle
 
     from lerodoc.errors import ExitCode, LerodocError
-    from lerodoc.video import NotOnKeyframe, VerifyError
+    from lerodoc.media.video import NotOnKeyframe, VerifyError
 
     for exc in (LerodocError("m", file="f.parquet", episode=3, field="x", hint="h"),
                 VerifyError("differs", Path("v.mp4")), NotOnKeyframe(Path("v.mp4"), 2)):

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from lerodoc import mp4
+from lerodoc.media import mp4
 from lerodoc.ops.delete import delete
 from lerodoc.selection import Selection, parse
 from tests.fixtures.factory import make_dataset

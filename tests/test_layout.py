@@ -170,11 +170,11 @@ def test_private_imports_are_found(tmp_path):
                                         "pkg.d:1 imports pkg.a._hidden"]
 
 
-# Where video files are read. lerodoc.frames opens them for reading (the index of a file's frames, the cursor) and
-# lerodoc.mp4 parses their boxes; lerodoc.video, the stream-copy writer, also demuxes packets and picks samples from
-# the sample tables of files it opened through lerodoc.frames.
-READ_HOME = ("frames", "mp4")
-SAMPLE_HOME = READ_HOME + ("video",)
+# Where video files are read. lerodoc.media.frames opens them for reading (the index of a file's frames, the cursor) and
+# lerodoc.media.mp4 parses their boxes; lerodoc.media.video, the stream-copy writer, also demuxes packets and picks
+# samples from the sample tables of files it opened through lerodoc.media.frames.
+READ_HOME = ("media.frames", "media.mp4")
+SAMPLE_HOME = READ_HOME + ("media.video",)
 
 
 def _writes(call: ast.Call) -> bool:
@@ -208,10 +208,10 @@ def test_videos_are_read_only_in_the_frames_home():
 
 
 def test_a_video_read_outside_the_frames_home_is_found(tmp_path):
-    root = _package(tmp_path, {"frames.py": "import av\n\ndef f(p):\n    return av.open(p)\n",
-                               "video.py": "import av\nfrom pkg import mp4\n\ndef g(p, c):\n"
+    root = _package(tmp_path, {"media/frames.py": "import av\n\ndef f(p):\n    return av.open(p)\n",
+                               "media/video.py": "import av\nfrom pkg.media import mp4\n\ndef g(p, c):\n"
                                            "    av.open(p, 'w')\n    return mp4.read_track(p), c.demux()\n",
-                               "a.py": "import av\nfrom pkg import mp4\n\ndef h(p):\n"
+                               "a.py": "import av\nfrom pkg.media import mp4\n\ndef h(p):\n"
                                        "    with av.open(str(p), metadata_errors='replace') as c:\n"
                                        "        return mp4.read_track(p), list(c.demux(video=0))\n",
                                "b.py": "import av\n\ndef w(p):\n    return av.open(p, mode='w')\n"})
@@ -251,7 +251,7 @@ def output_rule_sites(root: Path) -> list[str]:
             if isinstance(node, ast.Compare) and "in_place" in ast.unparse(node) and (
                     "is not None" in ast.unparse(node) or "is None" in ast.unparse(node)):
                 sites.append(f"{name}:{node.lineno}")
-    return [s for s in sites if not s.startswith(f"{root.name}.staging:")]
+    return [s for s in sites if not s.startswith(f"{root.name}.execution.staging:")]
 
 
 def test_the_output_or_in_place_rule_is_written_once():
@@ -264,11 +264,11 @@ def test_a_copy_of_the_output_rule_is_found(tmp_path):
     assert output_rule_sites(root) == ["pkg.a:2"]
 
 
-# The stats home: lerodoc.stats, the one module that computes min/max/mean/std of data (the per-episode engine
+# The stats home: lerodoc.tables.stats, the one module that computes min/max/mean/std of data (the per-episode engine
 # `moments`, the aggregation, the dataset stats). A call found elsewhere is a second engine, unless listed in
 # NOT_STATS. Sums (.sum(), np.add.reduce) and min/max as methods (.min(), .max()) are left out: timestamps, sizes
 # and counts use them everywhere, and a mean or a std cannot be written without one of the calls below.
-STATS_HOME = ("stats",)
+STATS_HOME = ("tables.stats",)
 STAT_CALLS = {"mean", "std", "var", "nanmean", "nanstd", "nanvar", "average",   # numpy (functions and methods)
               "min_max", "stddev", "variance",                                  # pyarrow.compute
               "reduceat"}                                                       # np.add/minimum/maximum.reduceat
@@ -279,7 +279,7 @@ NOT_STATS = {   # module -> calls that look like stats but are not a feature's s
         "tol.std",      # Tolerance.std: how far a std may sit from the exact one
     },
     "ops.encode": {"np.mean"},        # the mean PSNR of a re-encoded clip's sampled frames
-    "encoding": {"np.mean"},             # PSNR's mean squared error between two frames
+    "media.encoding": {"np.mean"},       # PSNR's mean squared error between two frames
     "pi05.model": {"x.float().pow(2).mean"},   # RMSNorm inside the model
     "pi05.train": {"np.mean"},        # throughput and MFU averaged over the benchmark's windows
     "report.plots": {"np.max", "np.nanmin"},   # plot scaling and the loss curve's lowest point
@@ -317,7 +317,8 @@ def test_only_the_stats_home_computes_stats():
 
 
 def test_a_stats_computation_outside_the_home_is_found(tmp_path):
-    root = _package(tmp_path, {"stats.py": "import numpy as np\ndef f(v):\n    return v.mean(axis=0), np.max(v)\n",
+    root = _package(tmp_path, {"tables/stats.py": "import numpy as np\n"
+                                                  "def f(v):\n    return v.mean(axis=0), np.max(v)\n",
                                "a.py": "import numpy as np\ndef g(v):\n    return np.min(v, axis=0), v.std(0)\n",
                                "b.py": "import pyarrow.compute as pc\ndef h(c):\n    return pc.min_max(c)\n",
                                "c.py": "import numpy as np\ndef k(v, s):\n    return np.add.reduceat(v, s), v.min()\n",
@@ -330,12 +331,12 @@ def test_a_stats_computation_outside_the_home_is_found(tmp_path):
 # replace_file/write_text/write_json on top of it), or writes inside a tree that staging.staged_output is building.
 # The home of those primitives may write directly; anything else that writes a file is listed here with its reason,
 # and the list must match the code exactly (a new direct write fails, so does an entry whose write has gone).
-WRITE_HOME = {"files", "staging", "links", "locks"}
+WRITE_HOME = {"execution.files", "execution.staging", "execution.links", "execution.locks"}
 DIRECT_WRITES = {
     "ops.rewrite.write_rows": "ParquetWriters opened on new_file names that an ExitStack holds open",
     "pi05.export.write_policy": "into a checkpoint or export folder that staged_output is building",
     "pi05.weights.save_weights": "into a checkpoint or export folder that staged_output is building",
-    "pi05.train.Metrics.flush": "a run's metrics.jsonl, appended while it trains (the run folder is train's own output)",
+    "pi05.train.Metrics.flush": "a run's metrics.jsonl, appended as it trains (the run folder is train's own output)",
     "report.plots.png": "matplotlib into an in-memory buffer, not a file",
     "hub.placed_download": "moves huggingface_hub's bookkeeping folder inside a download's own output",
 }
@@ -380,7 +381,8 @@ def direct_writes(root: Path) -> dict[str, int]:
             while up in parents and not safe:
                 up = parents[up]
                 if isinstance(up, ast.With):
-                    safe = any(k in ast.unparse(i.context_expr) for i in up.items for k in ("new_file", "staged_output"))
+                    safe = any(k in ast.unparse(i.context_expr)
+                               for i in up.items for k in ("new_file", "staged_output"))
                 elif isinstance(up, ast.Call):
                     safe = "replace_file" in ast.unparse(up.func)
                 elif isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

@@ -26,11 +26,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lerodoc import mp4
+from lerodoc.media import mp4
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
-from lerodoc.locks import lock_path
-from lerodoc.parquet_io import leaf_values
+from lerodoc.execution.locks import lock_path
+from lerodoc.tables.parquet_io import leaf_values
 from tests.fixtures.factory import make_dataset
 from tests.helpers import require
 

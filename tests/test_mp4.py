@@ -1,4 +1,4 @@
-"""lerodoc.mp4, the box-level fast path of video.concat / video.cut, against the PyAV remux path."""
+"""lerodoc.media.mp4, the box-level fast path of video.concat / video.cut, against the PyAV remux path."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import av
 import av.logging
 import pytest
 
-from lerodoc import mp4, video
+from lerodoc.media import mp4, video
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from tests.fixtures.factory import make_dataset

@@ -14,11 +14,11 @@ import pytest
 
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
-from lerodoc.parquet_io import arrow_array
+from lerodoc.tables.parquet_io import arrow_array
 from lerodoc.ops.quantiles import quantiles
-from lerodoc.quantiles import quantiles as engine
-from lerodoc.stats import block_stats, exact_stats
-from lerodoc.stats import LEVELS, QUANTILES
+from lerodoc.tables.quantiles import quantiles as engine
+from lerodoc.tables.stats import block_stats, exact_stats
+from lerodoc.tables.stats import LEVELS, QUANTILES
 from tests.fixtures.factory import make_dataset
 from tests.helpers import expect_from_fixture, run_cli
 from tests.lerobot_oracle import check_with_lerobot

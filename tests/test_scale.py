@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lerodoc.engine import RayEngine, make
+from lerodoc.execution.engine import RayEngine, make
 from lerodoc.errors import LerodocError
 from lerodoc.ops.convert import convert
 from lerodoc.ops.merge import merge, source_selections
@@ -167,7 +167,7 @@ def test_repeated_values_end_the_selection_early():
     smallest and largest keys, not after all 8 digits: fewer passes over the data on a cluster."""
     import numpy as np
 
-    from lerodoc.quantiles import key_slices, selected_quantiles
+    from lerodoc.tables.quantiles import key_slices, selected_quantiles
     rng = np.random.default_rng(2)
     data = rng.standard_normal((300_000, 4))
     data[:, 1] = 2.5                                          # constant

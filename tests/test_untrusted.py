@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from lerodoc.errors import ExitCode
-from lerodoc import files
+from lerodoc.execution import files
 from lerodoc.formats import paths
-from lerodoc.links import link_or_copy
+from lerodoc.execution.links import link_or_copy
 from tests.fixtures.factory import make_dataset
 from tests.helpers import run_cli
 from tests.hubserver import HubServer
@@ -314,7 +314,7 @@ def test_two_outputs_aliasing_one_path_never_change_the_input(clean, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lerodoc import video
+    from lerodoc.media import video
     from lerodoc.formats.jsonl import write_json
 
     sandbox = copy(clean, tmp_path)

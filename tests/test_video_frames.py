@@ -1,4 +1,4 @@
-"""lerodoc.frames: a video's frame index and the Cursor; and the report's frames_at over it, the frames shown at
+"""lerodoc.media.frames: a video's frame index and the Cursor; and the report's frames_at over it, the frames shown at
 ascending times, decoded forward through one open container."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import av
 import numpy as np
 import pytest
 
-from lerodoc import mp4
-from lerodoc.encoding import EncodeSettings, encode_frames
-from lerodoc.frames import Cursor, Unreadable, clear_cache, index, keyframe_gap, open_video
+from lerodoc.media import mp4
+from lerodoc.media.encoding import EncodeSettings, encode_frames
+from lerodoc.media.frames import Cursor, Unreadable, clear_cache, index, keyframe_gap, open_video
 from lerodoc.report.data import frames_at
 
 FPS, FRAMES, GOP = 10, 60, 10

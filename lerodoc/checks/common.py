@@ -19,8 +19,8 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, NON_NUMERIC_DTYPES
-from lerodoc.parallel import pmap
-from lerodoc.parquet_io import column_matrix
+from lerodoc.execution.parallel import pmap
+from lerodoc.tables.parquet_io import column_matrix
 
 ERROR, WARNING = "error", "warning"
 
@@ -53,7 +53,7 @@ class Context:
     deep: bool = False            # --deep: decode the first and last frame of each episode span
     tolerance_s: float = 1e-4
     cache: dict = field(default_factory=dict)   # families share parsed files here
-    engine: object = None         # lerodoc.engine: the per-file reads run on a cluster (None: here)
+    engine: object = None         # lerodoc.execution.engine: the per-file reads run on a cluster (None: here)
 
 
 def finding_factory(codes: dict) -> Callable[..., Finding]:

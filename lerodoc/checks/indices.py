@@ -18,7 +18,7 @@ from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files,
                                    flat_column)
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
-from lerodoc.parquet_io import read_parquet
+from lerodoc.tables.parquet_io import read_parquet
 
 CODES = {
     "IDX001": (ERROR, "metadata episode_index values are not 0..N-1 in order (gap, duplicate or unsorted)",

@@ -1,6 +1,6 @@
 """Videos (VID, with --videos): every episode's frames as lerobot will look them up, from the containers.
 
-No frame is decoded (except with --deep): each file's frame times come from its index (lerodoc.frames: the
+No frame is decoded (except with --deep): each file's frame times come from its index (lerodoc.media.frames: the
 mp4 sample tables, a PyAV demux for anything else), and are compared with numpy. Per file: it opens,
 its codec, size and frame rate agree with info.json, its time base can place frames at k/fps. Per episode
 and camera: the [from_timestamp, to_timestamp) window lies inside the file, holds as many frames as the
@@ -15,12 +15,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from lerodoc.clips import READ_ERRORS, reason, window, window_frames
+from lerodoc.media.clips import READ_ERRORS, reason, window, window_frames
 from lerodoc.checks.common import ERROR, WARNING, Context, Finding, finding_factory
 from lerodoc.checks.timestamps import Rows, episode_rows, tolerance_advice
 from lerodoc.dataset import Episode
 from lerodoc.formats.info import codec_name
-from lerodoc.frames import Index, Unreadable, index, open_video, strict_tags
+from lerodoc.media.frames import Index, Unreadable, index, open_video, strict_tags
 
 WINDOWS = "lerodoc repair recomputes the windows from the packets' timestamps"
 CODES = {

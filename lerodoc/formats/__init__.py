@@ -109,7 +109,7 @@ def load_problems(root: Path) -> list[str]:
     fps = info.get("fps")
     videos = sorted(root.glob("videos/**/*.mp4")) if isinstance(fps, (int, float)) and fps > 0 else []
     if videos:
-        from lerodoc import clips, frames   # PyAV: loaded only for a dataset with videos
+        from lerodoc.media import clips, frames   # PyAV: loaded only for a dataset with videos
     for path in videos:
         try:
             time_base = frames.time_base(path)

@@ -11,7 +11,7 @@ import json
 
 import pyarrow as pa
 
-from lerodoc.parquet_io import is_list_type
+from lerodoc.tables.parquet_io import is_list_type
 
 ARROW = {"float16": pa.float16(), "float32": pa.float32(), "float64": pa.float64(), "int8": pa.int8(),
          "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(), "uint8": pa.uint8(),

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc.errors import LerodocError
-from lerodoc.files import new_file
+from lerodoc.execution.files import new_file
 
 
 def replace_file(path: Path, write) -> None:

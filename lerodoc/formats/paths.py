@@ -14,8 +14,8 @@ Datasets are untrusted: their info.json decides file names (feature keys become 
 - `check_links`: following symbolic links, the files a dataset names still lie inside it, or, for a
   snapshot of the Hugging Face cache, in that repository's `blobs/` folder (where the snapshot's links
   point).
-- writers never write into a file that exists (it may be a hard link to an input, see `lerodoc.links`):
-  they create a new file under a temporary name beside the target and rename it over (`lerodoc.files`).
+- writers never write into a file that exists (it may be a hard link to an input, see `lerodoc.execution.links`):
+  they create a new file under a temporary name beside the target and rename it over (`lerodoc.execution.files`).
 
 Every refusal is an `UnsafePath` (exit 3) naming the file and the field.
 """

@@ -67,7 +67,7 @@ def _regular_episode_stats(path: Path) -> dict[int, dict] | None:
     import pyarrow as pa
     import pyarrow.json as pj
 
-    from lerodoc.parquet_io import regular_rows, to_numpy
+    from lerodoc.tables.parquet_io import regular_rows, to_numpy
     try:
         table = pj.read_json(path, read_options=pj.ReadOptions(use_threads=False,
                                                                block_size=max(1 << 20, path.stat().st_size + 1)))

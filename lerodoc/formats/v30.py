@@ -26,7 +26,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import read_json, replace_file, stats_from_json, stats_to_json, write_json
 from lerodoc.formats.model import Episode, VideoSpan
-from lerodoc.parquet_io import arrow_array, null_free, open_parquet, read_parquet, read_schema, regular_rows
+from lerodoc.tables.parquet_io import arrow_array, null_free, open_parquet, read_parquet, read_schema, regular_rows
 
 VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"

@@ -15,8 +15,8 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.ops import rewrite
-from lerodoc.staging import check_output, staged_output
-from lerodoc.stats import dataset_stats
+from lerodoc.execution.staging import check_output, staged_output
+from lerodoc.tables.stats import dataset_stats
 
 
 @dataclass
@@ -50,7 +50,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
             data_file_size_mb: float | None = None, video_file_size_mb: float | None = None,
             progress: rewrite.Progress | None = None, engine=None, dry_run: bool = False) -> ConvertReport:
     """Convert the dataset at `src` to version `to` (v3.0, or v2.1 for a v3.0 input) into `out`; `engine`
-    (`lerodoc.engine`) runs the file jobs on a cluster. `dry_run` returns the report with the plan
+    (`lerodoc.execution.engine`) runs the file jobs on a cluster. `dry_run` returns the report with the plan
     (`rewrite.Plan.to_json`), writing nothing."""
     started = time.perf_counter()
     ds = Dataset.open(src)

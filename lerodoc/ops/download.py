@@ -24,7 +24,7 @@ from lerodoc.errors import UsageError
 from lerodoc.ops import rewrite
 from lerodoc.ops.merge import merge
 from lerodoc.selection import Selection
-from lerodoc.staging import check_output
+from lerodoc.execution.staging import check_output
 
 CACHE_SUFFIX = ".lerodoc-download"
 
@@ -97,9 +97,9 @@ def own_bytes(ds: Dataset, numbers: list[int]) -> int:
     """The bytes that are the episodes' own in the source: the compressed column chunks of the row groups that hold
     their rows (a row group shared with other episodes counts in proportion to the rows it holds of theirs) and the
     samples of their video windows. Read from the footers and moov boxes the download fetched already."""
-    from lerodoc import mp4
-    from lerodoc.clips import Clip
-    from lerodoc.parquet_io import open_parquet
+    from lerodoc.media import mp4
+    from lerodoc.media.clips import Clip
+    from lerodoc.tables.parquet_io import open_parquet
     wanted = set(numbers)
     total = 0
     for relative, eps in ds.episodes_by_data_file().items():

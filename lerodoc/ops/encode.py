@@ -27,19 +27,21 @@ from pathlib import Path
 import av
 import numpy as np
 
-from lerodoc import clips, encoding, formats
-from lerodoc.clips import window_frames
+from lerodoc import formats
+
+from lerodoc.media import clips, encoding
+from lerodoc.media.clips import window_frames
 from lerodoc.dataset import Dataset, VideoSpan, read_rows
 from lerodoc.errors import LerodocError, UsageError, VerificationError
 from lerodoc.formats import v21
 from lerodoc.formats.jsonl import write_json
 from lerodoc.formats.paths import inside
-from lerodoc.frames import decode_frames, keyframe_gap, probe as probe_video
+from lerodoc.media.frames import decode_frames, keyframe_gap, probe as probe_video
 from lerodoc.ops import rewrite
 from lerodoc.ops.derive import derive
 from lerodoc.ops.features import FeatureEdit
-from lerodoc.parallel import pmap
-from lerodoc.staging import output_target, scratch_beside, staged_edit
+from lerodoc.execution.parallel import pmap
+from lerodoc.execution.staging import output_target, scratch_beside, staged_edit
 
 SAMPLES = 3            # frames per file compared with the source for the PSNR report
 IMAGE_CODECS = {b"\x89PNG": "png", b"\xff\xd8\xff": "mjpeg"}

@@ -15,8 +15,8 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.hf import dtype_name
 from lerodoc.ops import derive
-from lerodoc.parallel import pmap
-from lerodoc.parquet_io import is_list_type, read_parquet, read_schema, to_numpy
+from lerodoc.execution.parallel import pmap
+from lerodoc.tables.parquet_io import is_list_type, read_parquet, read_schema, to_numpy
 
 
 @dataclass

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lerodoc import access, frames
+from lerodoc import access
+
+from lerodoc.media import frames
 from lerodoc.dataset import Dataset
 from lerodoc.formats.info import flat_names
-from lerodoc.stats import BASIC, QUANTILES
+from lerodoc.tables.stats import BASIC, QUANTILES
 
 
 def describe(root: Path) -> dict:

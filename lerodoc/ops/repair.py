@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lerodoc import formats, frames
+from lerodoc import formats
+
+from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset, Episode, VideoSpan
 from lerodoc.errors import LerodocError
@@ -28,9 +30,9 @@ from lerodoc.formats.stats import normalise_stats, stat_size
 from lerodoc.kept import undeclared_cameras
 from lerodoc.ops import rewrite
 from lerodoc.ops.validate import validate
-from lerodoc.parquet_io import column_matrix, read_parquet
-from lerodoc.staging import output_target, staged_output
-from lerodoc.stats import dataset_stats, exact_stats
+from lerodoc.tables.parquet_io import column_matrix, read_parquet
+from lerodoc.execution.staging import output_target, staged_output
+from lerodoc.tables.stats import dataset_stats, exact_stats
 
 CAMERA_NAMES = ["height", "width", "channels"]
 

@@ -25,16 +25,16 @@ from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
-from lerodoc.files import new_file
+from lerodoc.execution.files import new_file
 from lerodoc.formats.paths import inside
-from lerodoc.parallel import pmap
-from lerodoc.parquet_io import (column_digests, column_matrix, conform, from_numpy, is_list_type, iter_batches,
+from lerodoc.execution.parallel import pmap
+from lerodoc.tables.parquet_io import (column_digests, column_matrix, conform, from_numpy, is_list_type, iter_batches,
                                 numpy_dtype, open_parquet, read_parquet, read_schema)
-from lerodoc.links import link_or_copy
-from lerodoc.stats import column_stats
+from lerodoc.execution.links import link_or_copy
+from lerodoc.tables.stats import column_stats
 
-if TYPE_CHECKING:   # lerodoc.video (PyAV) is imported where clips are handled: no rewrite without videos loads it
-    from lerodoc import video
+if TYPE_CHECKING:   # lerodoc.media.video (PyAV) is imported where clips are handled: no rewrite without videos loads it
+    from lerodoc.media import video
 
 TARGETS = ("v2.1", "v3.0")
 MB = 1 << 20
@@ -301,7 +301,7 @@ def clip_facts(args: tuple[tuple[video.Clip, ...], tuple[int, ...], int, bool]
     """Worker: per clip, whether it starts on a keyframe (else it is re-encoded); with `signatures`, what must
     be equal for it to be joined to its neighbour (`video.signature`); and whether its time base places frames
     on the k/fps grid (else its packets are re-timed onto it: `video.concat`)."""
-    from lerodoc import frames, video
+    from lerodoc.media import frames, video
     clips, episodes, fps, signatures = args
     return [(video.starts_on_keyframe(c, fps, e), video.signature(c.path, e) if signatures else None,
              video.fits_grid(frames.time_base(c.path, e), fps)) for c, e in zip(clips, episodes)]
@@ -314,7 +314,7 @@ def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ..
     re-timing and whose file can be reused as it is (`video.linkable`) is that source file; other clips are
     joined up to `cap_bytes`, a new file starting where two neighbours' signatures differ or either is
     re-encoded (its parameters are the encoder's)."""
-    from lerodoc import video
+    from lerodoc.media import video
     reencoded = {i for i, (keyframe, _, _) in enumerate(facts) if not keyframe}
     retimed = {i for i, (_, _, on_grid) in enumerate(facts) if not on_grid} - reencoded
     linked = {}
@@ -339,7 +339,7 @@ def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ..
 
 def write_video_file(vf: VideoFile, root: Path, fps: int) -> list[video.Written]:
     """Write one planned file under `root`; returns where each clip landed."""
-    from lerodoc import video
+    from lerodoc.media import video
     out = inside(root, vf.path, field=f"video_path of {vf.key}")
     out.parent.mkdir(parents=True, exist_ok=True)
     if vf.reencode == (0,) and len(vf.clips) == 1:
@@ -423,7 +423,7 @@ def _group_by_size(sizes: list[int], cap: int) -> list[list[int]]:
 
 
 def _clip_of(ds: Dataset, ep: Episode, key: str) -> video.Clip:
-    from lerodoc import video
+    from lerodoc.media import video
     span = ep.videos[key]
     path = ds.path(span.file)
     if ds.version == "v3.0":
@@ -616,7 +616,7 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     """Write a plan's rows and videos into the staging folder `tmp`.
 
     Returns the new episodes (files, windows, per-episode stats); the caller writes the metadata with
-    `formats.module(to).write_meta` and then calls `verify`. `engine` (`lerodoc.engine`) runs the jobs on a
+    `formats.module(to).write_meta` and then calls `verify`. `engine` (`lerodoc.execution.engine`) runs the jobs on a
     cluster instead of `workers` processes.
     """
     info, picks = plan_.info, plan_.picks

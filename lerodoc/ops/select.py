@@ -22,8 +22,8 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import UsageError
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
 from lerodoc.ops import derive
-from lerodoc.parquet_io import column_matrix
-from lerodoc.stats import channel_flags, exact_stats
+from lerodoc.tables.parquet_io import column_matrix
+from lerodoc.tables.stats import channel_flags, exact_stats
 
 TARGETS = {"state": "observation.state", "action": "action"}
 PI05_MAX_DIM = 32

@@ -19,7 +19,7 @@ from lerodoc.ops import rewrite
 from lerodoc.ops.delete import output_version
 from lerodoc.ops.merge import MergeReport, merge
 from lerodoc.selection import Selection, items, parse
-from lerodoc.staging import check_output, staged_output
+from lerodoc.execution.staging import check_output, staged_output
 
 _PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 

@@ -18,7 +18,7 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.ops.derive import derive
-from lerodoc.parquet_io import column_matrix, from_numpy
+from lerodoc.tables.parquet_io import column_matrix, from_numpy
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import torch
 
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
-from lerodoc.parquet_io import column_matrix, read_parquet
+from lerodoc.tables.parquet_io import column_matrix, read_parquet
 from lerodoc.pi05.frames import FrameReader
 
 STATE_BINS = 256

@@ -1,9 +1,9 @@
 """Decode video frames at given times for training: few seeks, uint8 out, resized with padding.
 
-A reader keeps a few files open, each with a `lerodoc.frames.Cursor`. For the sorted times asked of one file it
+A reader keeps a few files open, each with a `lerodoc.media.frames.Cursor`. For the sorted times asked of one file it
 decodes forward from the last frame it returned whenever no keyframe lies between that frame and the next target
 (so frames of one episode in a batch cost one seek), and seeks otherwise. Keyframe times come from the file's
-index (`lerodoc.frames.index`); for a file that cannot be indexed it seeks when the target is over a second
+index (`lerodoc.media.frames.index`); for a file that cannot be indexed it seeks when the target is over a second
 ahead.
 """
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import av
 import numpy as np
 
-from lerodoc.clips import READ_ERRORS, reason
+from lerodoc.media.clips import READ_ERRORS, reason
 from lerodoc.errors import LerodocError
-from lerodoc.frames import Cursor, Unreadable, index, open_video
+from lerodoc.media.frames import Cursor, Unreadable, index, open_video
 
 FALLBACK_GAP_S = 1.0
 
@@ -35,7 +35,7 @@ def resize_with_pad(frame: av.VideoFrame, size: int) -> np.ndarray:
 
 
 class _Open:
-    """One open file: its cursor (lerodoc.frames) and keyframe times."""
+    """One open file: its cursor (lerodoc.media.frames) and keyframe times."""
 
     def __init__(self, path: Path, tolerance_s: float):
         try:

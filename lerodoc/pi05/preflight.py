@@ -14,7 +14,7 @@ from lerodoc.checks import Context, open_context, run_checks
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import ACTION_FEATURES, STATE_FEATURES, flat_names
-from lerodoc.stats import channel_flags
+from lerodoc.tables.stats import channel_flags
 
 MAX_ACTION_DIM = 32
 

@@ -15,15 +15,15 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from lerodoc.clips import READ_ERRORS, reason
+from lerodoc.media.clips import READ_ERRORS, reason
 from lerodoc.dataset import Dataset, Episode, read_rows
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import INDEX_FEATURES
 from lerodoc.ops.quantiles import channel_table
-from lerodoc.parquet_io import column_matrix
+from lerodoc.tables.parquet_io import column_matrix
 from lerodoc.selection import Selection
-from lerodoc.stats import block_stats, groups_of
-from lerodoc.frames import Cursor, keyframe_gap, open_video, probe
+from lerodoc.tables.stats import block_stats, groups_of
+from lerodoc.media.frames import Cursor, keyframe_gap, open_video, probe
 
 THUMB_WIDTH = 240   # pixels; thumbnails keep their aspect ratio
 
@@ -165,7 +165,7 @@ def task_changes(ds: Dataset, task_index: dict[int, np.ndarray | None]) -> list[
 
 def cameras(ds: Dataset) -> list[dict]:
     """Per camera, from its first video file's headers: codec, size, pixel format, fps and GOP (the longest
-    run of frames between keyframes, from the file's index: `lerodoc.frames`); no frame is decoded."""
+    run of frames between keyframes, from the file's index: `lerodoc.media.frames`); no frame is decoded."""
     out = []
     for key in ds.info.video_keys:
         files = ds.video_files(key)

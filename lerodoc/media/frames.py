@@ -2,7 +2,7 @@
 
 Every read of a video opens it here (`open_video`: local paths, hub files, damaged tags). `index(path)` lists a
 file's frames (presentation times, ends, keyframes) and its codec parameters without decoding: from the mp4 sample
-tables (lerodoc.mp4), or from PyAV's demuxer for a file those do not parse. It is read once per version of the
+tables (lerodoc.media.mp4), or from PyAV's demuxer for a file those do not parse. It is read once per version of the
 file. `Cursor` decodes one stream forward and returns the frame shown at each time asked; when to seek, and what
 to refuse, is each caller's (validate --deep, report thumbnails, training).
 """
@@ -18,8 +18,10 @@ from pathlib import Path
 import av
 import numpy as np
 
-from lerodoc import access, mp4
-from lerodoc.clips import READ_ERRORS, reason
+from lerodoc import access
+
+from lerodoc.media import mp4
+from lerodoc.media.clips import READ_ERRORS, reason
 from lerodoc.errors import LerodocError
 
 NO_CODEC = "its video stream names no codec FFmpeg knows (damaged sample description?)"

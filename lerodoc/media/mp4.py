@@ -20,8 +20,8 @@ import av
 import numpy as np
 
 from lerodoc import access
-from lerodoc.clips import READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, reason, window_ticks
-from lerodoc.files import new_file
+from lerodoc.media.clips import READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, reason, window_ticks
+from lerodoc.execution.files import new_file
 
 
 class Unsupported(Exception):

@@ -1,7 +1,7 @@
 """Encoding frames into mp4 files, and measuring what the encoding cost (PSNR).
 
 Lossy encoding uses lerobot's settings (its VideoEncoderConfig: libsvtav1, yuv420p, g=2, crf=30, preset 12);
-re-encoded clips (a cut that does not start on a keyframe: lerodoc.video) are lossless instead.
+re-encoded clips (a cut that does not start on a keyframe: lerodoc.media.video) are lossless instead.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import av
 
-from lerodoc.files import new_file
+from lerodoc.execution.files import new_file
 
 ENCODERS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265", "mpeg4": "mpeg4"}
 # Re-encoded clips are lossless in the decoded (YUV) domain, so a cut changes no pixel.

@@ -12,8 +12,8 @@ from pathlib import Path
 from lerodoc import access, formats
 from lerodoc.errors import LerodocError, UsageError, VerificationError, no_room
 from lerodoc.kept import require_kept
-from lerodoc.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
-from lerodoc.locks import output_lock
+from lerodoc.execution.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
+from lerodoc.execution.locks import output_lock
 
 TEMP_SUFFIX = ".lerodoc-tmp"
 

@@ -6,7 +6,7 @@ arguments and return the results in unit order: outputs are the same bit for bit
 - convert and merge (`ops.rewrite.execute`): one output data file (-> v3.0) or one source data file
   (-> v2.1), and one camera's clips (-> v3.0) or 16 episodes' clips (-> v2.1);
 - quantiles: one data file's episodes (per-episode stats), then one tally pass of the dataset's radix
-  selection over a run of data files (`lerodoc.quantiles.Selection`: counts travel, rows do not);
+  selection over a run of data files (`lerodoc.tables.quantiles.Selection`: counts travel, rows do not);
 - validate: one data file's bookkeeping columns and one data file's per-episode stats.
 
 Ray is imported only when chosen (`pip install 'lerodoc[scale]'`). Every path a unit reads or writes must

@@ -8,7 +8,7 @@ Numeric features are held as groups (`Group`), one (channels, rows) matrix per d
 fits the memory budget, each data file is read once (all needed columns), its columns are transposed
 into the groups' matrices, episodes are sliced out of them (threads, scratch arrays reused), and the
 dataset quantiles come from sorting the matrices in place (threads over channel blocks). Otherwise the
-episodes are done per data file in worker processes and the dataset quantiles by `lerodoc.quantiles`
+episodes are done per data file in worker processes and the dataset quantiles by `lerodoc.tables.quantiles`
 (channel blocks, or radix selection). Every path gives the same bits as numpy's min, max, mean, std
 and quantile (linear method) on the same rows.
 """
@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc.dataset import Dataset, Stats
-from lerodoc.engine import TASKS_PER_CPU
+from lerodoc.execution.engine import TASKS_PER_CPU
 from lerodoc.errors import LerodocError
-from lerodoc.parallel import pmap
-from lerodoc.parquet_io import column_matrix, iter_batches, leaf_values, open_parquet, read_parquet
-from lerodoc.quantiles import (Selection, Tally, key_slices, row_quantiles, selected_quantiles, sorted_quantiles,
+from lerodoc.execution.parallel import pmap
+from lerodoc.tables.parquet_io import column_matrix, iter_batches, leaf_values, open_parquet, read_parquet
+from lerodoc.tables.quantiles import (Selection, Tally, key_slices, row_quantiles, selected_quantiles, sorted_quantiles,
                                transpose_into)
-from lerodoc.quantiles import quantiles as exact_quantiles
+from lerodoc.tables.quantiles import quantiles as exact_quantiles
 
 BASIC = ("min", "max", "mean", "std", "count")
 QUANTILES = ("q01", "q10", "q50", "q90", "q99")
@@ -310,7 +310,7 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
 
     When every value fits the budget the data is read once into memory and episodes are sliced out of
     it (threads); otherwise episodes are done per file in worker processes and the dataset quantiles by
-    channel blocks or radix selection over the files. With an `engine` (`lerodoc.engine`) the rows never
+    channel blocks or radix selection over the files. With an `engine` (`lerodoc.execution.engine`) the rows never
     leave the workers: episodes per file and the dataset quantiles by tally passes on the cluster.
     """
     by_file = ds.row_spans(absolute=True)

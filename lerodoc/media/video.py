@@ -1,9 +1,9 @@
 """Video files written by stream copy: clips joined back to back and cut out, their packets copied as they are.
 
 Every timestamp lerodoc writes comes from the packets of the file it wrote, not from sums of durations. Plain
-mp4 files are joined at box level (lerodoc.mp4); anything else is remuxed packet by packet with PyAV. A cut that
-does not start on a keyframe is the one case that decodes (lerodoc.frames) and encodes, losslessly
-(lerodoc.encoding).
+mp4 files are joined at box level (lerodoc.media.mp4); anything else is remuxed packet by packet with PyAV. A cut that
+does not start on a keyframe is the one case that decodes (lerodoc.media.frames) and encodes, losslessly
+(lerodoc.media.encoding).
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import av
 
-from lerodoc import mp4
-# re-exported: the clip primitives live in lerodoc.clips, which mp4 shares
-from lerodoc.clips import (READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, grid_time_base,  # noqa: F401
+from lerodoc.media import mp4
+# re-exported: the clip primitives live in lerodoc.media.clips, which mp4 shares
+from lerodoc.media.clips import (READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, grid_time_base,  # noqa: F401
                            reason, window_ticks)
-from lerodoc.encoding import ENCODERS, LOSSLESS, mux_encoded
+from lerodoc.media.encoding import ENCODERS, LOSSLESS, mux_encoded
 from lerodoc.errors import LerodocError
-from lerodoc.files import new_file
-from lerodoc.frames import decode_checked, demux_checked, open_stream, probe, strict_tags
+from lerodoc.execution.files import new_file
+from lerodoc.media.frames import decode_checked, demux_checked, open_stream, probe, strict_tags
 
 
 def signature(path: Path, episode: int | None = None) -> tuple:
@@ -66,7 +66,7 @@ def concat(clips: list[Clip], out: Path, fps: int, episodes: list[int] | None = 
 
     Every clip must start on a keyframe and share codec parameters with the first; otherwise a
     LerodocError names the clip. Returns each clip's window in the written file. Plain mp4 files are
-    joined at box level (lerodoc.mp4); anything that path does not handle is remuxed packet by packet.
+    joined at box level (lerodoc.media.mp4); anything that path does not handle is remuxed packet by packet.
     """
     episodes = episodes or [None] * len(clips)
     try:
