@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from lerodoc.errors import LerodocError, UsageError  # noqa: F401  (re-exported: what the calls raise)
+from lerodoc.conventions import TOLERANCE_S
 
 PathLike = str | Path
 
@@ -104,7 +105,7 @@ def quantiles(dataset: PathLike, output: PathLike | None = None, *, store: bool 
                openpi_path=None if openpi_norm_stats is None else Path(openpi_norm_stats), force=force).to_json()
 
 
-def validate(dataset: PathLike, *, videos: bool = False, deep: bool = False, tolerance_s: float = 1e-4) -> dict:
+def validate(dataset: PathLike, *, videos: bool = False, deep: bool = False, tolerance_s: float = TOLERANCE_S) -> dict:
     """`lerodoc validate`: the findings (code, severity, file, episode, field, message, hint) and their counts."""
     from lerodoc.ops.validate import validate as run
     return run(Path(dataset), videos=videos, deep=deep, tolerance_s=tolerance_s).to_json()

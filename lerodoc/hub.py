@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lerodoc import __version__
+from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
 from lerodoc.hub_errors import HubError, hub_errors, offline  # noqa: F401  (re-exported)
 
@@ -39,7 +40,6 @@ ASSETS = {a.name: a for a in (
 )}
 KINDS = {"tokenizer": "tokenizer.model", "weights": "model.safetensors"}
 SOURCES = ("hf", "modelscope")
-INFO_FILE = "meta/info.json"   # formats.INFO_PATH, spelt here so that finding a dataset loads no format code
 
 
 def asset(kind: str, name: str) -> Asset:
@@ -99,11 +99,11 @@ def find_dataset(repo_id: str) -> Path:
     Never touches the network. A repo id found nowhere is a LerodocError whose hint is the download command."""
     home = lerobot_home()
     local = home / repo_id
-    if (local / INFO_FILE).is_file():
+    if (local / INFO_PATH).is_file():
         return local
     for cache_dir in (home / "hub", None):
         for revision in DATASET_REVISIONS:
-            info = cached_file(repo_id, INFO_FILE, repo_type="dataset", revision=revision, cache_dir=cache_dir)
+            info = cached_file(repo_id, INFO_PATH, repo_type="dataset", revision=revision, cache_dir=cache_dir)
             if info:
                 return info.parent.parent
     raise LerodocError(f"is neither a folder here nor a dataset on this machine (looked in "
@@ -347,10 +347,10 @@ def push_outputs(outputs: list[Path], repo: str) -> list[Pushed]:
     the repository lerobot's split_dataset names."""
     pushed = []
     for out in dict.fromkeys(Path(o) for o in outputs):
-        if (out / INFO_FILE).is_file():
+        if (out / INFO_PATH).is_file():
             pushed.append(push_dataset(out, repo))
             continue
-        parts = sorted(p for p in out.iterdir() if (p / INFO_FILE).is_file() and not p.name.startswith("."))
+        parts = sorted(p for p in out.iterdir() if (p / INFO_PATH).is_file() and not p.name.startswith("."))
         if not parts:
             raise LerodocError("holds no dataset to push", file=out)
         pushed += [push_dataset(part, f"{repo}_{part.name}") for part in parts]

@@ -12,9 +12,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from lerodoc.conventions import INFO_PATH
 from lerodoc.execution.parallel import default_workers
 
-INFO_FILE = "meta/info.json"   # formats.INFO_PATH, spelt here so that --help loads no format code
 
 
 def resolve_dataset(value: Optional[Path]) -> Path:
@@ -30,9 +30,9 @@ def resolve_dataset(value: Optional[Path]) -> Path:
         except FileNotFoundError:
             raise typer.BadParameter("give a DATASET: the current folder no longer exists (replaced by an "
                                      "--in-place rewrite?); cd into the dataset again", param_hint="DATASET") from None
-        if (here / INFO_FILE).is_file():
+        if (here / INFO_PATH).is_file():
             return here
-        raise typer.BadParameter(f"give a DATASET: the current folder ({here}) holds no {INFO_FILE}",
+        raise typer.BadParameter(f"give a DATASET: the current folder ({here}) holds no {INFO_PATH}",
                                  param_hint="DATASET")
     if str(value).startswith(("hf:/", "hf://")):   # a hub dataset, read by range requests (lerodoc.access)
         from lerodoc.access import open_url

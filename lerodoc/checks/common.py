@@ -19,6 +19,7 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, NON_NUMERIC_DTYPES
+from lerodoc.conventions import TOLERANCE_S
 from lerodoc.execution.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix
 
@@ -51,7 +52,7 @@ class Context:
     open_error: LerodocError | None = None
     videos: bool = False          # --videos: container-level video checks
     deep: bool = False            # --deep: decode the first and last frame of each episode span
-    tolerance_s: float = 1e-4
+    tolerance_s: float = TOLERANCE_S
     cache: dict = field(default_factory=dict)   # families share parsed files here
     engine: object = None         # lerodoc.execution.engine: the per-file reads run on a cluster (None: here)
 

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
+from lerodoc.conventions import TOLERANCE_S
 from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, WorkersOpt, working_in
 
 
@@ -26,7 +27,7 @@ def report(
     sample: Annotated[int, typer.Option("--sample", "-n", min=1, help="Without --episodes: how many episodes to "
                                         "show, spread evenly (first and last included).")] = 3,
     tolerance_s: Annotated[float, typer.Option(help="Timestamp tolerance, as lerobot's tolerance_s: a frame "
-                                               "caption turns red beyond it.")] = 1e-4,
+                                               "caption turns red beyond it.")] = TOLERANCE_S,
     workers: WorkersOpt = DEFAULT_WORKERS,
     json: JsonOpt = False,
 ) -> None:

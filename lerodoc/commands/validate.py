@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
+from lerodoc.conventions import TOLERANCE_S
 from lerodoc.errors import ExitCode
 from lerodoc.options import EngineName, EngineOpt, JsonOpt, RayAddressOpt, resolve_dataset
 
@@ -20,7 +21,7 @@ def validate(
                                                       "meta/info.json")] = None,
     videos: Annotated[bool, typer.Option("--videos", help="Also check the video containers (no decoding).")] = False,
     deep: Annotated[bool, typer.Option("--deep", help="Also decode the first and last frame of each episode.")] = False,
-    tolerance_s: Annotated[float, typer.Option(help="Timestamp tolerance, as lerobot's tolerance_s.")] = 1e-4,
+    tolerance_s: Annotated[float, typer.Option(help="Timestamp tolerance, as lerobot's tolerance_s.")] = TOLERANCE_S,
     strict: Annotated[bool, typer.Option("--strict", help="Count warnings as errors: exit 1 when there is any "
                                          "finding.")] = False,
     list_checks: Annotated[bool, typer.Option("--list-checks", help="Print every check code and exit.")] = False,

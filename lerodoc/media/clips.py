@@ -12,6 +12,7 @@ from pathlib import Path
 
 import av
 
+from lerodoc.conventions import TOLERANCE_S
 from lerodoc.errors import LerodocError
 
 
@@ -63,7 +64,6 @@ def window_ticks(clip: Clip, time_base: Fraction, fps: int) -> tuple[int | None,
 
 
 GRID_TIME_BASE = 15360   # lerobot's (and FFmpeg's mp4 default for 30 fps) video time base
-LEROBOT_TOLERANCE_S = 1e-4   # lerobot's default tolerance_s: a query time must find a frame closer than this
 
 
 def grid_deviation(time_base: Fraction, fps: int) -> Fraction:
@@ -75,7 +75,7 @@ def grid_deviation(time_base: Fraction, fps: int) -> Fraction:
 def fits_grid(time_base: Fraction, fps: int) -> bool:
     """Whether ticks of `time_base` place frame k close enough to k/fps for lerobot (1/1000 does not at 30 fps:
     frames are up to a third of a millisecond off, past its 1e-4 s tolerance)."""
-    return grid_deviation(time_base, fps) < LEROBOT_TOLERANCE_S
+    return grid_deviation(time_base, fps) < TOLERANCE_S
 
 
 def grid_time_base(fps: int) -> Fraction:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from lerodoc import access
 from lerodoc.checks import ERROR, FAMILIES, Finding, family, open_context, run_checks
+from lerodoc.conventions import TOLERANCE_S
 from lerodoc.dataset import Dataset
 
 
@@ -34,7 +35,7 @@ class ValidateReport:
                 **({"transfer": self.transfer} if self.transfer else {})}
 
 
-def validate(root: Path, *, videos: bool = False, deep: bool = False, tolerance_s: float = 1e-4,
+def validate(root: Path, *, videos: bool = False, deep: bool = False, tolerance_s: float = TOLERANCE_S,
              engine=None, dataset: Dataset | None = None) -> ValidateReport:
     """Run every check family on the dataset at `root`; `engine` (`lerodoc.execution.engine`) reads the data files on a
     cluster (their bookkeeping columns and per-episode stats come back, not the feature values). `dataset` is

@@ -22,6 +22,7 @@ from lerodoc.formats.jsonl import write_text
 from lerodoc.ops.rewrite import tree_size
 from lerodoc.ops.validate import catalogue, validate
 from lerodoc.report import data, page
+from lerodoc.conventions import TOLERANCE_S
 from lerodoc.selection import Selection
 from lerodoc.execution.staging import check_output
 
@@ -48,7 +49,7 @@ class Report:
 
 
 def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | None = None, sample: int = 3,
-          workers: int = 1, tolerance_s: float = 1e-4, progress: Progress | None = None,
+          workers: int = 1, tolerance_s: float = TOLERANCE_S, progress: Progress | None = None,
           force: bool = False) -> Report:
     """Write the report of the dataset at `root` to `out` (never inside the dataset; over an existing file only with
     `force`); decode frames only with `videos`. Time series and frames show the `episodes` selected (an episode the
