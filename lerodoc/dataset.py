@@ -35,13 +35,14 @@ class Dataset:
         if not root.is_dir():
             raise LerodocError("no such dataset folder", file=root)
         try:
-            paths.check_links(root, paths.tree(root / "meta", root))   # untrusted: nothing read outside the root
+            # untrusted: nothing read outside the root
+            paths.check_links(root, paths.tree(root / formats.META_DIR, root))
             version = formats.detect_version(root)
             info = Info.load(root / formats.INFO_PATH)
             episodes, tasks, stats = formats.module(version).read(root, info)
         except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
-            raise LerodocError(f"metadata is malformed ({type(exc).__name__}: {exc})", file=root / "meta",
-                               hint="lerodoc validate lists what is wrong") from None
+            raise LerodocError(f"metadata is malformed ({type(exc).__name__}: {exc})",
+                               file=root / formats.META_DIR, hint="lerodoc validate lists what is wrong") from None
         if not episodes:
             raise LerodocError("lists no episodes", file=root / _episodes_meta(version))
         paths.check_links(root, dict.fromkeys(ep.data_file for ep in episodes), field="data_path")
@@ -117,7 +118,7 @@ class Dataset:
         template = "data_path" if key is None else "video_path"
         if self.version == "v3.0":
             prefix = "data" if key is None else f"videos/{key}"
-            return ep.source or "meta/episodes", f"{prefix}/chunk_index, {prefix}/file_index", template
+            return ep.source or _episodes_meta(self.version), f"{prefix}/chunk_index, {prefix}/file_index", template
         return ep.source or _episodes_meta(self.version), "episode_index", template
 
     def missing(self, ep: Episode, key: str | None = None) -> LerodocError:
@@ -149,8 +150,8 @@ class Dataset:
                                             "metadata from the data files")
 
     def _require_stats_shapes(self) -> None:
-        stats_file = "meta/stats.json"
-        episodes_file = "meta/episodes" if self.version == "v3.0" else "meta/episodes_stats.jsonl"
+        module = formats.module(self.version)
+        stats_file, episodes_file = module.STATS_PATH, module.EPISODE_STATS_META
         sizes: dict[tuple[str, str], int | None] = {}    # per feature and stat, not per episode
         for episode, stats, where in [(None, self.stats or {}, stats_file)] + \
                 [(ep.index, ep.stats, episodes_file) for ep in self.episodes]:
@@ -226,7 +227,7 @@ UNREADABLE_COLUMN = ("LAY036", "LAY037")
 
 def _episodes_meta(version: str) -> str:
     """Where a version lists its episodes (a folder of parquet files for v3.0)."""
-    return "meta/episodes" if version == "v3.0" else formats.module(version).EPISODES_PATH
+    return formats.module(version).EPISODES_META
 
 
 def read_rows(path: Path | str, start: int, length: int, columns: list[str] | None = None,

@@ -13,6 +13,9 @@ from lerodoc.formats.info import Info
 VERSION = "v2.0"
 EPISODES_PATH = v21.EPISODES_PATH
 TASKS_PATH = v21.TASKS_PATH
+STATS_PATH = v21.STATS_PATH
+EPISODES_META = v21.EPISODES_META
+EPISODE_STATS_META = v21.EPISODE_STATS_META   # named where per-episode stats fail; v2.0 itself writes none
 
 
 def read(root: Path, info: Info):

@@ -24,6 +24,8 @@ EPISODES_PATH = "meta/episodes.jsonl"
 TASKS_PATH = "meta/tasks.jsonl"
 EPISODES_STATS_PATH = "meta/episodes_stats.jsonl"
 STATS_PATH = "meta/stats.json"
+EPISODES_META = EPISODES_PATH            # where episodes are listed
+EPISODE_STATS_META = EPISODES_STATS_PATH  # and where their stats are
 INFO_ORDER = ("codebase_version", "robot_type", "total_episodes", "total_frames", "total_tasks",
               "total_videos", "total_chunks", "chunks_size", "fps", "splits", "data_path", "video_path",
               "features")

@@ -31,8 +31,10 @@ from lerodoc.tables.parquet_io import arrow_array, null_free, open_parquet, read
 VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-EPISODES_GLOB = "meta/episodes/*/*.parquet"
+EPISODES_META = "meta/episodes"   # where episodes are listed, with their stats (a folder of parquet files)
+EPISODE_STATS_META = EPISODES_META
+EPISODES_PATH = EPISODES_META + "/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+EPISODES_GLOB = EPISODES_META + "/*/*.parquet"
 TASKS_PATH = "meta/tasks.parquet"
 STATS_PATH = "meta/stats.json"
 INFO_ORDER = ("codebase_version", "fps", "features", "total_episodes", "total_frames", "total_tasks",

@@ -319,7 +319,8 @@ def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: 
                     raise LerodocError(f"window [{span.from_timestamp:.4f}, {span.to_timestamp:.4f}) s is {frames} "
                                        f"frames' worth at {ds.info.fps} fps for {ep.length} rows; re-encoding keeps "
                                        "the windows, so frames and rows would stay misaligned",
-                                       file=ds.path(ep.source or "meta/episodes"), episode=ep.index,
+                                       file=ds.path(ep.source or formats.module(ds.version).EPISODES_META),
+                                       episode=ep.index,
                                        field=f"videos/{key}/from_timestamp, to_timestamp",
                                        hint="lerodoc validate --videos names the cause; lerodoc repair recomputes the "
                                             "windows from the video files")
