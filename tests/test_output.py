@@ -11,6 +11,7 @@ import json
 import os
 import pty
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -224,9 +225,13 @@ def test_merge_and_split_plans_fit_80_columns_with_one_line_headers(ds, tmp_path
     flat = [" ".join(line.split()) for line in shown.splitlines()]
     assert "source dataset version episodes frames excluded" in flat, shown
     assert "B ds v3.0 3->3 150->150 -" in flat, shown
-    rc, shown = in_terminal("merge", ds, ds, "-o", tmp_path / "m", "--dry-run")   # a long path: one block a source
+    # a path (60 characters, relative, so pytest's temp folder does not change it) too long for a table row at 80
+    # columns, short enough for a line of its own: one block a source
+    long = "a-folder-whose-name-leaves-no-room-for-a-table-row-of-80/ds"
+    shutil.copytree(ds, tmp_path / long)
+    rc, shown = in_terminal("merge", long, long, "-o", "m", "--dry-run", cwd=tmp_path)
     assert rc == 0 and not fits(shown), shown
-    assert f"dataset: {ds}" in [" ".join(line.split()[:2]) for line in shown.splitlines()], shown
+    assert f"dataset: {long}" in [" ".join(line.split()[:2]) for line in shown.splitlines()], shown
     assert any(line.startswith("data/chunk-000/file-000.parquet ") for line in flat), shown
     rc, shown = in_terminal("split", ds, "-o", tmp_path / "parts", "--into", "train=0.5,val=0.5", "--dry-run")
     assert rc == 0, shown
