@@ -185,7 +185,7 @@ def test_mp4_tables_claiming_more_than_the_file(filmed, tmp_path):
         patch(raw)
         paths.append(tmp_path / f"{name}.mp4")
         paths[-1].write_bytes(raw)
-    script = ("import sys\nfrom lerodoc import mp4\nfor p in sys.argv[1:]:\n    try:\n        mp4.read_track(p)\n"
+    script = ("import sys\nfrom lerodoc.media import mp4\nfor p in sys.argv[1:]:\n    try:\n        mp4.read_track(p)\n"
               "        print('read')\n    except mp4.Unsupported as exc:\n        print('unsupported', exc)\n")
     proc = subprocess.run([sys.executable, "-c", script, *map(str, paths)], capture_output=True, text=True,
                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY)), timeout=120)
