@@ -16,7 +16,6 @@ from lerodoc.conventions import INFO_PATH
 from lerodoc.execution.parallel import default_workers
 
 
-
 def resolve_dataset(value: Optional[Path]) -> Path:
     """DATASET as typed, or the current folder when it is left out and holds meta/info.json (the card's commands
     are typed inside a dataset), or, when no such folder exists, a repo id (owner/name) found as lerobot finds it

@@ -19,6 +19,7 @@ from lerodoc.media.clips import READ_ERRORS, reason, window, window_frames
 from lerodoc.checks.common import ERROR, WARNING, Context, Finding, finding_factory
 from lerodoc.checks.timestamps import Rows, episode_rows, tolerance_advice
 from lerodoc.dataset import Episode
+from lerodoc.formats import v30
 from lerodoc.formats.info import codec_name
 from lerodoc.media.frames import Index, Unreadable, index, open_video, strict_tags
 
@@ -238,7 +239,7 @@ def _episode(ctx: Context, group: Episodes, stream: Index, ep: Episode, rows: Ro
 
 def _held(ep: Episode, key: str) -> str:
     """Where an episode's stored window is held: its episodes metadata row's from/to_timestamp columns."""
-    return f"{ep.source or 'meta/episodes'}'s videos/{key}/from_timestamp, to_timestamp"
+    return f"{ep.source or v30.EPISODES_META}'s videos/{key}/from_timestamp, to_timestamp"
 
 
 def _window_finding(ctx: Context, group: Episodes, stream: Index, ep: Episode, queries: Queries | None,

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lerodoc import access
+from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import read_json, replace_file, stats_from_json, stats_to_json, write_json
@@ -103,19 +104,29 @@ def _logical_columns(table: pa.Table) -> dict[str, str]:
     return names
 
 
-def _read_table(path: Path) -> pa.Table:
-    """An episodes metadata file without its stats columns (those are read by `StatsColumns` when asked for)."""
+def _read_table(path: Path, stats: bool = True) -> pa.Table:
+    """A metadata parquet file; an episodes file without its `stats/...` columns when not `stats` (`StatsColumns`
+    reads them when asked)."""
     if not path.is_file():
         raise LerodocError("file is missing", file=path)
-    names = read_schema(path).names
-    return read_parquet(path, columns=[c for c in names if not c.startswith("stats/")])
+    if stats:
+        return read_parquet(path)
+    return read_parquet(path, columns=[c for c in read_schema(path).names if not c.startswith("stats/")])
+
+
+def _stats_rows(table: pa.Table, path: Path) -> list[dict]:
+    """`_episode_stats` of one episodes metadata file's table; malformed stats columns are a LerodocError naming it."""
+    try:
+        return _episode_stats(table)
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        raise LerodocError(f"stats columns are malformed ({type(exc).__name__}: {exc})", file=path,
+                           hint="lerodoc validate lists what is wrong") from None
 
 
 class StatsColumns:
-    """The per-episode stats of one episodes metadata file, read on first use. The `stats/...` columns are most of
-    the file's bytes: a hub dataset (lerodoc.access) is read so that a command that needs no episode's stats (info)
-    never fetches their column chunks. A local file's are read at once, so that a damaged file is refused where the
-    dataset is opened."""
+    """The per-episode stats of one episodes metadata file of a hub dataset (lerodoc.access), read on first use:
+    the `stats/...` columns are most of the file's bytes, and a command that needs no episode's stats (info) never
+    fetches their column chunks. A local file is read whole once, where the dataset is opened (`read`)."""
 
     def __init__(self, path: Path):
         self.path, self.rows = path, None
@@ -123,11 +134,7 @@ class StatsColumns:
     def row(self, position: int) -> dict:
         if self.rows is None:
             names = [c for c in read_schema(self.path).names if c.startswith("stats/")]
-            try:
-                self.rows = _episode_stats(read_parquet(self.path, columns=names))
-            except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
-                raise LerodocError(f"stats columns are malformed ({type(exc).__name__}: {exc})", file=self.path,
-                                   hint="lerodoc validate lists what is wrong") from None
+            self.rows = _stats_rows(read_parquet(self.path, columns=names), self.path)
         return self.rows[position]
 
 
@@ -182,15 +189,17 @@ def read(root: Path, info: Info):
     """Episodes, tasks and dataset stats of a v3.0 dataset."""
     files = sorted(root.glob(EPISODES_GLOB))
     if not files:
-        raise LerodocError("no episodes metadata files", file=root / "meta/episodes")
-    tables = [_read_table(f) for f in files]
+        raise LerodocError("no episodes metadata files", file=root / EPISODES_META)
+    remote = access.is_remote(root)
+    tables = [_read_table(f, stats=not remote) for f in files]
     rows = [row for t in tables for row in t.select([c for c in t.column_names
                                                      if not c.startswith("stats/")]).to_pylist()]
     sources = [name for f, t in zip(files, tables) for name in [f.relative_to(root).as_posix()] * t.num_rows]
-    row_stats = [partial(StatsColumns.row, holder, i) for f, t in zip(files, tables)
-                 for holder in [StatsColumns(f)] for i in range(t.num_rows)]
-    if not access.is_remote(root):
-        row_stats = [row() for row in row_stats]
+    if remote:
+        row_stats = [partial(StatsColumns.row, holder, i) for f, t in zip(files, tables)
+                     for holder in [StatsColumns(f)] for i in range(t.num_rows)]
+    else:
+        row_stats = [row for f, t in zip(files, tables) for row in _stats_rows(t, f)]
     episodes = []
     for position, row in enumerate(rows):
         try:
@@ -236,7 +245,7 @@ def _stats_columns(episodes: list[Episode]) -> dict[str, list]:
 def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str], stats: dict | None) -> None:
     """Write info.json, tasks.parquet, the episodes parquet and stats.json for files already on disk."""
     info.describe(VERSION, DATA_PATH, VIDEO_PATH, episodes, len(tasks), foreign=("total_videos", "total_chunks"))
-    info.write(root / "meta/info.json", INFO_ORDER)
+    info.write(root / INFO_PATH, INFO_ORDER)
 
     tasks_table = pa.table({"task_index": arrow_array(range(len(tasks)), pa.int64()),
                             "task": arrow_array(tasks, pa.string())})

@@ -19,7 +19,6 @@ import av
 import numpy as np
 
 from lerodoc import access
-
 from lerodoc.media import mp4
 from lerodoc.media.clips import READ_ERRORS, reason
 from lerodoc.errors import LerodocError

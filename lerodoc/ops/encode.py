@@ -28,7 +28,6 @@ import av
 import numpy as np
 
 from lerodoc import formats
-
 from lerodoc.media import clips, encoding
 from lerodoc.media.clips import window_frames
 from lerodoc.dataset import Dataset, VideoSpan, read_rows
@@ -71,8 +70,8 @@ def settings_of(codec: str | None, gop: int | None, crf: int | None, pix_fmt: st
     """The settings asked for, lerobot's defaults for the rest; a codec this PyAV cannot encode is refused."""
     base = encoding.EncodeSettings()
     settings = encoding.EncodeSettings(codec=codec or base.codec, gop=gop or base.gop,
-                                    crf=base.crf if crf is None else crf, pix_fmt=pix_fmt or base.pix_fmt,
-                                    preset=preset)
+                                       crf=base.crf if crf is None else crf, pix_fmt=pix_fmt or base.pix_fmt,
+                                       preset=preset)
     check_settings(settings)
     return settings
 
@@ -331,11 +330,11 @@ def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: 
         first = now[rels[0]]
         # what is not asked for stays as the camera's first file has it
         settings = encoding.EncodeSettings(codec=asked.get("codec") or first["codec"],
-                                        gop=asked.get("gop") or first["gop"],
-                                        crf=asked["crf"] if asked.get("crf") is not None else
-                                        (first["crf"] if isinstance(first["crf"], int) else 30),
-                                        pix_fmt=asked.get("pix_fmt") or first["pix_fmt"],
-                                        preset=asked.get("preset"))
+                                           gop=asked.get("gop") or first["gop"],
+                                           crf=asked["crf"] if asked.get("crf") is not None else
+                                           (first["crf"] if isinstance(first["crf"], int) else 30),
+                                           pix_fmt=asked.get("pix_fmt") or first["pix_fmt"],
+                                           preset=asked.get("preset"))
         check_settings(settings)
         plans[key] = settings
         given = {k for k, v in asked.items() if v is not None}
@@ -363,7 +362,7 @@ def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: 
             if any(job.key == key for job in work):
                 first = next(job.out for job in work if job.key == key)
                 raw["features"][key]["info"] = {**(raw["features"][key].get("info") or {}),
-                                                **video_info(Path(first), settings)}
+                                                   **video_info(Path(first), settings)}
         write_json(tmp / formats.INFO_PATH, raw)
     by_file = dict(zip([rel for rel, _ in jobs], results))
     for entry in report.files:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from lerodoc import access
-
 from lerodoc.media import frames
 from lerodoc.dataset import Dataset
 from lerodoc.formats.info import flat_names

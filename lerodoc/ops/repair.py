@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc import formats
-
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset, Episode, VideoSpan

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc.checks import Context, open_context, run_checks
+from lerodoc.conventions import INFO_PATH
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import ACTION_FEATURES, STATE_FEATURES, flat_names
@@ -55,7 +56,7 @@ def resolve_keys(dataset: Dataset, action_key: str, state_key: str | None, camer
     lerobot's name, then openpi's; no camera is an error unless asked for (--camera none): image features in the
     parquet are refused with the `lerodoc encode` command that makes them videos."""
     features, root = dataset.info.features, dataset.root
-    info_file = root / "meta/info.json"
+    info_file = root / INFO_PATH
     if action_key == AUTO:
         action_key = next((k for k in ACTION_FEATURES if k in features), None)
         if action_key is None:
@@ -101,7 +102,7 @@ def check_features(dataset: Dataset, action_key: str, state_key: str | None) -> 
     root = dataset.root
     for key in [action_key] + ([state_key] if state_key else []):
         if key not in features:
-            raise LerodocError("no such feature in the dataset", file=root / "meta/info.json", field=key,
+            raise LerodocError("no such feature in the dataset", file=root / INFO_PATH, field=key,
                                hint="pass --action-key/--state-key, or build it with lerodoc select")
         stats = (dataset.stats or {}).get(key, {})
         if "q01" not in stats or "q99" not in stats:
@@ -125,7 +126,7 @@ def check_features(dataset: Dataset, action_key: str, state_key: str | None) -> 
                      f"--{'action' if key == action_key else 'state'} '{key}[{','.join(map(str, keep))}]'")
     dims = int(np.prod(features[action_key].get("shape") or [1]))
     if dims > MAX_ACTION_DIM:
-        raise LerodocError(f"has {dims} dims; pi0.5 predicts at most {MAX_ACTION_DIM}", file=root / "meta/info.json",
+        raise LerodocError(f"has {dims} dims; pi0.5 predicts at most {MAX_ACTION_DIM}", file=root / INFO_PATH,
                            field=action_key, hint=f"lerodoc select {root} -o SELECTED --action '{action_key}[0:32]'")
 
 

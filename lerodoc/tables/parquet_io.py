@@ -40,31 +40,33 @@ def open_parquet(path: Path | str, episode: int | None = None, streaming: bool =
         return pq.ParquetFile(source, pre_buffer=False, buffer_size=1 << 20) if streaming else pq.ParquetFile(source)
 
 
-def leaf_values(meta: pq.FileMetaData) -> dict[str, int]:
-    """Top-level column -> the values its leaf columns hold in the file, from the footer (a list column of N rows
-    of width D holds N * D)."""
+def _leaf_chunks(meta: pq.FileMetaData) -> Iterator[tuple[str, pq.ColumnChunkMetaData]]:
+    """(top-level column, one of its leaf column chunks) for every leaf chunk of every row group, from the footer."""
     schema = meta.schema.to_arrow_schema()
     owner = [name for field in schema for name in [field.name] * _leaves(field.type)]
-    held = dict.fromkeys(schema.names, 0)
     for i in range(meta.num_row_groups):
         group = meta.row_group(i)
         for j in range(min(group.num_columns, len(owner))):
-            held[owner[j]] += group.column(j).num_values
+            yield owner[j], group.column(j)
+
+
+def leaf_values(meta: pq.FileMetaData) -> dict[str, int]:
+    """Top-level column -> the values its leaf columns hold in the file, from the footer (a list column of N rows
+    of width D holds N * D)."""
+    held = dict.fromkeys(meta.schema.to_arrow_schema().names, 0)
+    for name, chunk in _leaf_chunks(meta):
+        held[name] += chunk.num_values
     return held
 
 
 def null_free(meta: pq.FileMetaData) -> set[str]:
     """The top-level columns whose every leaf chunk's footer statistics count no null (a chunk without a null count
     leaves its column out): from the footer alone."""
-    schema = meta.schema.to_arrow_schema()
-    owner = [name for field in schema for name in [field.name] * _leaves(field.type)]
-    free = set(schema.names)
-    for i in range(meta.num_row_groups):
-        group = meta.row_group(i)
-        for j in range(min(group.num_columns, len(owner))):
-            stats = group.column(j).statistics
-            if stats is None or not stats.has_null_count or stats.null_count:
-                free.discard(owner[j])
+    free = set(meta.schema.to_arrow_schema().names)
+    for name, chunk in _leaf_chunks(meta):
+        stats = chunk.statistics
+        if stats is None or not stats.has_null_count or stats.null_count:
+            free.discard(name)
     return free
 
 
