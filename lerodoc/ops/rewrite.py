@@ -106,8 +106,9 @@ def renumber(rows: pa.Table, block: list[RowPiece]) -> tuple[pa.Table, set[str]]
     """Set the block's new `episode_index`, `index`, mapped `task_index` (and, when retiming, `frame_index`
     and `timestamp`); return the columns whose values changed."""
     n, first = rows.num_rows, block[0]
-    wanted = {"episode_index": np.repeat([p.episode for p in block], [p.length for p in block]).astype(np.int64),
-              "index": np.arange(first.from_index, first.from_index + n, dtype=np.int64)}
+    episodes = np.full(n, first.episode, dtype=np.int64) if len(block) == 1 else \
+        np.repeat([p.episode for p in block], [p.length for p in block]).astype(np.int64)
+    wanted = {"episode_index": episodes, "index": np.arange(first.from_index, first.from_index + n, dtype=np.int64)}
     if first.retime_fps:
         frames = np.concatenate([np.arange(p.length) for p in block]).astype(np.int64)
         wanted["frame_index"] = frames
@@ -119,14 +120,23 @@ def renumber(rows: pa.Table, block: list[RowPiece]) -> tuple[pa.Table, set[str]]
         if old.size and (old.min() < 0 or old.max() >= len(first.task_map)):
             raise LerodocError(f"task_index {int(old.max())} has no task", file=first.src_file,
                                episode=first.source_episode, field="task_index")
-        wanted["task_index"] = np.asarray(first.task_map, dtype=np.int64)[old]
+        if first.task_map != tuple(range(len(first.task_map))):   # the identity map changes nothing
+            wanted["task_index"] = np.asarray(first.task_map, dtype=np.int64)[old]
     changed = set()
     for name, values in wanted.items():
-        if name in rows.column_names and not np.array_equal(column_matrix(rows.column(name), n)[:, 0], values):
+        if name in rows.column_names and not _holds(rows.column(name), values, n):
             field_ = rows.schema.field(name)
             rows = rows.set_column(rows.column_names.index(name), field_, from_numpy(values, field_.type))
             changed.add(name)
     return rows, changed
+
+
+def _holds(column: pa.ChunkedArray, values: np.ndarray, n: int) -> bool:
+    """Whether a column holds `values`, one per row: compared in Arrow for a column of numbers without nulls (most
+    of them), else row by row as a matrix."""
+    if numpy_dtype(column.type) is not None and not column.null_count:
+        return column.equals(pa.chunked_array([from_numpy(values, column.type)]))
+    return np.array_equal(column_matrix(column, n)[:, 0], values)
 
 
 CHECK_BYTES = 16 << 20   # planned rows digested together: per-episode overhead vanishes, memory stays small
