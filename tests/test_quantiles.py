@@ -232,3 +232,16 @@ def test_hard_linked_copies_never_write_through_to_the_source(tmp_path):
     quantiles(fixture.root, tmp_path / "a")
     quantiles(tmp_path / "a", in_place=True)       # rewrites meta files of a tree that shares inodes with src
     assert tree_digests(fixture.root) == before
+
+
+def test_dataset_stats_gives_no_empty_entry_for_a_listed_feature_without_stats():
+    """A feature asked for that neither the per-episode stats nor the quantiles hold gets no entry (an empty one
+    would reach stats.json as a feature without stats); one that `previous` holds keeps its stats from there."""
+    from lerodoc.tables.stats import dataset_stats
+    one = {"count": np.array([2]), "min": np.array([0.0]), "max": np.array([1.0]), "mean": np.array([0.5]),
+           "std": np.array([0.5])}
+    stats = dataset_stats([{"a": one}], features=["a", "b"])
+    assert list(stats) == ["a"] and stats["a"]["mean"].tolist() == [0.5]
+    kept = {"min": np.array([7.0])}
+    stats = dataset_stats([{"a": one}], features=["a", "b"], previous={"b": kept})
+    assert list(stats) == ["b", "a"] and stats["b"] == kept

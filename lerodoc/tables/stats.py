@@ -134,11 +134,13 @@ def dataset_stats(per_episode: list[Stats], quantiles: Stats | None = None, *, f
     """Dataset stats, the one assembly: per feature the exact `aggregate` of the per-episode stats (BASIC),
     then its `quantiles` over all rows (`dataset_quantiles`); for `features` in that order (default: every
     feature either gives, aggregated ones first, sorted), over `previous` (`merge_dataset_stats`: the stats
-    of other features, and those neither gives, are kept from it)."""
+    of other features, and those neither gives, are kept from it). A listed feature that neither gives (no rows,
+    no per-episode stats) gets no entry of its own: an empty one would reach stats.json as a feature without
+    stats."""
     basic, quantiles = aggregate(per_episode), quantiles or {}
     names = list(dict.fromkeys([*basic, *quantiles])) if features is None else features
-    return merge_dataset_stats({name: {**basic.get(name, {}), **quantiles.get(name, {})} for name in names},
-                               previous)
+    return merge_dataset_stats({name: {**basic.get(name, {}), **quantiles.get(name, {})} for name in names
+                                if name in basic or name in quantiles}, previous)
 
 
 NEAR_CONSTANT = 1e-6      # q99 - q01 below this: quantile normalisation divides by (almost) nothing
