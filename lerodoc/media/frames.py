@@ -132,7 +132,8 @@ class VideoFormat:
 
 def video_format(path: Path) -> VideoFormat:
     """What `probe` says of the codec, size, pixel format and rate, read from the mp4 header where it settles them
-    (mp4.picture, mp4.average_rate), so `lerodoc info` loads no PyAV; from `probe` otherwise."""
+    (mp4.picture, mp4.average_rate), so `lerodoc info` loads no PyAV; from `probe` otherwise. (In a damaged file
+    that still parses, the header's word can differ from the decoder's; finding damage is validate --videos'.)"""
     try:
         track = mp4.read_track(path)
         picture, rate = mp4.picture(track), mp4.average_rate(track)
