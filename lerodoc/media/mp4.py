@@ -332,8 +332,10 @@ ENTRY_CODECS = {b"av01": "av1", b"avc1": "h264", b"avc3": "h264", b"hvc1": "hevc
 CONFIG_BOX = {"av1": b"av1C", "h264": b"avcC", "hevc": b"hvcC"}
 # The pixel format FFmpeg's decoder reports, by (bit depth, chroma format: 0 monochrome, 1 4:2:0, 2 4:2:2,
 # 3 4:4:4), for the formats tests/test_mp4.py checks against PyAV; any other is Unsupported (PyAV is asked).
-# H.264 decodes monochrome as 4:2:0 and names 8-bit full range "yuvj"; HEVC does that for 8-bit 4:2:0 only
-# (from its SPS VUI, not parsed here: Unsupported), and neither is said by libdav1d for AV1.
+# H.264 decodes monochrome as 4:2:0, and names 8-bit full range "yuvj..." and an RGB matrix "gbrp": its SPS is read
+# for both (_h264_format), such files left to PyAV. HEVC names 8-bit 4:2:0 full range "yuvj420p" and 4:4:4 with an
+# RGB matrix "gbrp", from the end of an SPS not read here, so those two are not in its table. libdav1d (AV1) does
+# neither.
 PIX_FMTS = {
     "av1": {(8, 1): "yuv420p", (10, 1): "yuv420p10le"},
     "h264": {(8, 0): "yuv420p", (8, 1): "yuv420p", (8, 2): "yuv422p", (8, 3): "yuv444p",
