@@ -8,9 +8,10 @@ runs, alternating):
 - `lerodoc --help`;
 - `lerodoc info SMALL`, SMALL being the writer zoo's lerobot 0.6.1 recording (3 episodes, 47 frames, two AV1
   cameras: tests/zoo/members/lerobot-0.6.1-record);
-- `python -c pass`, `python -c "import typer.main"` and `python -c "import typer.main, rich.console, rich.table,
-  rich.panel"`: the interpreter's own start-up and the CLI libraries', the floors under the two above (`--help`
-  loads typer and no rich; `info` prints its tables with rich);
+- `python -c pass`, `python -c "import typer.main"`, `python -c "import typer.main, rich.console, rich.table,
+  rich.panel"` and the same with pyarrow.parquet: the interpreter's own start-up and the libraries', the floors under
+  the two above (`--help` loads typer and no rich; `info` prints its tables with rich and reads v3.0 metadata with
+  pyarrow, which loads numpy: the last line is the floor under `info`);
 - the 681-episode parquet-only convert (bench.convert --parquet-only's dataset) against `bench.parquet_floor`
   on the same files, alternating, --convert-rounds each: the ratio of the minimum times, and of the CPU seconds;
   and `convert --dry-run` of the same dataset (start-up, the metadata read and checked, the plan; nothing
@@ -40,6 +41,7 @@ from bench.results import ROOT, provenance, write_results
 SMALL = ROOT / "tests/zoo/members/lerobot-0.6.1-record"
 TYPER = "import typer.main"
 LIBRARIES = "import typer.main, rich.console, rich.table, rich.panel"
+INFO_LIBRARIES = LIBRARIES + ", pyarrow.parquet"   # what `info` cannot do without
 HELP_BAR_S, INFO_BAR_S, FLOOR_BAR = 0.15, 0.3, 1.15   # the issue's bars
 DRY_RUN = "lerodoc convert --dry-run"
 
@@ -98,7 +100,8 @@ def main() -> None:
 
     startup = {"lerodoc --help": [*lerodoc, "--help"], "lerodoc info SMALL": [*lerodoc, "info", str(SMALL)],
                "python -c pass": [python, "-c", "pass"], "python: typer imported": [python, "-c", TYPER],
-               "python: typer + rich imported": [python, "-c", LIBRARIES]}
+               "python: typer + rich imported": [python, "-c", LIBRARIES],
+               "python: typer + rich + pyarrow.parquet imported": [python, "-c", INFO_LIBRARIES]}
     alternate(startup, 1, env)   # warm-up: bytecode written, files in the page cache
     loads["startup"] = os.getloadavg()
     summary["startup"] = alternate(startup, args.rounds, env)
@@ -106,10 +109,11 @@ def main() -> None:
     summary["help_min_s"], summary["help_cpu_min_s"] = s["lerodoc --help"]["wall_min_s"], s["lerodoc --help"]["cpu_min_s"]
     summary["info_min_s"] = s["lerodoc info SMALL"]["wall_min_s"]
     summary["info_cpu_min_s"] = s["lerodoc info SMALL"]["cpu_min_s"]
+    summary["info_floor_min_s"] = s["python: typer + rich + pyarrow.parquet imported"]["wall_min_s"]
     summary["bars"] = {"help_s": HELP_BAR_S, "info_s": INFO_BAR_S, "convert_over_floor": FLOOR_BAR}
-    print(f"{'command':<34}{'wall min':>10}{'median':>10}{'cpu min':>10}{'median':>10}")
+    print(f"{'command':<50}{'wall min':>10}{'median':>10}{'cpu min':>10}{'median':>10}")
     for name, r in s.items():
-        print(f"{name:<34}{r['wall_min_s']:>10.3f}{r['wall_median_s']:>10.3f}{r['cpu_min_s']:>10.3f}"
+        print(f"{name:<50}{r['wall_min_s']:>10.3f}{r['wall_median_s']:>10.3f}{r['cpu_min_s']:>10.3f}"
               f"{r['cpu_median_s']:>10.3f}")
 
     if not args.skip_convert:
@@ -143,7 +147,7 @@ def main() -> None:
         # what convert does before its first row is written, which the floor leaves out by design
         summary["dry_run_share_of_floor"] = c[DRY_RUN]["wall_min_s"] / floor["wall_min_s"]
         for name, r in c.items():
-            print(f"{name:<34}{r['wall_min_s']:>10.3f}{r['wall_median_s']:>10.3f}{r['cpu_min_s']:>10.3f}"
+            print(f"{name:<50}{r['wall_min_s']:>10.3f}{r['wall_median_s']:>10.3f}{r['cpu_min_s']:>10.3f}"
                   f"{r['cpu_median_s']:>10.3f}")
         print(f"convert / floor: {summary['convert_over_floor']:.2f}x on the minimum wall times, "
               f"{summary['convert_over_floor_median']:.2f}x on the medians, {summary['convert_over_floor_cpu']:.2f}x "
@@ -153,8 +157,8 @@ def main() -> None:
     loads["end"] = os.getloadavg()
     summary["load_average"] = loads
     print(f"--help {summary['help_min_s']:.3f} s (bar {HELP_BAR_S} s), info {summary['info_min_s']:.3f} s "
-          f"(bar {INFO_BAR_S} s), minimum wall times; load average {loads['start'][0]:.1f} at the start, "
-          f"{loads['end'][0]:.1f} at the end")
+          f"(bar {INFO_BAR_S} s; its libraries' floor {summary['info_floor_min_s']:.3f} s), minimum wall times; "
+          f"load average {loads['start'][0]:.1f} at the start, {loads['end'][0]:.1f} at the end")
     write_results(summary, work / "bench_startup.json", args.out)
     print(f"results in {work / 'bench_startup.json'}" + (f" and {args.out}" if args.out else ""))
 

@@ -1,22 +1,27 @@
-"""lerodoc.media.mp4, the box-level fast path of video.concat / video.cut, against the PyAV remux path."""
+"""lerodoc.media.mp4, the box-level fast path of video.concat / video.cut, against the PyAV remux path; and what its
+header reading says of a track (codec, size, pixel format, rate: `lerodoc info`) against what PyAV says."""
 
 from __future__ import annotations
 
+import random
 import shutil
+import struct
 import subprocess
+from collections import Counter
 from fractions import Fraction
 from pathlib import Path
 
 import av
 import av.logging
+import numpy as np
 import pytest
 
-from lerodoc.media import mp4, video
+from lerodoc.media import frames, mp4, video
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from tests.fixtures.factory import make_dataset
 from tests.fixtures.identity import decode_identity
-from tests.helpers import decode_all, packets
+from tests.helpers import decode_all, packets, require
 
 FPS = 30
 CAMERA = "observation.images.top"
@@ -195,3 +200,124 @@ def test_verify_rejects_tables_that_read_back_wrong(tmp_path):
     out.spans[1:] = [(start + 512, end, frames), *rest]
     with pytest.raises(mp4.Unsupported):
         mp4.verify(tmp_path / "out.mp4", parts, out)
+
+
+# ---------------------------------------------------------------- what the header says of a track (lerodoc info)
+
+ROOT = Path(__file__).resolve().parents[1]
+G1 = ROOT.parent / "shared/data/g1_v21"
+ZOO_VIDEOS = sorted((ROOT / "tests/zoo/members").glob("*/videos/**/*.mp4"))
+# A file made here for every format mp4.PIX_FMTS names, (codec, bit depth, chroma format): the encoder and the pixel
+# format it is given. This machine's PyAV encodes with libx264, libx265 and libsvtav1 (4:2:0, 8 and 10-bit only).
+MADE = {
+    ("av1", 8, 1): ("libsvtav1", "yuv420p"), ("av1", 10, 1): ("libsvtav1", "yuv420p10le"),
+    ("h264", 8, 0): ("libx264", "gray"), ("h264", 8, 1): ("libx264", "yuv420p"), ("h264", 8, 2): ("libx264", "yuv422p"),
+    ("h264", 8, 3): ("libx264", "yuv444p"), ("h264", 10, 0): ("libx264", "gray10le"),
+    ("h264", 10, 1): ("libx264", "yuv420p10le"), ("h264", 10, 2): ("libx264", "yuv422p10le"),
+    ("h264", 10, 3): ("libx264", "yuv444p10le"),
+    ("hevc", 8, 0): ("libx265", "gray"), ("hevc", 10, 0): ("libx265", "gray10le"), ("hevc", 12, 0): ("libx265", "gray12le"),
+    ("hevc", 8, 2): ("libx265", "yuv422p"), ("hevc", 10, 1): ("libx265", "yuv420p10le"),
+    ("hevc", 12, 1): ("libx265", "yuv420p12le"), ("hevc", 10, 2): ("libx265", "yuv422p10le"),
+}
+# Formats whose name FFmpeg takes from the colour signal in the bitstream ("yuvj..." for full range, "gbrp" for an
+# RGB matrix): the header reading leaves them to PyAV (the HEVC SPS, holding that signal, is not parsed).
+ASKS_PYAV = [("libx264", "yuvj420p", None), ("libx264", "yuv444p", "jpeg"), ("libx264", "gray", "jpeg"),
+             ("libx265", "yuv420p", None), ("libx265", "yuvj420p", None), ("libx265", "yuv444p", None),
+             ("libx265", "gbrp", None)]
+
+
+def encode(path: Path, encoder: str, pix_fmt: str, color_range: str | None = None, fps: int = 30) -> Path:
+    """Six frames of noise, 64x48, in an mp4."""
+    require(encoder in av.codecs_available, f"PyAV has no {encoder} encoder")
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream(encoder, rate=fps)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, pix_fmt
+        if color_range:
+            stream.codec_context.color_range = av.video.reformatter.ColorRange[color_range.upper()]
+        for i in range(6):
+            image = np.random.default_rng(i).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        out.mux(stream.encode())
+    return path
+
+
+def pyav_says(path: Path) -> frames.VideoFormat:
+    found = frames.probe(path)
+    return frames.VideoFormat(found.codec, found.width, found.height, found.pix_fmt, found.fps)
+
+
+def header_says(path: Path) -> frames.VideoFormat:
+    track = mp4.read_track(path)
+    picture = mp4.picture(track)
+    return frames.VideoFormat(picture.codec, picture.width, picture.height, picture.pix_fmt,
+                              float(mp4.average_rate(track)))
+
+
+def test_every_format_the_header_names_is_made_here():
+    assert set(MADE) == {(codec, *key) for codec, names in mp4.PIX_FMTS.items() for key in names}
+
+
+@pytest.mark.parametrize("key", MADE, ids=lambda key: "-".join(map(str, key)))
+def test_the_header_names_what_pyav_names(key, tmp_path):
+    path = encode(tmp_path / "v.mp4", *MADE[key])
+    said = header_says(path)
+    assert said == pyav_says(path) and said.codec == key[0]
+    assert frames.video_format(path) == said
+
+
+@pytest.mark.parametrize("encoder, pix_fmt, color_range", ASKS_PYAV)
+def test_what_the_header_does_not_settle_is_asked_of_pyav(encoder, pix_fmt, color_range, tmp_path):
+    path = encode(tmp_path / "v.mp4", encoder, pix_fmt, color_range)
+    with pytest.raises(mp4.Unsupported):
+        header_says(path)
+    assert frames.video_format(path) == pyav_says(path)
+
+
+def test_the_header_of_every_zoo_and_shared_video_says_what_pyav_says():
+    """Every mp4 lerobot wrote in the writer zoo (AV1 and H.264, at several rates) and the G1 recordings."""
+    require(G1.is_dir(), f"{G1} is absent")
+    paths = ZOO_VIDEOS + sorted(G1.glob("videos/**/*.mp4"))
+    said = {path: header_says(path) for path in paths}
+    assert {path: pyav_says(path) for path in paths} == said
+    assert {f.codec for f in said.values()} == {"av1", "h264"} and len({f.fps for f in said.values()}) > 2
+
+
+def test_a_damaged_sample_description_is_asked_of_pyav_or_named(tmp_path):
+    """Bits flipped, bytes zeroed and box sizes changed in the sample description (its entry, the configuration
+    box): video_format reads the header, or falls back to PyAV, or raises a LerodocError naming the file; nothing
+    else escapes. (Where a damaged header still reads, its word may differ from the decoder's: a frame size, or a
+    pixel format the decoder cannot find; validate --videos is what finds the damage.)"""
+    sources = [next(p for p in ZOO_VIDEOS if header_says(p).codec == codec) for codec in ("av1", "h264")]
+    sources.append(encode(tmp_path / "hevc.mp4", *MADE[("hevc", 10, 1)]))
+    rng = random.Random(7)
+    outcomes = Counter()
+    for source in sources:
+        data = source.read_bytes()
+        stsd = data.index(b"stsd") - 4
+        end = stsd + struct.unpack_from(">I", data, stsd)[0]
+        config = max(data.find(kind, stsd, end) for kind in (b"av1C", b"avcC", b"hvcC")) - 4
+        for i in range(60):
+            raw = bytearray(data)
+            if i % 3 == 0:
+                for _ in range(rng.randint(1, 3)):
+                    raw[rng.randrange(stsd + 16, end)] ^= 1 << rng.randrange(8)
+            elif i % 3 == 1:
+                start, length = rng.randrange(config, end), rng.randint(1, 8)
+                raw[start:start + length] = bytes(len(raw[start:start + length]))
+            else:
+                struct.pack_into(">I", raw, rng.choice([config, stsd + 16]), rng.randrange(0, 200))
+            path = tmp_path / f"{source.stem}-{i}.mp4"
+            path.write_bytes(raw)
+            try:
+                header = header_says(path)
+            except mp4.Unsupported:
+                header = None
+            try:
+                said = frames.video_format(path)
+            except LerodocError as exc:
+                assert header is None and exc.file == str(path), exc
+                outcomes["named"] += 1
+                continue
+            assert said == (header or pyav_says(path))
+            outcomes["header" if header else "pyav"] += 1
+    assert outcomes["header"] and outcomes["pyav"] and outcomes["named"], outcomes

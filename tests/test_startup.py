@@ -2,9 +2,9 @@
 make it flake and a regression (a heavy import moved back to a module's top) still fails: `import lerodoc.cli`
 and `lerodoc --help` load none of numpy, pyarrow, PyAV, torch, huggingface_hub or pydantic, nor rich (help is
 click's plain text, render's consoles are made on first use); `lerodoc info` and a convert plan of a small dataset load
-no pydantic. The lazily built
-command (cli.command_for) shows what the full app shows, and the quick coercion in front of Typer's gives Typer's
-values. The times themselves are measured by bench/startup.py (docs/results/startup_cpu_2core.json)."""
+no pydantic, and info of a v3.0 or v2.1 mp4 dataset no PyAV (its cameras are read from the mp4 headers). The
+lazily built command (cli.command_for) shows what the full app shows, and the quick coercion in front of Typer's gives
+Typer's values. The times themselves are measured by bench/startup.py (docs/results/startup_cpu_2core.json)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,12 @@ import typer.testing
 from typer.testing import CliRunner
 
 from lerodoc import cli
+from tests.helpers import require
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ROOT / "tests/zoo/members/lerobot-0.6.1-record"
+SMALL_V21 = ROOT / "tests/zoo/members/export-v21-camera-sizes"
+G1 = ROOT.parent / "shared/data/g1_v21"
 HEAVY = ("numpy", "pyarrow", "av", "torch", "huggingface_hub", "pydantic", "pandas", "matplotlib")
 HELP_ONLY = ("rich", "markdown_it", "pygments")
 
@@ -59,6 +62,15 @@ def test_a_command_on_a_small_dataset_loads_no_pydantic(args, tmp_path):
     assert SMALL.is_dir(), f"{SMALL}: the zoo member is committed with the tests"
     args = [{"SMALL": str(SMALL), "OUT": str(tmp_path / "out")}.get(a, a) for a in args]
     assert roots(imported("-m", "lerodoc", *args), ("pydantic", "torch", "huggingface_hub")) == []
+
+
+@pytest.mark.parametrize("root", [SMALL, SMALL_V21, G1], ids=["v30-av1", "v21-h264", "g1-v21"])
+def test_info_of_an_mp4_dataset_loads_no_pyav(root):
+    """info shows each camera's codec, size, pixel format and rate from the mp4 header (frames.video_format)."""
+    require(root.is_dir(), f"{root} is absent")
+    assert sorted(root.glob("videos/**/*.mp4")), root
+    assert roots(imported("-m", "lerodoc", "info", str(root)), ("av",)) == []
+    assert roots(imported("-m", "lerodoc", "info", str(root), "--json"), ("av",)) == []
 
 
 @pytest.mark.parametrize("args", [[], ["info"], ["train"], ["train", "pi05"], ["download", "weights"], ["infp"],

@@ -1,6 +1,6 @@
 """Clips of video files and the rules that place frames in them: the half-frame window, the k/fps grid,
 and what a read of a damaged file raises. Shared by frames.py and video.py (PyAV) and mp4.py (box level);
-imports none of them.
+imports none of them, nor PyAV until READ_ERRORS is asked for (`lerodoc info` reads mp4 headers without it).
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-
-import av
 
 from lerodoc.conventions import TOLERANCE_S
 from lerodoc.errors import LerodocError
@@ -83,9 +81,15 @@ def grid_time_base(fps: int) -> Fraction:
     return Fraction(1, GRID_TIME_BASE) if GRID_TIME_BASE % fps == 0 else Fraction(1, 512 * fps)
 
 
-# What PyAV raises on a damaged or hostile file: FFmpeg's errors, the OS's, and UnicodeDecodeError where a
-# string it converts (a codec or format name, say) is not UTF-8. Every place that reads a video catches these.
-READ_ERRORS = (av.FFmpegError, OSError, UnicodeDecodeError)
+def __getattr__(name: str):
+    """`READ_ERRORS`: what PyAV raises on a damaged or hostile file: FFmpeg's errors, the OS's, and
+    UnicodeDecodeError where a string it converts (a codec or format name, say) is not UTF-8. Every place that
+    reads a video catches these. Made on first use, which imports PyAV."""
+    if name == "READ_ERRORS":
+        import av
+        globals()[name] = (av.FFmpegError, OSError, UnicodeDecodeError)
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def reason(exc: BaseException) -> str:

@@ -3,8 +3,9 @@
 Every read of a video opens it here (`open_video`: local paths, hub files, damaged tags). `index(path)` lists a
 file's frames (presentation times, ends, keyframes) and its codec parameters without decoding: from the mp4 sample
 tables (lerodoc.media.mp4), or from PyAV's demuxer for a file those do not parse. It is read once per version of the
-file. `Cursor` decodes one stream forward and returns the frame shown at each time asked; when to seek, and what
-to refuse, is each caller's (validate --deep, report thumbnails, training).
+file. `video_format(path)` is what `lerodoc info` shows of a camera, from the mp4 header where it says it (PyAV,
+imported on first use, is then not loaded). `Cursor` decodes one stream forward and returns the frame shown at each
+time asked; when to seek, and what to refuse, is each caller's (validate --deep, report thumbnails, training).
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-import av
 import numpy as np
 
 from lerodoc import access
-from lerodoc.media import mp4
-from lerodoc.media.clips import READ_ERRORS, reason
+from lerodoc.media import clips, mp4
+from lerodoc.media.clips import reason
 from lerodoc.errors import LerodocError
 
 NO_CODEC = "its video stream names no codec FFmpeg knows (damaged sample description?)"
@@ -32,6 +32,7 @@ def open_video(path: Path | str, **options):
     """av.open for reading. Metadata tags (moov/udta, stream tags) that are not UTF-8 are read with
     replacement characters, as lerodoc never uses them: PyAV's strict default turns one flipped bit in an
     encoder tag into a UnicodeDecodeError for a file whose frames are intact."""
+    import av   # here, not at the top: `lerodoc info` reads mp4 headers without PyAV (video_format)
     return av.open(_av_source(path), metadata_errors="replace", **options)
 
 
@@ -43,12 +44,13 @@ def _av_source(path):
 def strict_tags(path: Path | str) -> bool:
     """Whether PyAV's default, strict, reader opens the file, i.e. its metadata tags are UTF-8: lerobot's pyav
     backend reads that way, so a file lerodoc writes must pass (other faults are reported where they matter)."""
+    import av
     try:
         with av.open(_av_source(path)):
             return True
     except UnicodeDecodeError:
         return False
-    except READ_ERRORS:
+    except clips.READ_ERRORS:
         return True
 
 
@@ -56,7 +58,7 @@ def open_stream(path: Path, episode: int | None = None):
     """The open container of a file with a video stream whose codec FFmpeg knows; a LerodocError otherwise."""
     try:
         container = open_video(path)
-    except READ_ERRORS as exc:
+    except clips.READ_ERRORS as exc:
         raise LerodocError(f"cannot open video ({reason(exc)})", file=path, episode=episode) from None
     if not container.streams.video:
         container.close()
@@ -71,7 +73,7 @@ def demux_checked(packets, path: Path, episode: int | None):
     """Pass packets through, turning a demuxer failure (truncated or corrupt file) into a clear error."""
     try:
         yield from packets
-    except READ_ERRORS as exc:
+    except clips.READ_ERRORS as exc:
         raise LerodocError(f"cannot read video packets ({reason(exc)})", file=path, episode=episode) from None
 
 
@@ -79,7 +81,7 @@ def decode_checked(packet, path: Path, episode: int | None) -> list:
     """The packet's frames, turning a decoder failure (a damaged packet) into a clear error."""
     try:
         return packet.decode()
-    except READ_ERRORS as exc:
+    except clips.READ_ERRORS as exc:
         raise LerodocError(f"cannot decode video frames ({reason(exc)})", file=path, episode=episode) from None
 
 
@@ -102,6 +104,7 @@ class Probe:
 
 def probe(path: Path, count_packets: bool = False) -> Probe:
     """Container facts; `count_packets` demuxes (never decodes) when the header has no frame count."""
+    import av
     with open_stream(path) as container:
         stream = container.streams.video[0]
         ctx = stream.codec_context
@@ -115,6 +118,29 @@ def probe(path: Path, count_packets: bool = False) -> Probe:
                      pix_fmt=ctx.pix_fmt, fps=float(rate), time_base=Fraction(stream.time_base),
                      frames=frames, duration_s=duration, bit_rate=ctx.bit_rate or None,
                      size_bytes=access.path(path).stat().st_size)
+
+
+@dataclass(frozen=True)
+class VideoFormat:
+    """A video's codec (FFmpeg's canonical name), frame size, pixel format and frame rate, as `probe` gives them."""
+    codec: str
+    width: int
+    height: int
+    pix_fmt: str | None
+    fps: float
+
+
+def video_format(path: Path) -> VideoFormat:
+    """What `probe` says of the codec, size, pixel format and rate, read from the mp4 header where it settles them
+    (mp4.picture, mp4.average_rate), so `lerodoc info` loads no PyAV; from `probe` otherwise. (In a damaged file
+    that still parses, the header's word can differ from the decoder's; finding damage is validate --videos'.)"""
+    try:
+        track = mp4.read_track(path)
+        picture, rate = mp4.picture(track), mp4.average_rate(track)
+        return VideoFormat(picture.codec, picture.width, picture.height, picture.pix_fmt, float(rate))
+    except mp4.Unsupported:
+        found = probe(path)
+        return VideoFormat(found.codec, found.width, found.height, found.pix_fmt, found.fps)
 
 
 def time_base(path: Path, episode: int | None = None) -> Fraction:
@@ -216,7 +242,7 @@ def _from_tables(path: Path) -> Index:
         try:
             with open_video(path) as container:
                 params = _params(container, path)
-        except READ_ERRORS + (IndexError,):
+        except clips.READ_ERRORS + (IndexError,):
             raise mp4.Unsupported("PyAV cannot open it") from None
         if len(_PARAMS) >= _PARAMS_KEPT:
             _PARAMS.clear()
@@ -260,7 +286,7 @@ def _from_demux(path: Path) -> Index:
             ends = pts + np.where(np.array(durations) > 0, durations, step)
             return Index(Fraction(stream.time_base), pts, ends, np.array(sync, bool), *_params(container, path),
                          from_tables=False)
-    except READ_ERRORS as exc:
+    except clips.READ_ERRORS as exc:
         raise Unreadable(f"cannot be opened as a video ({reason(exc)})", file=path) from None
 
 

@@ -5,6 +5,9 @@ video track. Only headers are parsed (ftyp, moov); each clip's samples are chose
 time, and the output is written as ftyp + moov + mdat (moov first), the mdat payload being each
 clip's byte ranges copied with copy_file_range. Whatever this module does not understand raises
 Unsupported, and the caller remuxes with PyAV instead.
+
+The same headers also say what a video track holds (`picture`: codec, frame size, pixel format; `average_rate`)
+without opening PyAV, for `lerodoc info`; whatever they do not settle is Unsupported, and the caller asks PyAV.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-import av
 import numpy as np
 
 from lerodoc import access
-from lerodoc.media.clips import READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, reason, window_ticks
+from lerodoc.media import clips
+from lerodoc.media.clips import Clip, NotOnKeyframe, Written, fits_grid, reason, window_ticks
 from lerodoc.execution.files import new_file
 
 
@@ -323,6 +326,190 @@ def _media_time(boxes: dict[bytes, Box], timescale: int, composition: np.ndarray
     return media_time
 
 
+# ---------------------------------------------------------------- what a track holds
+
+ENTRY_CODECS = {b"av01": "av1", b"avc1": "h264", b"avc3": "h264", b"hvc1": "hevc", b"hev1": "hevc"}
+CONFIG_BOX = {"av1": b"av1C", "h264": b"avcC", "hevc": b"hvcC"}
+# The pixel format FFmpeg's decoder reports, by (bit depth, chroma format: 0 monochrome, 1 4:2:0, 2 4:2:2,
+# 3 4:4:4), for the formats tests/test_mp4.py checks against PyAV; any other is Unsupported (PyAV is asked).
+# H.264 decodes monochrome as 4:2:0, and names 8-bit full range "yuvj..." and an RGB matrix "gbrp": its SPS is read
+# for both (_h264_format), such files left to PyAV. HEVC names 8-bit 4:2:0 full range "yuvj420p" and 4:4:4 with an
+# RGB matrix "gbrp", from the end of an SPS not read here, so those two are not in its table. libdav1d (AV1) does
+# neither.
+PIX_FMTS = {
+    "av1": {(8, 1): "yuv420p", (10, 1): "yuv420p10le"},
+    "h264": {(8, 0): "yuv420p", (8, 1): "yuv420p", (8, 2): "yuv422p", (8, 3): "yuv444p",
+             (10, 0): "yuv420p10le", (10, 1): "yuv420p10le", (10, 2): "yuv422p10le", (10, 3): "yuv444p10le"},
+    "hevc": {(8, 0): "gray", (10, 0): "gray10le", (12, 0): "gray12le", (8, 2): "yuv422p",
+             (10, 1): "yuv420p10le", (12, 1): "yuv420p12le", (10, 2): "yuv422p10le"},
+}
+H264_HIGH = {100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135}   # profiles whose SPS names chroma, depth
+
+
+@dataclass(frozen=True)
+class Picture:
+    """What FFmpeg reports for a video track: its codec (canonical name), frame size and pixel format."""
+    codec: str
+    width: int
+    height: int
+    pix_fmt: str
+
+
+def picture(track: Track) -> Picture:
+    """The track's Picture, from its sample description: the entry's type and size, and its codec configuration
+    box (av1C, avcC with the first SPS, hvcC) for the chroma format and bit depth. Unsupported where these do not
+    settle what FFmpeg would report (another codec, a box cut short, a format PIX_FMTS does not name)."""
+    try:
+        kind, width, height, boxes = _sample_entry(track.stsd)
+        codec = ENTRY_CODECS.get(kind)
+        if codec is None or CONFIG_BOX[codec] not in boxes:
+            raise Unsupported(f"sample entry {kind!r} without a configuration box lerodoc reads")
+        config = boxes[CONFIG_BOX[codec]]
+        if codec == "av1":
+            depth, chroma = _av1_format(config)
+        elif codec == "hevc":
+            depth, chroma = 8 + (config[17] & 7), config[16] & 3
+        else:
+            depth, chroma = _h264_format(config, b"colr" in boxes)
+    except (struct.error, IndexError, ValueError):
+        raise Unsupported("sample description cut short") from None
+    pix_fmt = PIX_FMTS[codec].get((depth, chroma))
+    if pix_fmt is None:
+        raise Unsupported(f"{codec} {depth}-bit chroma format {chroma}")
+    return Picture(codec, width, height, pix_fmt)
+
+
+def _sample_entry(stsd: bytes) -> tuple[bytes, int, int, dict[bytes, bytes]]:
+    """(type, width, height, {box type: payload}) of the one visual sample entry in `stsd` (a whole box)."""
+    payload = memoryview(stsd)[8:]
+    kind, header, size = _header(payload, 8, len(payload))
+    entry = payload[8:8 + size]
+    width, height = struct.unpack_from(">HH", entry, header + 24)
+    boxes, pos = {}, header + VISUAL_ENTRY
+    while pos < size:
+        child, child_header, length = _header(entry, pos, size)
+        boxes.setdefault(child, bytes(entry[pos + child_header:pos + length]))
+        pos += length
+    return kind, width, height, boxes
+
+
+def _av1_format(av1c: bytes) -> tuple[int, int]:
+    """(bit depth, chroma format) from an av1C box: high_bitdepth, twelve_bit, monochrome, subsampling x and y."""
+    flags = av1c[2]
+    depth = 12 if flags & 0x20 else 10 if flags & 0x40 else 8
+    sub_x, sub_y = flags >> 3 & 1, flags >> 2 & 1
+    chroma = 0 if flags & 0x10 else {(1, 1): 1, (1, 0): 2, (0, 0): 3}.get((sub_x, sub_y), -1)
+    return depth, chroma
+
+
+def _h264_format(avcc: bytes, has_colr: bool) -> tuple[int, int]:
+    """(bit depth, chroma format) from the first SPS in an avcC box. Unsupported where its colour signal makes
+    FFmpeg name another format (8-bit full range: "yuvj..."; RGB matrix: "gbrp"), or where the SPS does not
+    say and a colr box might."""
+    if avcc[5] & 31 < 1:
+        raise Unsupported("avcC holds no SPS")
+    (length,) = struct.unpack_from(">H", avcc, 6)
+    sps = Bits(avcc[8:8 + length])
+    sps.u(8)                                     # NAL unit header
+    profile = sps.u(8)
+    sps.u(16)                                    # constraint flags, level
+    sps.ue()                                     # seq_parameter_set_id
+    chroma, depth = 1, 8
+    if profile in H264_HIGH:
+        chroma = sps.ue()
+        if chroma == 3:
+            sps.u(1)                             # separate_colour_plane_flag
+        depth = 8 + sps.ue()
+        sps.ue()                                 # bit_depth_chroma_minus8
+        sps.u(1)                                 # qpprime_y_zero_transform_bypass_flag
+        if sps.u(1):                             # seq_scaling_matrix_present_flag
+            for i in range(12 if chroma == 3 else 8):
+                if sps.u(1):
+                    sps.scaling_list(16 if i < 6 else 64)
+    sps.ue()                                     # log2_max_frame_num_minus4
+    poc_type = sps.ue()
+    if poc_type == 0:
+        sps.ue()
+    elif poc_type == 1:
+        sps.u(1)
+        sps.se(), sps.se()
+        for _ in range(sps.ue()):
+            sps.se()
+    sps.ue(), sps.u(1)                           # max_num_ref_frames, gaps_in_frame_num_value_allowed_flag
+    sps.ue(), sps.ue()                           # picture size in macroblocks
+    if not sps.u(1):                             # frame_mbs_only_flag
+        sps.u(1)
+    sps.u(1)                                     # direct_8x8_inference_flag
+    if sps.u(1):                                 # frame_cropping_flag
+        for _ in range(4):
+            sps.ue()
+    full_range = rgb = None
+    if sps.u(1):                                 # vui_parameters_present_flag
+        if sps.u(1) and sps.u(8) == 255:         # aspect_ratio_info_present_flag; aspect_ratio_idc Extended_SAR
+            sps.u(32)
+        if sps.u(1):                             # overscan_info_present_flag
+            sps.u(1)
+        if sps.u(1):                             # video_signal_type_present_flag
+            sps.u(3)
+            full_range = sps.u(1)
+            if sps.u(1):                         # colour_description_present_flag
+                sps.u(16)
+                rgb = sps.u(8) == 0              # matrix_coefficients 0: identity (GBR)
+    if (full_range is None or (chroma == 3 and rgb is None)) and has_colr:
+        raise Unsupported("the SPS leaves the colour signal to a colr box")
+    if (full_range and depth == 8) or (chroma == 3 and rgb):
+        raise Unsupported("full-range or RGB H.264")
+    return depth, chroma
+
+
+class Bits:
+    """A big-endian bit reader over a NAL unit (its emulation prevention bytes removed), with the exp-Golomb
+    codes of H.264's parameter sets. Reading past the end is Unsupported."""
+
+    def __init__(self, nal: bytes):
+        rbsp = bytes(nal).replace(b"\x00\x00\x03", b"\x00\x00")
+        self.value, self.left = int.from_bytes(rbsp, "big"), 8 * len(rbsp)
+
+    def u(self, n: int) -> int:
+        if n > self.left:
+            raise Unsupported("parameter set cut short")
+        self.left -= n
+        return self.value >> self.left & ((1 << n) - 1)
+
+    def ue(self) -> int:
+        zeros = 0
+        while not self.u(1):
+            zeros += 1
+            if zeros > 31:
+                raise Unsupported("parameter set holds an exp-Golomb code over 32 bits")
+        return (1 << zeros) - 1 + self.u(zeros)
+
+    def se(self) -> int:
+        k = self.ue()
+        return (k + 1) // 2 if k & 1 else -(k // 2)
+
+    def scaling_list(self, size: int) -> None:
+        """Skip a scaling_list(): deltas until one makes the next scale 0."""
+        last = following = 8
+        for _ in range(size):
+            if following:
+                following = (last + self.se()) % 256
+            last = following or last
+
+
+def average_rate(track: Track) -> Fraction:
+    """Frames per second as FFmpeg's mp4 demuxer reports it (the stream's average_rate): the samples over the
+    stts duration, in the track's time scale. Unsupported where FFmpeg would clip a delta or round the fraction
+    (either over 2^31), or has no duration to divide by."""
+    total = int(track.delta.sum())
+    if track.timescale <= 0 or total <= 0 or int(track.delta.max()) >= 1 << 31:
+        raise Unsupported("no frame rate in the sample tables")
+    rate = Fraction(track.timescale * len(track.delta), total)
+    if max(rate.numerator, rate.denominator) >= 1 << 31:
+        raise Unsupported(f"frame rate {rate} is one FFmpeg rounds")
+    return rate
+
+
 # ---------------------------------------------------------------- choosing and placing samples
 
 @dataclass(frozen=True)
@@ -532,6 +719,7 @@ MOVERS = [mover for mover, call in ((_copy_file_range, "copy_file_range"), (_sen
 
 def verify(path: Path, parts: list[Part], out: Layout) -> None:
     """Re-open the written file with FFmpeg: frame count, time base, and each clip's first packet."""
+    import av   # PyAV: loaded by a join only, not by reading headers
     # container facts only: skip_frame spares the decoding FFmpeg does while probing the stream
     try:   # strict, as lerobot's pyav backend reads: tags copied from a source that are not UTF-8 fail here
         with av.open(str(path), format="mp4", options={"skip_frame": "all"}) as container:
@@ -545,7 +733,7 @@ def verify(path: Path, parts: list[Part], out: Layout) -> None:
                 if packet is None or (packet.pts, packet.size, packet.is_keyframe) != \
                         (start, int(part.track.size[part.start]), True):
                     raise Unsupported(f"written file reads back a wrong clip start at tick {start}")
-    except (READ_ERRORS + (IndexError,)) as exc:   # IndexError: no video stream
+    except (clips.READ_ERRORS + (IndexError,)) as exc:   # IndexError: no video stream
         raise Unsupported(f"written file does not read back ({reason(exc)})") from None
 
 

@@ -23,9 +23,9 @@ def describe(root: Path) -> dict:
         files = ds.video_files(key)
         first = ds.path(files[0]) if files else None
         if first is not None and first.is_file():
-            p = frames.probe(first)
-            cameras[key] = {"codec": p.codec, "width": p.width, "height": p.height, "pix_fmt": p.pix_fmt,
-                            "fps": p.fps, "files": len(files), "probed_file": files[0]}
+            f = frames.video_format(first)
+            cameras[key] = {"codec": f.codec, "width": f.width, "height": f.height, "pix_fmt": f.pix_fmt,
+                            "fps": f.fps, "files": len(files), "probed_file": files[0]}
         else:
             cameras[key] = {"files": len(files), "missing": files[0] if files else None}
     stat_keys = BASIC + QUANTILES
