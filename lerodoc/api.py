@@ -67,13 +67,10 @@ def split(dataset: PathLike, output: PathLike, parts: Mapping[str, float] | Mapp
     from lerodoc.ops.split import split as run
     if not parts:
         raise UsageError("give at least one part")
-    if all(isinstance(v, (int, float)) for v in parts.values()):
-        return run(Path(dataset), Path(output), into=",".join(f"{k}={float(v)!r}" for k, v in parts.items()),
-                   seed=seed, to=to, workers=workers, force=force, dry_run=dry_run).to_json()
-    from lerodoc.selection import format_ranges
-    chosen = [f"{name}:{format_ranges(sorted(int(n) for n in numbers))}" for name, numbers in parts.items()]
-    return run(Path(dataset), Path(output), episodes=chosen, seed=seed, to=to, workers=workers, force=force,
-               dry_run=dry_run).to_json()
+    by_fraction = all(isinstance(v, (int, float)) for v in parts.values())
+    return run(Path(dataset), Path(output), fractions=dict(parts) if by_fraction else None,
+               parts=None if by_fraction else {name: _selection(numbers) for name, numbers in parts.items()},
+               seed=seed, to=to, workers=workers, force=force, dry_run=dry_run).to_json()
 
 
 def select(dataset: PathLike, output: PathLike | None = None, *, state: Iterable[str] = (),

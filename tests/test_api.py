@@ -31,3 +31,22 @@ def test_every_operation_is_exported_and_documented():
     for name in ("convert", "merge", "delete", "split", "select", "flatten", "quantiles", "validate", "repair",
                  "report"):
         assert name in names and getattr(api, name).__doc__, name
+
+
+def test_split_takes_typed_parts_and_gives_the_cli_report(tmp_path):
+    """api.split hands its fractions or episode lists to the split operation as they are (no option string in
+    between): the same parts and report as the CLI's --json, and a bad fraction is the same usage error."""
+    import pytest
+
+    from tests.helpers import run_json
+    f = make_dataset(tmp_path / "d", version="v3.0", episodes=5, cameras=())
+    by_api = api.split(f.root, tmp_path / "api", {"train": 0.6, "val": 0.4}, seed=3)
+    by_cli = run_json("split", f.root, "-o", tmp_path / "cli", "--into", "train=0.6,val=0.4", "--seed", "3")
+    assert by_api["parts"] == by_cli["parts"] and sorted(by_api["parts"]) == ["train", "val"]
+    listed = api.split(f.root, tmp_path / "listed", {"a": [4, 0], "b": range(1, 3)})
+    assert listed["parts"] == {"a": [0, 4], "b": [1, 2]} and listed["left_out"] == [3]
+    with pytest.raises(api.UsageError, match="sum to at most 1"):
+        api.split(f.root, tmp_path / "bad", {"a": 0.7, "b": 0.7})
+    with pytest.raises(api.UsageError, match="episode 9"):
+        api.split(f.root, tmp_path / "bad", {"a": [9]})
+    assert not (tmp_path / "bad").exists()

@@ -220,12 +220,14 @@ def test_split_parts_are_complete_seeded_and_exact(built):
 
 
 def test_split_without_seed_is_in_order_and_bad_parts_are_refused(tmp_path):
-    from lerodoc.ops.split import assign_fractions, parse_parts
+    from lerodoc.ops.split import assign_fractions, parse_parts, resolve_parts
     assert assign_fractions(list(range(10)), {"train": 0.9, "val": 0.1}, None) == {"train": list(range(9)),
                                                                                    "val": [9]}
-    assert parse_parts(["train:0-2,5", "val:3"], list(range(6))) == {"train": [0, 1, 2, 5], "val": [3]}
+    assert resolve_parts(parse_parts(["train:0-2,5", "val:3"]), list(range(6))) == {"train": [0, 1, 2, 5],
+                                                                                   "val": [3]}
     f = make_dataset(tmp_path / "d", version="v2.1", episodes=3, cameras=())
-    assert parse_parts(["train:[0, 5, 1],val:3-4"], list(range(6))) == {"train": [0, 1, 5], "val": [3, 4]}
+    assert resolve_parts(parse_parts(["train:[0, 5, 1],val:3-4"]), list(range(6))) == {"train": [0, 1, 5],
+                                                                                       "val": [3, 4]}
     for args, words in ((["--episodes", "a:0-1,b:1"], "episode 1 is in both"),
                         (["--into", "a=0.9,b=0.05"], "would hold no episode"),
                         (["--into", "a=0.7,b=0.7"], "sum to at most 1"),

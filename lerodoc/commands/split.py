@@ -36,11 +36,13 @@ def split(
 
     Example: lerodoc split DATASET -o OUT --into train=0.9,val=0.1 --seed 0
     """
-    from lerodoc.ops.split import split as split_dataset
+    from lerodoc.ops.split import parse_fractions, parse_parts, split as split_dataset
     from lerodoc.selection import format_ranges
     with render.progress(not json and not dry_run) as track:
-        report = split_dataset(dataset, output, into=into, episodes=episodes, seed=seed, to=to.value if to else None,
-                               workers=workers, force=force, dry_run=dry_run, progress=track)
+        report = split_dataset(dataset, output, fractions=parse_fractions(into) if into is not None else None,
+                               parts=parse_parts(list(episodes)) if episodes else None, seed=seed,
+                               to=to.value if to else None, workers=workers, force=force, dry_run=dry_run,
+                               progress=track)
     if json:
         render.print_json({**report.to_json(), "dry_run": dry_run})
         return

@@ -9,6 +9,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -44,7 +45,7 @@ def _part_name(name: str, option: str) -> str:
 
 
 def parse_fractions(spec: str) -> dict[str, float]:
-    """`train=0.9,val=0.1` -> {"train": 0.9, "val": 0.1}; fractions must sum to at most 1."""
+    """`train=0.9,val=0.1` -> {"train": 0.9, "val": 0.1} (checked by `check_fractions` where `split` takes them)."""
     parts: dict[str, float] = {}
     for item in (i.strip() for i in spec.split(",") if i.strip()):
         name, sep, value = item.partition("=")
@@ -54,11 +55,23 @@ def parse_fractions(spec: str) -> dict[str, float]:
             fraction = -1.0
         if not sep or not 0 < fraction <= 1:
             raise UsageError(f"--into {item!r}: expected NAME=FRACTION with 0 < FRACTION <= 1")
-        if name in parts:
-            raise UsageError(f"--into: part {name!r} is named twice")
-        parts[_part_name(name.strip(), "--into")] = fraction
-    if not parts or sum(parts.values()) > 1 + 1e-9:
+        if name.strip() in parts:
+            raise UsageError(f"--into: part {name.strip()!r} is named twice")
+        parts[name.strip()] = fraction
+    if not parts:
         raise UsageError(f"--into {spec!r}: fractions must be given and sum to at most 1")
+    return parts
+
+
+def check_fractions(fractions: Mapping[str, float]) -> dict[str, float]:
+    """Parts by fraction as `split` takes them: usable names, each fraction in (0, 1], summing to at most 1."""
+    parts = {_part_name(name, "--into"): float(f) for name, f in fractions.items()}
+    bad = next((name for name, f in parts.items() if not 0 < f <= 1), None)
+    if bad is not None:
+        raise UsageError(f"--into: part {bad!r} has fraction {parts[bad]!r}; expected 0 < FRACTION <= 1")
+    if not parts or sum(parts.values()) > 1 + 1e-9:
+        shown = ",".join(f"{name}={f!r}" for name, f in parts.items())
+        raise UsageError(f"--into {shown!r}: fractions must be given and sum to at most 1")
     return parts
 
 
@@ -82,10 +95,9 @@ def assign_fractions(episodes: list[int], fractions: dict[str, float], seed: int
     return parts
 
 
-def parse_parts(values: list[str], episodes: list[int]) -> dict[str, list[int]]:
-    """`train:0-99,val:100-119` or `train:[0, 3, 4]` (or repeated options) -> {part: sorted episodes}; an item
-    without `NAME:` continues the part before it (`train:0-3,7`). Every episode must be the dataset's and in one
-    part only (usage errors otherwise, naming the dataset's episodes)."""
+def parse_parts(values: list[str]) -> dict[str, Selection]:
+    """`train:0-99,val:100-119` or `train:[0, 3, 4]` (or repeated options) -> {part: its selection}; an item
+    without `NAME:` continues the part before it (`train:0-3,7`). `resolve_parts` checks them against a dataset."""
     parts: dict[str, list[str]] = {}
     current = None
     for value in values:
@@ -102,30 +114,42 @@ def parse_parts(values: list[str], episodes: list[int]) -> dict[str, list[int]]:
             parts[current].append(spec)
     if not parts:
         raise UsageError("--episodes: no part given", hint="e.g. --episodes train:0-7,val:8-9")
+    return {name: replace(parse(specs, "--episodes"), text=f"{name}:{','.join(specs)}")
+            for name, specs in parts.items()}
+
+
+def resolve_parts(parts: Mapping[str, Selection], episodes: list[int]) -> dict[str, list[int]]:
+    """{part: sorted episodes}: every episode must be the dataset's and in one part only (usage errors otherwise,
+    naming the dataset's episodes)."""
     out, seen = {}, {}
-    for name, specs in parts.items():
-        chosen = replace(parse(specs, "--episodes"), text=f"{name}:{','.join(specs)}").resolve(episodes, "--episodes")
+    for name, selection in parts.items():
+        chosen = selection.resolve(episodes, "--episodes")
         for e in chosen:
             if e in seen:
                 raise UsageError(f"--episodes: episode {e} is in both {seen[e]!r} and {name!r}", episode=e,
                                  hint="each episode goes into one part")
             seen[e] = name
-        out[name] = list(chosen)
+        out[_part_name(name, "--episodes")] = list(chosen)
     return out
 
 
-def split(src: Path, out: Path, *, into: str | None = None, episodes: list[str] = (), seed: int | None = None,
-          to: str | None = None, workers: int = 1, force: bool = False, dry_run: bool = False,
+def split(src: Path, out: Path, *, fractions: Mapping[str, float] | None = None,
+          parts: Mapping[str, Selection] | None = None, seed: int | None = None, to: str | None = None,
+          workers: int = 1, force: bool = False, dry_run: bool = False,
           progress: rewrite.Progress | None = None) -> SplitReport:
-    """Write each part of `src` as a complete dataset at `out/<part>`."""
+    """Write each part of `src` as a complete dataset at `out/<part>`: parts by `fractions` of the episodes
+    ({"train": 0.9, "val": 0.1}; in episode order, or shuffled by `seed`) or by episode (`parts`)."""
     started = time.perf_counter()
-    if (into is None) == (not episodes):
+    if (fractions is None) == (parts is None):
         raise UsageError("give either --into NAME=FRACTION,... or --episodes NAME:N-M,...")
+    if parts is not None and not parts:
+        raise UsageError("--episodes: no part given", hint="e.g. --episodes train:0-7,val:8-9")
+    fractions = check_fractions(fractions) if fractions is not None else None
     ds = Dataset.open(src)
     if not dry_run:   # before any work: an -o on the input, or taken, stops here
         check_output(out, (ds.root,), force=force)
     numbers = [ep.index for ep in ds.episodes]
-    parts = assign_fractions(numbers, parse_fractions(into), seed) if into else parse_parts(list(episodes), numbers)
+    parts = assign_fractions(numbers, fractions, seed) if fractions is not None else resolve_parts(parts, numbers)
     used = {e for eps in parts.values() for e in eps}
     shown = ds.root if access.is_remote(ds.root) else Path(src).absolute()   # a hub dataset by its URL
     report = SplitReport(dataset=str(shown), output=str(Path(out).absolute()), parts=parts,
