@@ -76,6 +76,13 @@ def alternate(commands: dict[str, list[str]], rounds: int, env: dict, before=Non
             for name, r in runs.items()}
 
 
+def print_rows(results: dict) -> None:
+    """One line per command: minimum and median wall seconds, minimum and median CPU seconds."""
+    for name, r in results.items():
+        print(f"{name:<50}{r['wall_min_s']:>10.3f}{r['wall_median_s']:>10.3f}{r['cpu_min_s']:>10.3f}"
+              f"{r['cpu_median_s']:>10.3f}")
+
+
 def main() -> None:
     options = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     options.add_argument("--rounds", type=int, default=10, help="runs of each start-up command")
@@ -112,9 +119,7 @@ def main() -> None:
     summary["info_floor_min_s"] = s["python: typer + rich + pyarrow.parquet imported"]["wall_min_s"]
     summary["bars"] = {"help_s": HELP_BAR_S, "info_s": INFO_BAR_S, "convert_over_floor": FLOOR_BAR}
     print(f"{'command':<50}{'wall min':>10}{'median':>10}{'cpu min':>10}{'median':>10}")
-    for name, r in s.items():
-        print(f"{name:<50}{r['wall_min_s']:>10.3f}{r['wall_median_s']:>10.3f}{r['cpu_min_s']:>10.3f}"
-              f"{r['cpu_median_s']:>10.3f}")
+    print_rows(s)
 
     if not args.skip_convert:
         from bench.dataset import numeric_v30
@@ -146,9 +151,7 @@ def main() -> None:
         summary["convert_over_floor_cpu"] = ours["cpu_min_s"] / floor["cpu_min_s"]
         # what convert does before its first row is written, which the floor leaves out by design
         summary["dry_run_share_of_floor"] = c[DRY_RUN]["wall_min_s"] / floor["wall_min_s"]
-        for name, r in c.items():
-            print(f"{name:<50}{r['wall_min_s']:>10.3f}{r['wall_median_s']:>10.3f}{r['cpu_min_s']:>10.3f}"
-                  f"{r['cpu_median_s']:>10.3f}")
+        print_rows(c)
         print(f"convert / floor: {summary['convert_over_floor']:.2f}x on the minimum wall times, "
               f"{summary['convert_over_floor_median']:.2f}x on the medians, {summary['convert_over_floor_cpu']:.2f}x "
               f"on the minimum CPU seconds (bar: <= {FLOOR_BAR}x)")

@@ -45,21 +45,20 @@ def _part_name(name: str, option: str) -> str:
 
 
 def parse_fractions(spec: str) -> dict[str, float]:
-    """`train=0.9,val=0.1` -> {"train": 0.9, "val": 0.1} (checked by `check_fractions` where `split` takes them)."""
+    """`train=0.9,val=0.1` -> {"train": 0.9, "val": 0.1}: the syntax only; `check_fractions` holds the values to
+    the rules where `split` takes them."""
     parts: dict[str, float] = {}
     for item in (i.strip() for i in spec.split(",") if i.strip()):
         name, sep, value = item.partition("=")
         try:
             fraction = float(value)
         except ValueError:
-            fraction = -1.0
-        if not sep or not 0 < fraction <= 1:
+            fraction = None
+        if not sep or fraction is None:
             raise UsageError(f"--into {item!r}: expected NAME=FRACTION with 0 < FRACTION <= 1")
         if name.strip() in parts:
             raise UsageError(f"--into: part {name.strip()!r} is named twice")
         parts[name.strip()] = fraction
-    if not parts:
-        raise UsageError(f"--into {spec!r}: fractions must be given and sum to at most 1")
     return parts
 
 
@@ -68,11 +67,19 @@ def check_fractions(fractions: Mapping[str, float]) -> dict[str, float]:
     parts = {_part_name(name, "--into"): float(f) for name, f in fractions.items()}
     bad = next((name for name, f in parts.items() if not 0 < f <= 1), None)
     if bad is not None:
-        raise UsageError(f"--into: part {bad!r} has fraction {parts[bad]!r}; expected 0 < FRACTION <= 1")
+        raise UsageError(f"--into {bad}={parts[bad]!r}: expected NAME=FRACTION with 0 < FRACTION <= 1")
     if not parts or sum(parts.values()) > 1 + 1e-9:
         shown = ",".join(f"{name}={f!r}" for name, f in parts.items())
         raise UsageError(f"--into {shown!r}: fractions must be given and sum to at most 1")
     return parts
+
+
+def check_parts(parts: Mapping[str, Selection]) -> dict[str, Selection]:
+    """Parts by episode as `split` takes them: at least one, each with a usable name (`resolve_parts` checks the
+    episodes against the dataset)."""
+    if not parts:
+        raise UsageError("--episodes: no part given", hint="e.g. --episodes train:0-7,val:8-9")
+    return {_part_name(name, "--episodes"): selection for name, selection in parts.items()}
 
 
 def assign_fractions(episodes: list[int], fractions: dict[str, float], seed: int | None) -> dict[str, list[int]]:
@@ -104,7 +111,7 @@ def parse_parts(values: list[str]) -> dict[str, Selection]:
         for item in items(value):
             name, sep, spec = item.partition(":")
             if sep:
-                current = _part_name(name.strip(), "--episodes")
+                current = name.strip()
                 parts.setdefault(current, [])
             elif current is None:
                 raise UsageError(f"--episodes {value!r}: expected PART:EPISODES,PART:EPISODES",
@@ -112,8 +119,6 @@ def parse_parts(values: list[str]) -> dict[str, Selection]:
             else:
                 spec = name
             parts[current].append(spec)
-    if not parts:
-        raise UsageError("--episodes: no part given", hint="e.g. --episodes train:0-7,val:8-9")
     return {name: replace(parse(specs, "--episodes"), text=f"{name}:{','.join(specs)}")
             for name, specs in parts.items()}
 
@@ -129,7 +134,7 @@ def resolve_parts(parts: Mapping[str, Selection], episodes: list[int]) -> dict[s
                 raise UsageError(f"--episodes: episode {e} is in both {seen[e]!r} and {name!r}", episode=e,
                                  hint="each episode goes into one part")
             seen[e] = name
-        out[_part_name(name, "--episodes")] = list(chosen)
+        out[name] = list(chosen)
     return out
 
 
@@ -142,9 +147,8 @@ def split(src: Path, out: Path, *, fractions: Mapping[str, float] | None = None,
     started = time.perf_counter()
     if (fractions is None) == (parts is None):
         raise UsageError("give either --into NAME=FRACTION,... or --episodes NAME:N-M,...")
-    if parts is not None and not parts:
-        raise UsageError("--episodes: no part given", hint="e.g. --episodes train:0-7,val:8-9")
     fractions = check_fractions(fractions) if fractions is not None else None
+    parts = check_parts(parts) if parts is not None else None
     ds = Dataset.open(src)
     if not dry_run:   # before any work: an -o on the input, or taken, stops here
         check_output(out, (ds.root,), force=force)
