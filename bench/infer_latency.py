@@ -1,27 +1,41 @@
-"""bench/infer_latency: one observation in, one action chunk out, lerodoc's Policy.predict against lerobot 0.6.1's
-select_action on the policy lerodoc exports, same GPU, same call.
+"""bench/infer_latency: one observation in, one action chunk out, lerodoc's Policy.predict (fp32 and bf16 weights,
+eager, compiled, and replayed as one CUDA graph) against lerobot 0.6.1's select_action on the policy lerodoc
+exports, same GPU, same call.
 
-On the device (nvidia-h200), with carry [".whl"] (bench/train_vs_lerobot.py's wheels), from the repository root:
+On the device (nvidia-h200), with carry [".whl"] (a PyAV wheel: lerodoc.pi05.data imports av; plus
+bench/train_vs_lerobot.py's wheels for lerobot's side), from the repository root, the commit read here with
+`git rev-parse HEAD` (the device's copy of the tree has no .git):
 
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && PYTHONUNBUFFERED=1 python3 -m bench.infer_latency --out $OUT/infer_latency.json
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 python3 -m bench.infer_latency --commit COMMIT --out $OUT/infer_latency.json
+
+(`--skip-lerobot` when only PyAV is carried.)
 
 1. A checkpoint as `lerodoc train pi05` writes it (trainer.json, model.safetensors in lerobot's layout, and its
-   lerobot/ policy folder from lerodoc.pi05.export.checkpoint_policy), for the full preset with its seeded random
-   initialisation: 2 cameras (224x224), a 14-dim state in the prompt, 14-dim actions, horizon 50, 10 flow steps,
-   a SentencePiece tokenizer trained here (PaliGemma's cannot be downloaded on the device).
-2. lerodoc (its own process): `Policy(model, ...)`, fp32 weights as Policy.load gives them, then `predict(images,
-   state, [task])` for batch 1: raw uint8 images and raw state in, raw actions out (CPU numpy). Eager, then with
-   `PI05.compile_sampling(**options)` for each --modes entry (the prefix pass and one denoising step compiled).
+   lerobot/ policy folder from lerodoc.pi05.export.checkpoint_policy), for the full preset with its seeded
+   random initialisation, every matrix drawn with unit gain (std fan_in^-1/2) and so the adaRMS gates open
+   (init_weights' small weights and closed gates leave the actions almost blind to the prefix, and then the
+   equality checks below would test little but the expert): 2 cameras (224x224), a 14-dim state in the
+   prompt, 14-dim actions, horizon 50, 10 flow steps, a SentencePiece tokenizer trained here (PaliGemma's
+   cannot be downloaded on the device).
+2. lerodoc (its own process): `Policy.load`, then `predict(images, state, [task])` for batch 1: raw uint8 images
+   and raw state in, raw actions out (CPU numpy). Rows: fp32 weights as Policy.load gives them, eager; then the
+   weights cast to bf16 (`policy.model.to(torch.bfloat16)`): eager; `PI05.capture_sampling` (the whole chunk,
+   prefix and 10 Euler steps, recorded as one CUDA graph of the eager kernels); and for each --modes entry,
+   `PI05.compile_sampling(mode=...)` alone and then with capture_sampling over the compiled parts.
 3. lerobot (its own process, the carried wheels first on the path): PI05Policy.from_pretrained(CHECKPOINT/lerobot)
    and make_pre_post_processors(..., pretrained_path=...) as lerobot-record loads them (fp32, as exported;
    compile_model False, lerobot's default), then per chunk: policy.reset(), post(select_action(pre(observation)))
    -- select_action computes the whole chunk on its first call after a reset and returns its first action.
 
-Per row: median, min and p90 of --repeats calls after --warmup calls (wall clock; each call ends on the host with
-the result, so it includes the device sync), ms per action chunk. The model-only time (lerodoc sample_actions,
-lerobot predict_action_chunk on the preprocessed batch, CUDA-synchronised) is recorded beside it. Both sides also
-predict with the same fixed noise once; the largest raw-unit difference between their chunks is recorded, to
-show that the two time the same policy.
+Per row: median, p10, p90 and min of --repeats calls after --warmup calls (wall clock; each call ends on the host
+with the result, so it includes the device sync), ms per action chunk. The model-only time (lerodoc
+sample_actions, lerobot predict_action_chunk on the preprocessed batch, CUDA-synchronised) is recorded beside it.
+Same noise everywhere: each lerodoc row's sample_actions output (normalised actions) is compared with the bf16
+eager row's and the fp32 eager row's (largest absolute difference and relative error ||a - b|| / ||b||); a bf16
+row passes when its relative error against bf16 eager is at most --tolerance. The prefix's weight in the actions
+(another image, same noise) is recorded beside it, so a comparison that could not fail shows. Both sides also
+predict with the same fixed noise once in fp32; the largest raw-unit difference between their chunks is
+recorded, to show that the two time the same policy.
 
 CPU check (tiny preset; lerobot's side in the reference venv):
 
@@ -54,8 +68,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--modes", default="default",
+    p.add_argument("--modes", default="default,max-autotune-no-cudagraphs",
                    help="comma-separated torch.compile modes for lerodoc's compiled rows ('none': no compiled row)")
+    p.add_argument("--tolerance", type=float, default=2e-2,
+                   help="largest relative error of a bf16 row's actions against bf16 eager's, same noise")
+    p.add_argument("--skip-lerobot", action="store_true", help="time lerodoc only (no lerobot wheels carried)")
     p.add_argument("--site", default="/tmp/site", help="where the carried wheels were installed (lerobot's side)")
     p.add_argument("--lerobot-python", default=sys.executable)
     p.add_argument("--budget", type=float, default=540, help="seconds for the whole run")
@@ -67,7 +84,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def timed(call, repeats: int, warmup: int, sync=None) -> dict:
-    """Median, min and p90 ms of `call` over `repeats` calls after `warmup` calls."""
+    """Median, p10, p90 and min ms of `call` over `repeats` calls after `warmup` calls."""
     for _ in range(warmup):
         call()
     times = []
@@ -80,7 +97,7 @@ def timed(call, repeats: int, warmup: int, sync=None) -> dict:
             sync()
         times.append((time.perf_counter() - t0) * 1e3)
     times.sort()
-    return {"median_ms": statistics.median(times), "min_ms": times[0],
+    return {"median_ms": statistics.median(times), "p10_ms": times[int(0.1 * len(times))], "min_ms": times[0],
             "p90_ms": times[min(len(times) - 1, int(0.9 * len(times)))], "repeats": repeats, "warmup": warmup}
 
 
@@ -134,6 +151,10 @@ def prepare(args, work: Path) -> None:
     torch.manual_seed(0)
     with torch.device(args.device):
         model = PI05(config)
+    with torch.no_grad():   # unit-gain matrices, the adaRMS gates open: the actions depend on the prefix
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, p[0].numel() ** -0.5)
     save_file({k: v.detach().cpu().contiguous() for k, v in to_lerobot(model.state_dict(), config).items()},
               str(ckpt / "model.safetensors"))
     del model
@@ -161,39 +182,82 @@ def run_lerodoc(args, work: Path, result: dict, save) -> None:
     ckpt = work / "run/checkpoints/step-000000"
     t0 = time.perf_counter()
     policy = Policy.load(ckpt, device=args.device)
+    model = policy.model
     cuda = args.device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else None
-    result.update(load_s=time.perf_counter() - t0, torch=torch.__version__,
+    result.update(load_s=time.perf_counter() - t0, torch=torch.__version__, cuda=torch.version.cuda,
                   device=torch.cuda.get_device_name() if cuda else "cpu",
-                  dtype=str(next(policy.model.parameters()).dtype),
                   tf32=torch.backends.cuda.matmul.allow_tf32, rows=[])
     save()
     images, state, noise = inputs(work)
-    fixed = policy.predict(images, state, [TASK], noise=noise.to(args.device))
+    noise = noise.to(args.device)
+    result["fixed_noise_actions"] = policy.predict(images, state, [TASK], noise=noise).tolist()
     model_inputs = policy.inputs(images, state, [TASK])
-    result["fixed_noise_actions"] = fixed.tolist()
+    flipped = {c: v[:, :, ::-1].copy() for c, v in images.items()}   # another image: the prefix's weight
+    references = {}
+
+    def actions(use: dict) -> torch.Tensor:
+        return model.sample_actions(**use, noise=noise).float()
+
+    def compare(ours: torch.Tensor, name: str) -> dict:
+        ref = references[name]
+        return {"max_abs": float((ours - ref).abs().max()), "relative": float((ours - ref).norm() / ref.norm())}
 
     def row(name: str, extra: dict) -> None:
         t = time.perf_counter()
         chunk = timed(lambda: policy.predict(images, state, [TASK]), args.repeats, args.warmup)
-        model = timed(lambda: policy.model.sample_actions(**model_inputs), args.repeats, 1, sync)
-        again = policy.predict(images, state, [TASK], noise=noise.to(args.device))
-        result["rows"].append({"name": name, **extra, "predict": chunk, "sample_actions": model,
-                               "seconds": time.perf_counter() - t,
-                               "max_abs_diff_vs_eager_fixed_noise": float(abs(again - fixed).max())})
+        alone = timed(lambda: model.sample_actions(**model_inputs), args.repeats, 1, sync)
+        ours = actions(model_inputs)
+        dtype = str(next(model.parameters()).dtype)
+        check = {"vs_fp32_eager": compare(ours, "fp32")}
+        if "bf16" in references:
+            check["vs_bf16_eager"] = compare(ours, "bf16")
+            check["within_tolerance"] = check["vs_bf16_eager"]["relative"] <= args.tolerance
+        result["rows"].append({"name": name, "dtype": dtype, **extra, "predict": chunk, "sample_actions": alone,
+                               "same_noise": check, "seconds": time.perf_counter() - t})
         save()
-        print(f"[lerodoc] {name}: predict {chunk['median_ms']:.1f} ms, sample_actions {model['median_ms']:.1f} ms "
+        agree = f", vs bf16 eager {check['vs_bf16_eager']['relative']:.2g}" if "vs_bf16_eager" in check else ""
+        print(f"[lerodoc] {name}: predict {chunk['median_ms']:.1f} ms (p10 {chunk['p10_ms']:.1f}, p90 "
+              f"{chunk['p90_ms']:.1f}), sample_actions {alone['median_ms']:.1f} ms{agree} "
               f"({time.perf_counter() - t:.0f} s)", flush=True)
 
-    row("lerodoc eager", {"compile": None})
+    def budget_left(need: float, name: str) -> bool:
+        if time.perf_counter() - STARTED <= args.budget - need:
+            return True
+        result["rows"].append({"name": name, "skipped": "budget"})
+        print(f"[lerodoc] {name}: skipped (budget)", flush=True)
+        return False
+
+    references["fp32"] = actions(model_inputs)
+    row("fp32 eager", {"compile": None, "cuda_graph": False})
+    model.to(torch.bfloat16)
+    references["bf16"] = actions(model_inputs)
+    other = actions(policy.inputs(flipped, state, [TASK]))
+    result["prefix_weight"] = {"flipped_images_vs_bf16_eager": {
+        "max_abs": float((other - references["bf16"]).abs().max()),
+        "relative": float((other - references["bf16"]).norm() / references["bf16"].norm())}}
+    row("bf16 eager", {"compile": None, "cuda_graph": False})
+    if cuda:
+        t = time.perf_counter()
+        model.capture_sampling(**model_inputs)
+        row("bf16 eager kernels, one CUDA graph", {"compile": None, "cuda_graph": True,
+                                                    "capture_s": time.perf_counter() - t})
+        model.sampling_graph = None
     for mode in [m for m in args.modes.split(",") if m and m != "none"]:
-        if time.perf_counter() - STARTED > args.budget - 100:   # a compile and its rows take up to ~100 s
-            result["rows"].append({"name": f"lerodoc compiled ({mode})", "skipped": "budget"})
+        if not budget_left(150 if "autotune" in mode else 100, f"bf16 compiled ({mode})"):
             continue
         torch.compiler.reset()
-        policy.model.compile_sampling(mode=mode, dynamic=False)
-        row(f"lerodoc compiled ({mode})", {"compile": mode})
-    policy.model.sampling_fns = None
+        t = time.perf_counter()
+        model.compile_sampling(mode=mode, dynamic=False)
+        actions(model_inputs)   # compiles here
+        row(f"bf16 compiled ({mode})", {"compile": mode, "cuda_graph": False, "compile_s": time.perf_counter() - t})
+        if cuda:
+            t = time.perf_counter()
+            model.capture_sampling(**model_inputs)
+            row(f"bf16 compiled ({mode}), one CUDA graph", {"compile": mode, "cuda_graph": True,
+                                                            "capture_s": time.perf_counter() - t})
+            model.sampling_graph = None
+        model.sampling_fns = None
 
 
 def run_lerobot(args, work: Path, result: dict, save) -> None:
@@ -308,18 +372,19 @@ def main() -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(summary, indent=2))
 
-    for name in ("prepare", "lerodoc", "lerobot"):
+    reserve = 0 if args.skip_lerobot else LEROBOT_RESERVE
+    for name in ("prepare", "lerodoc") + (() if args.skip_lerobot else ("lerobot",)):
         out = work / f"{name}-result.json"
         python = args.lerobot_python if name == "lerobot" else sys.executable
         cmd = [python, "-m", "bench.infer_latency", "--part", name, "--work", str(work), "--out", str(out),
                "--preset", args.preset, "--device", args.device, "--repeats", str(args.repeats),
-               "--warmup", str(args.warmup), "--modes", args.modes,
-               "--budget", str(max(60.0, args.budget - (time.perf_counter() - started) - LEROBOT_RESERVE))]
+               "--warmup", str(args.warmup), "--modes", args.modes, "--tolerance", str(args.tolerance),
+               "--budget", str(max(60.0, args.budget - (time.perf_counter() - started) - reserve))]
         left = args.budget - (time.perf_counter() - started)
         print(f"=== {name} ({left:.0f} s left)", flush=True)
         try:   # lerodoc's parts leave LEROBOT_RESERVE seconds for lerobot's
             proc = subprocess.run(cmd, cwd=ROOT, env=env_for(name, args.site),
-                                  timeout=max(30.0, left - (LEROBOT_RESERVE if name != "lerobot" else 0)))
+                                  timeout=max(30.0, left - (reserve if name != "lerobot" else 0)))
             failed = f"exit status {proc.returncode}" if proc.returncode else None
         except subprocess.TimeoutExpired:
             failed = "stopped: budget"
@@ -336,17 +401,30 @@ def main() -> None:
     ours, theirs = (summary["parts"].get(k, {}).get("fixed_noise_actions") for k in ("lerodoc", "lerobot"))
     if ours and theirs:
         summary["fixed_noise_max_abs_diff"] = float(np.abs(np.asarray(ours) - np.asarray(theirs)).max())
-    rows = []
-    for row in summary["parts"].get("lerodoc", {}).get("rows", []):
+    ours = summary["parts"].get("lerodoc", {})
+    summary["provenance"].update({k: ours.get(k) for k in ("torch", "cuda", "device")})
+    table = []
+    for row in ours.get("rows", []):
         if "predict" in row:
-            rows.append((row["name"], row["predict"]["median_ms"], row["sample_actions"]["median_ms"]))
+            same = row["same_noise"].get("vs_bf16_eager", {})
+            table.append({"name": "lerodoc " + row["name"], "chunk_ms": row["predict"]["median_ms"],
+                          "chunk_p10_ms": row["predict"]["p10_ms"], "chunk_p90_ms": row["predict"]["p90_ms"],
+                          "model_ms": row["sample_actions"]["median_ms"], "vs_bf16_eager": same.get("relative"),
+                          "within_tolerance": row["same_noise"].get("within_tolerance")})
     for row in summary["parts"].get("lerobot", {}).get("rows", []):
-        rows.append((row["name"], row["select_action"]["median_ms"], row["predict_action_chunk"]["median_ms"]))
-    summary["table"] = [{"name": n, "chunk_ms": c, "model_ms": m} for n, c, m in rows]
+        t = row["select_action"]
+        table.append({"name": row["name"], "chunk_ms": t["median_ms"], "chunk_p10_ms": t["p10_ms"],
+                      "chunk_p90_ms": t["p90_ms"], "model_ms": row["predict_action_chunk"]["median_ms"]})
+    summary["table"] = table
     write()
-    print(f"{'':<44} {'chunk ms':>9} {'model ms':>9}")
-    for n, c, m in rows:
-        print(f"{n:<44} {c:>9.1f} {m:>9.1f}")
+    print(f"{'':<56} {'chunk ms':>9} {'p10':>7} {'p90':>7} {'model ms':>9} {'vs bf16 eager':>14}")
+    for r in table:
+        same = "" if r.get("vs_bf16_eager") is None else f"{r['vs_bf16_eager']:.2g}"
+        print(f"{r['name']:<56} {r['chunk_ms']:>9.1f} {r['chunk_p10_ms']:>7.1f} {r['chunk_p90_ms']:>7.1f} "
+              f"{r['model_ms']:>9.1f} {same:>14}")
+    if "prefix_weight" in ours:
+        print(f"prefix weight (flipped images, same noise), relative: "
+              f"{ours['prefix_weight']['flipped_images_vs_bf16_eager']['relative']:.3g}")
     if "fixed_noise_max_abs_diff" in summary:
         print(f"same noise, largest raw action difference lerodoc vs lerobot: {summary['fixed_noise_max_abs_diff']:.3g}")
     print(f"wrote {args.out}")

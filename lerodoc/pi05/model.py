@@ -386,7 +386,7 @@ class PI05(nn.Module):
     def embed_suffix(self, x_t, t):
         """Noisy actions (B, H, A) and times (B,) -> action tokens (B, H, De) and the adaRMS condition (B, De)."""
         m = self.model
-        cond = time_embedding(t, self.config.expert.width)
+        cond = time_embedding(t, self.config.expert.width).to(x_t.dtype)   # sampling keeps t in float32
         cond = F.silu(m.time_mlp_out(F.silu(m.time_mlp_in(cond))))
         return m.action_in_proj(x_t), cond
 
@@ -420,7 +420,9 @@ class PI05(nn.Module):
         return err.sum() / denominator
 
     def prefix_cache(self, images, image_masks, tokens, token_masks):
-        """The prefix's per-layer (k, v) and the action rows' mask (B, 1, H, P + H) and positions (B, H)."""
+        """The prefix's per-layer (k, v) and the action rows' mask (B, 1, H, P + H) and positions (B, H). Images
+        are cast to the weights' dtype (Policy gives float32 pixels; a bf16 model takes them as bf16)."""
+        images = [image.to(self.model.action_in_proj.weight.dtype) for image in images]
         prefix, prefix_valid = self.embed_prefix(images, image_masks, tokens, token_masks)
         P = prefix.shape[1]
         mask, positions = attention_layout(prefix_valid, self.config.action_horizon)
@@ -429,33 +431,96 @@ class PI05(nn.Module):
 
     def denoise_velocity(self, x, t, cache, mask, positions):
         """The velocity (B, H, max_action_dim) at noisy actions x and times t (B,): the expert alone over the
-        cached prefix."""
-        suffix, cond = self.embed_suffix(x, t)
+        cached prefix. x and t stay float32 (the Euler sum and the time embedding); the expert runs in the
+        weights' dtype."""
+        suffix, cond = self.embed_suffix(x.to(self.model.action_in_proj.weight.dtype), t)
         out, _ = run_layers([self.expert], [suffix], [cond], positions, mask, cache)
         return self.model.action_out_proj(out)
 
     def compile_sampling(self, **options) -> None:
         """torch.compile the two parts of sample_actions: the prefix pass and one denoising step (the same graph
-        for every step: the time is a tensor). `options` go to torch.compile (mode="reduce-overhead": CUDA graphs)."""
+        for every step: the time is a tensor). `options` go to torch.compile. For CUDA graphs use
+        capture_sampling (after this, or alone): torch.compile's own (mode="reduce-overhead") would record the
+        prefix pass and the step as two graphs whose outputs, the k/v cache, the next replay overwrites."""
         self.sampling_fns = (torch.compile(self.prefix_cache, **options),
                              torch.compile(self.denoise_velocity, **options))
 
+    def capture_sampling(self, images, image_masks, tokens, token_masks) -> None:
+        """Record the whole of sample_actions (the prefix pass and every Euler step) for observations of these
+        shapes as one CUDA graph, which sample_actions then replays for inputs of the same shapes: at batch 1
+        the ~10k small kernels of a chunk cost more to launch than to run. Uses the compiled parts if
+        compile_sampling ran first. Masks must be None (as Policy gives them): a tensor mask asks the host
+        whether any sample shows the camera, which a graph cannot."""
+        if any(mask is not None for mask in image_masks):
+            raise ValueError("capture_sampling needs image_masks of None: a camera's mask.any() syncs the host")
+        c = self.config
+        noise = torch.randn(tokens.shape[0], c.action_horizon, c.max_action_dim, device=tokens.device)
+        self.sampling_graph = None
+        self.sampling_graph = CapturedCall(self.euler, images, image_masks, tokens, token_masks, noise)
+
     @torch.no_grad()
     def sample_actions(self, images, image_masks, tokens, token_masks, noise=None):
-        """Euler integration from noise (t = 1) to actions (t = 0) -> (B, H, action_dim). The prefix runs once;
-        each step runs only the expert, attending to the cached prefix keys and values."""
+        """Euler integration from noise (t = 1) to actions (t = 0) -> float32 (B, H, action_dim). The prefix runs
+        once; each step runs only the expert, attending to the cached prefix keys and values. Replays the CUDA
+        graph of capture_sampling when the inputs have its shapes; otherwise runs `euler` (compiled parts if
+        compile_sampling ran)."""
+        c = self.config
+        if noise is None:
+            noise = torch.randn(tokens.shape[0], c.action_horizon, c.max_action_dim, device=tokens.device)
+        args = (images, image_masks, tokens, token_masks, noise)
+        graph = getattr(self, "sampling_graph", None)
+        if graph is not None and graph.fits(*args):
+            return graph(*args)
+        return self.euler(*args)
+
+    def euler(self, images, image_masks, tokens, token_masks, noise):
+        """sample_actions' computation: no host sync, no shape-dependent Python (what a CUDA graph records)."""
         c = self.config
         prefix_fn, velocity_fn = getattr(self, "sampling_fns", None) or (self.prefix_cache, self.denoise_velocity)
         cache, mask, positions = prefix_fn(images, image_masks, tokens, token_masks)
-        B = tokens.shape[0]
-        if noise is None:
-            dtype = self.paligemma.language_model.embed_tokens.weight.dtype   # the prefix's (autocast's cat promotes)
-            noise = torch.randn(B, c.action_horizon, c.max_action_dim, device=tokens.device, dtype=dtype)
-        x, dt = noise, -1.0 / c.num_steps
+        x, dt = noise.float(), -1.0 / c.num_steps
         for step in range(c.num_steps):
-            t = torch.full((B,), 1.0 + step * dt, device=x.device, dtype=x.dtype)
+            t = torch.full((x.shape[0],), 1.0 + step * dt, device=x.device, dtype=x.dtype)
             x = x + dt * velocity_fn(x, t, cache, mask, positions)
         return x[..., :c.action_dim]
+
+
+class CapturedCall:
+    """fn(*args) recorded as one CUDA graph over static copies of args' tensors (in nested tuples and lists;
+    other leaves, such as None, are part of the recording). Calling it with new tensors of the same structure,
+    shapes and dtypes copies them into those copies, replays the graph and returns a clone of the output (the
+    graph's own output is overwritten by the next replay). The weights are read where they lie: record after
+    the model has its final device and dtype."""
+
+    def __init__(self, fn, *args, warmup: int = 2):
+        from torch.utils._pytree import tree_flatten, tree_unflatten
+        leaves, self.spec = tree_flatten(args)
+        self.inputs = [x.clone() if torch.is_tensor(x) else x for x in leaves]
+        side = torch.cuda.Stream()   # warm-up off the default stream, as torch.cuda.graphs asks
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.no_grad(), torch.cuda.stream(side):
+            for _ in range(warmup):   # lazy inits, cuBLAS workspaces and compiled kernels happen here
+                fn(*tree_unflatten(self.inputs, self.spec))
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(self.graph):
+            self.output = fn(*tree_unflatten(self.inputs, self.spec))
+
+    def fits(self, *args) -> bool:
+        from torch.utils._pytree import tree_flatten
+        leaves, spec = tree_flatten(args)
+        return spec == self.spec and all(
+            torch.is_tensor(x) and (x.shape, x.dtype, x.device) == (s.shape, s.dtype, s.device)
+            if torch.is_tensor(s) else x is s
+            for x, s in zip(leaves, self.inputs))
+
+    def __call__(self, *args):
+        from torch.utils._pytree import tree_flatten
+        for static, x in zip(self.inputs, tree_flatten(args)[0]):
+            if torch.is_tensor(static):
+                static.copy_(x)
+        self.graph.replay()
+        return self.output.clone()
 
 
 def float8_filter(module: nn.Module, fqn: str) -> bool:
