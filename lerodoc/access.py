@@ -23,6 +23,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 
+from lerodoc import confined
 from lerodoc.execution.files import new_file, write_bytes
 
 SCHEME = "hf://"
@@ -452,24 +453,43 @@ def open_url(text: str) -> HubPath:
 
 
 def source(path):
-    """What pyarrow and PyAV open: a local path as it is, a hub file as a seekable range-reading file object."""
+    """What pyarrow and PyAV open: a local regular file's checked path (`confined.source`: no link, FIFO or
+    device), a hub file as a seekable range-reading file object."""
     if isinstance(path, HubPath):
         return path.store.open(path.rel)
-    return path
+    if is_url(path):   # a hub file named as text (a row span's key): pyarrow resolves the hf:// scheme itself
+        return str(path)
+    return confined.source(path)
 
 
 def open_binary(path):
-    """A file opened for reading bytes: a hub file by range reads, a local one as `open(path, "rb")`."""
-    return path.store.open(path.rel) if isinstance(path, HubPath) else open(path, "rb")
+    """A file opened for reading bytes: a hub file by range reads, a local one through `confined.open_file`."""
+    return path.store.open(path.rel) if isinstance(path, HubPath) else confined.open_file(path)
+
+
+def read_bytes(path) -> bytes:
+    """A whole file's bytes: a hub file's by range reads, a local regular file's through `confined`."""
+    return path.read_bytes() if isinstance(path, HubPath) else confined.read_bytes(path)
+
+
+def files(root, folder: str, suffix: str = "") -> list[str]:
+    """The files ending in `suffix` under `root/folder`, relative to `root` and sorted, hidden ones left out: a hub
+    repository's from its listing, a local folder's regular files only (`confined.files_under`: links neither
+    listed nor followed, bar a cache snapshot's)."""
+    if isinstance(root, HubPath):
+        base = f"{root.rel}/" if root.rel else ""
+        start = base + (f"{folder}/" if folder else "")
+        return sorted(rel[len(base):] for rel in root.store.sizes if rel.startswith(start) and rel.endswith(suffix)
+                      and not any(part.startswith(".") for part in rel[len(base):].split("/")))
+    return confined.files_under(root, folder, suffix)
 
 
 def read_range(path, start: int, end: int) -> bytes:
     """Bytes [start, end) of a file, for copying them out once: a hub file's by range reads that the store's memory
-    does not keep (`HubStore.fetch`), a local one's by pread."""
+    does not keep (`HubStore.fetch`), a local one's by pread (`confined.read_range`)."""
     if isinstance(path, HubPath):
         return path.store.fetch(path.rel, start, end)
-    with open(path, "rb") as f:
-        return os.pread(f.fileno(), end - start, start)
+    return confined.read_range(path, start, end)
 
 
 def copy_file(src, dst: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lerodoc import access, formats
+from lerodoc import access, confined, formats
 from lerodoc.errors import LerodocError
 from lerodoc.formats import paths
 from lerodoc.formats.info import Info
@@ -28,12 +28,18 @@ class Dataset:
     episodes: list[Episode]
     tasks: list[str]                     # position == task_index
     stats: Stats | None = None
+    meta_seen: tuple = ()                # confined.meta_state of a local root as it was read: an in-place swap
+                                         # refuses to replace a meta/ that changed since (execution.staging)
 
     @classmethod
     def open(cls, root: Path | str) -> Dataset:
         root = access.path(root)
         if not root.is_dir():
             raise LerodocError("no such dataset folder", file=root)
+        local = not access.is_remote(root)
+        if local:   # untrusted: no file under it is read through a link leading out of it (lerodoc.confined)
+            confined.confine(root)
+        seen = confined.meta_state(root) if local else ()
         try:
             # untrusted: nothing read outside the root
             paths.check_links(root, paths.tree(root / formats.META_DIR, root))
@@ -48,7 +54,8 @@ class Dataset:
         paths.check_links(root, dict.fromkeys(ep.data_file for ep in episodes), field="data_path")
         paths.check_links(root, dict.fromkeys(span.file for ep in episodes for span in ep.videos.values()),
                           field="video_path")
-        return cls(root=root, version=version, info=info, episodes=episodes, tasks=tasks, stats=stats)
+        return cls(root=root, version=version, info=info, episodes=episodes, tasks=tasks, stats=stats,
+                   meta_seen=seen)
 
     @property
     def total_frames(self) -> int:

@@ -396,6 +396,13 @@ def camera_left_out_of_info(root):
     return [Planted("LAY044", file="meta/info.json", feature=WRIST)]
 
 
+@case("v3.0")
+def staging_left_by_a_killed_command(root):
+    """An in-place quantiles killed by SIGKILL leaves its metadata staging folder inside the dataset."""
+    (root / ".lerodoc-meta.lerodoc-tmp-4242-0123abcd/meta").mkdir(parents=True)
+    return [Planted("LAY045", file=".lerodoc-meta.lerodoc-tmp-4242-0123abcd")]
+
+
 @case("v3.0", videos=True)
 def timestamps_jitter(root):
     """Jitter of 0.3 ms: the summaries name the tolerance_s at which every timestamp and query passes."""

@@ -419,11 +419,15 @@ def test_push_uploads_only_the_datasets_own_regular_files(clean, tmp_path, hub):
     (ds / "pipe").unlink()
 
     (ds / "notes.txt").write_text("a note of the dataset's own")
-    (ds / "same.txt").symlink_to("notes.txt")        # a link inside the dataset is its own file
+    (ds / "same.txt").symlink_to("notes.txt")   # even inside the dataset, a file link is not read (lerodoc.confined)
+    proc = _push(hub, tmp_path, "push", ds, "lab/same", "--json")
+    assert proc.returncode == ExitCode.BAD_INPUT and "is a link" in json.loads(proc.stdout)["error"]["message"]
+    assert ("dataset", "lab/same") not in hub.repos
+    (ds / "same.txt").unlink()
     proc = _push(hub, tmp_path, "push", ds, "lab/ok", "--json")
     assert proc.returncode == 0, proc.stderr
     uploaded = hub.repos[("dataset", "lab/ok")].files
-    assert uploaded["same.txt"] == uploaded["notes.txt"] == b"a note of the dataset's own"
+    assert uploaded["notes.txt"] == b"a note of the dataset's own"
     assert b"not part of the dataset" not in b"".join(uploaded.values())
 
 

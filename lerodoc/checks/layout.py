@@ -17,6 +17,7 @@ from lerodoc import access, formats
 from lerodoc.checks.common import (ERROR, WARNING, Context, DataFile, Finding, data_files, finding_factory, relative,
                                     valid_spec)
 from lerodoc.errors import LerodocError
+from lerodoc.execution.staging import leftovers
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import schema_problems
 from lerodoc.formats.info import INDEX_FEATURES
@@ -89,6 +90,10 @@ CODES = {
     "LAY044": (ERROR, "a camera has video files and episode metadata but no info.json feature: lerobot ignores it "
                       "and a rewrite would lose it", "lerodoc repair restores its feature entry from the video files",
                True),
+    "LAY045": (WARNING, "a staging folder or temporary file that a lerodoc command which did not finish (killed, "
+                        "a power cut) left inside or beside the dataset",
+               "the next lerodoc command writing this dataset or output removes its staging folders; a link or "
+               "file under such a name is no staging of lerodoc's: delete it by hand", False),
 }
 
 
@@ -102,7 +107,15 @@ def check(ctx: Context) -> list[Finding]:
         return [_open_failure(ctx)]
     raw = _raw_info(ctx)
     return [*_info_fields(ctx, raw), *_feature_specs(ctx), *_undeclared_cameras(ctx), *_data_file_findings(ctx),
-            *_schemas(ctx), *_hf_metadata(ctx), *_placement(ctx)]
+            *_schemas(ctx), *_hf_metadata(ctx), *_placement(ctx), *_leftovers(ctx)]
+
+
+def _leftovers(ctx: Context) -> list[Finding]:
+    """LAY045: what unfinished commands left staging this dataset (`staging.leftovers`); nothing for a hub one."""
+    if access.is_remote(ctx.root):
+        return []
+    return [_finding("LAY045", f"{path} was left by a lerodoc command that did not finish",
+                     file=relative(ctx.root, path)) for path in leftovers(ctx.root)]
 
 
 def _open_failure(ctx: Context) -> Finding:

@@ -1,21 +1,82 @@
-"""Outputs appear whole or not at all: write to a hidden temp sibling, verify, rename."""
+"""Outputs appear whole or not at all: write to a hidden temp sibling, verify, rename.
+
+Every staging folder is made under a fresh, unpredictable name by `mkdtemp` (created exclusively: a name a dataset
+planted, as a link or anything else, is never reused and never followed), and a promotion over an existing output
+is one atomic exchange of the two names. A staging folder left by a command that died (SIGKILL, a power cut) is
+removed by the next command that writes the same output, under its lock, and `lerodoc validate` names one left
+inside or beside a dataset (`leftovers`).
+"""
 
 from __future__ import annotations
 
 import functools
 import os
 import re
+import secrets
 import shutil
+import stat
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from lerodoc import access, formats
+from lerodoc import access, confined, formats
 from lerodoc.errors import LerodocError, UsageError, VerificationError, no_room
 from lerodoc.kept import require_kept
 from lerodoc.execution.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
 from lerodoc.execution.locks import output_lock
 
 TEMP_SUFFIX = ".lerodoc-tmp"
+
+
+STAGING_MARKS = (TEMP_SUFFIX, ".lerodoc-scratch", ".lerodoc-old")   # what a staging folder's name says it is
+META_STAGING = f".lerodoc-meta{TEMP_SUFFIX}-"   # the in-place metadata swap's folder, inside the dataset
+
+
+def leftovers(root: Path) -> list[Path]:
+    """What commands that did not finish left staging the output or dataset `root`: beside it, its staging folders
+    (`.<name><mark>-<pid>-<random>`, `fresh_folder`) and its writers' temporary files (`files.fresh_name`); inside
+    it, the in-place metadata swap's folders. Names of other outputs are never matched, even when they begin alike."""
+    root = Path(root).absolute()
+    staging = re.compile(re.escape(f".{root.name[:150]}") + "(" + "|".join(map(re.escape, STAGING_MARKS)) + r")-\d+-")
+    found = []
+    for folder, left in ((root, lambda n: n.startswith(META_STAGING)),
+                         (root.parent, lambda n: bool(staging.match(n)) or (
+                             (m := WRITER_TEMP.fullmatch(n)) is not None and m.group(1) == root.name[:180]))):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        found += [folder / name for name in names if left(name)]
+    return sorted(found)
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Remove the staging folders dead commands left for `out`. Called with `out`'s lock held, so no command that
+    could own them is alive. Only real folders are removed (without following a link in them): a link or file
+    under such a name is no staging lerodoc made, and is left where it is (validate names it)."""
+    for path in leftovers(out):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    """Remove `path` whatever it is, never following a link: a folder tree (shutil.rmtree refuses to follow links),
+    else the name alone."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def fresh_folder(beside: Path, mark: str) -> Path:
+    """A new empty folder in `beside`'s parent named `.<name><mark>-<pid>-<random>`, created exclusively
+    (`mkdtemp`): no name that already exists, whatever it is, is ever used."""
+    beside = Path(beside).absolute()
+    return Path(tempfile.mkdtemp(prefix=f".{beside.name[:150]}{mark}-{os.getpid()}-", dir=beside.parent))
 
 
 def check_output(out: Path, inputs=(), *, force: bool = False, folder: bool = True) -> Path:
@@ -74,12 +135,28 @@ def _record(out: Path, staged: Path | None = None) -> None:
 def output_target(src: Path, out: Path | None, in_place: bool, *, dry_run: bool = False) -> Path | None:
     """The one `-o OUTPUT` / `--in-place` rule of the writing commands: exactly one of them (a usage error, exit 2,
     otherwise), except that a --dry-run, which writes nothing, may have neither. The folder the command writes:
-    `src` itself for --in-place, else `out`; None for a dry run without -o."""
+    for --in-place the dataset where it really lives (`src` with links resolved: a link naming the dataset stays a
+    link, and the dataset it names is the one rewritten), else `out`; None for a dry run without -o."""
     if dry_run and out is None and not in_place:
         return None
     if in_place == (out is not None):
         raise UsageError("give either -o OUTPUT or --in-place (or --dry-run to only see the plan)")
-    return Path(src) if in_place else Path(out)
+    return in_place_root(src) if in_place else Path(out)
+
+
+def in_place_root(src: Path) -> Path:
+    """The folder an --in-place command rewrites for the dataset named `src`: the dataset itself, links resolved."""
+    return Path(os.path.realpath(src))
+
+
+def require_unchanged(root: Path, seen: tuple | None) -> None:
+    """Refuse to swap a new tree or meta/ in for the dataset at `root` when its meta/ is no longer what the
+    command read (`seen`, `Dataset.meta_seen`): another writer changed it meanwhile, and swapping would undo that
+    writer's work without a word."""
+    if seen and confined.meta_state(root) != seen:
+        raise LerodocError("the dataset's metadata changed while this command ran (another command or program "
+                           "wrote it); nothing was replaced, so the other change is kept", file=Path(root) / "meta",
+                           hint="run the command again: it reads the metadata as it is now")
 
 
 @contextmanager
@@ -87,17 +164,12 @@ def scratch_beside(out: Path):
     """Yield an empty hidden folder beside `out` (same file system, so its files can be renamed into the staged
     output) for work that comes before the output is staged (encode's clips); removed when the block ends, either
     way."""
-    scratch = Path(out).absolute().parent / f".{Path(out).name}.lerodoc-scratch-{os.getpid()}"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
+    Path(out).absolute().parent.mkdir(parents=True, exist_ok=True)
+    scratch = fresh_folder(out, ".lerodoc-scratch")
     try:
         yield scratch
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def temp_sibling(out: Path) -> Path:
-    return out.parent / f".{out.name}{TEMP_SUFFIX}-{os.getpid()}"
 
 
 def one_writer(stage):
@@ -113,8 +185,10 @@ def one_writer(stage):
     def run(out: Path, *, force: bool = False, inputs=(), **options):
         out = check_output(out, inputs, force=force)
         out.parent.mkdir(parents=True, exist_ok=True)
-        with output_lock(out), stage(out, force=force, inputs=inputs, **options) as tmp, _said_of(tmp, out):
-            yield tmp
+        with output_lock(out):
+            _remove_leftovers(out)
+            with stage(out, force=force, inputs=inputs, **options) as tmp, _said_of(tmp, out):
+                yield tmp
     return run
 
 
@@ -154,7 +228,7 @@ def _in_output(name, tmp: Path, out: Path) -> Path:
 @one_writer
 @contextmanager
 def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropped: set[str] = frozenset(),
-                  renamed: dict[str, str] | None = None):
+                  renamed: dict[str, str] | None = None, seen: tuple | None = None):
     """Yield a temp directory beside `out`; promote it to `out` only when the block succeeds.
 
     Any exception (Ctrl-C included) removes the temp directory, so no half-written dataset is left
@@ -163,12 +237,12 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
     tags that are not UTF-8) is not promoted either: that is a VerificationError. Nor is one that lost a
     feature, data column or camera (undeclared ones included) of the datasets in `keep` (default `inputs`; paths,
     or datasets the command opened) the command was not asked to drop or rename (`kept.require_kept`).
+    An in-place rewrite passes `seen`, the input's meta/ as it was read (`Dataset.meta_seen`): the old tree is
+    not replaced when its meta/ changed since (`require_unchanged`).
     """
     out = check_output(out, inputs, force=force)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_sibling(out)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = fresh_folder(out, TEMP_SUFFIX)
     try:
         yield tmp
         if (tmp / formats.INFO_PATH).is_file():
@@ -180,34 +254,31 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
                                                        "lerodoc repair (or convert) fixes it, then run this command "
                                                        "on its output")
             require_kept(list(inputs if keep is None else keep), tmp, dropped=set(dropped), renamed=renamed)
+        require_unchanged(out, seen)
+        if os.path.lexists(out):
+            exchange(tmp, out)   # one atomic step: `out` is the new tree, `tmp` holds the old one (or the file or
+            _remove(tmp)         # link --force replaced, which is unlinked, never followed)
+        else:
+            tmp.rename(out)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
         raise
-    if out.exists() or out.is_symlink():
-        old = out.parent / f".{out.name}.lerodoc-old-{os.getpid()}"
-        out.rename(old)
-        tmp.rename(out)
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:   # a file or a link replaced by --force: unlinked, never followed
-            old.unlink()
-    else:
-        tmp.rename(out)
     _record(out, tmp)
 
 
 @contextmanager
 def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: bool = False,
                 rewrite: set[str] = frozenset(), dropped: set[str] = frozenset(),
-                renamed: dict[str, str] | None = None):
+                renamed: dict[str, str] | None = None, seen: tuple | None = None):
     """Yield a temp tree that mirrors `src` except the `rewrite` paths, which the block writes.
 
     The tree is promoted to `out`, or, with `in_place`, swapped in for `src` (the old tree is removed
-    only after the new one is in place). Unchanged files are hard links, so no bytes are copied.
+    only after the new one is in place, and only when its meta/ is still the `seen` one). Unchanged files are
+    hard links, so no bytes are copied.
     """
     target = output_target(src, out, in_place)
     with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,),
-                       dropped=dropped, renamed=renamed) as tmp:
+                       dropped=dropped, renamed=renamed, seen=seen if in_place else None) as tmp:
         link_tree(access.path(src), tmp, set(rewrite))
         yield tmp
 
@@ -229,37 +300,45 @@ def exchange(a: Path, b: Path) -> None:
         code = ctypes.get_errno()
         if code not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             raise OSError(code, os.strerror(code), str(a))
-    middle = a.with_name(f"{a.name}.lerodoc-swap-{os.getpid()}")
+    middle = a.with_name(f".{a.name[:150]}.lerodoc-old-{os.getpid()}-{secrets.token_hex(8)}")   # unpredictable
     os.rename(a, middle)
     os.rename(b, a)
     os.rename(middle, b)
 
 
 @contextmanager
-def staged_meta(root: Path, rewrite: set[str]):
+def staged_meta(root: Path, rewrite: set[str], *, seen: tuple | None = None):
     """Yield a temp root whose meta/ mirrors `root`'s except the `rewrite` paths (all under meta/), which the block
     writes; then swap the new meta/ in for the old in one atomic step. Only meta/ changes: the dataset folder (a
     shell may be standing in it), its data and video files keep their inodes and bytes. The temp root is a hidden
     folder inside `root` (same file system, nothing of the dataset written outside it) and is removed either
     way. The dataset's lock (`locks.output_lock`, the one --in-place edits take; a file beside the dataset while
-    the block runs) keeps a second writer out; a full disk is said as for staged_output."""
-    root = Path(root).absolute()
-    with output_lock(root), _staged_meta(root, rewrite) as tmp, _said_of(tmp, root):
-        yield tmp
+    the block runs) keeps a second writer out; a full disk is said as for staged_output. The dataset is the one a
+    link named `root` leads to (`in_place_root`), and its meta/ is swapped only while it is still what the command
+    read (`seen`: `require_unchanged`)."""
+    root = in_place_root(root)
+    with output_lock(root):
+        _remove_leftovers(root)
+        with _staged_meta(root, rewrite, seen) as tmp, _said_of(tmp, root):
+            yield tmp
     _record(root)
 
 
 @contextmanager
-def _staged_meta(root: Path, rewrite: set[str]):
+def _staged_meta(root: Path, rewrite: set[str], seen: tuple | None):
     outside = sorted(p for p in rewrite if not p.startswith(f"{formats.META_DIR}/"))
     if outside:
         raise ValueError(f"staged_meta rewrites meta/ only, not {outside}")
-    tmp = root / f".lerodoc-meta{TEMP_SUFFIX}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".lerodoc-meta{TEMP_SUFFIX}-{os.getpid()}-", dir=root))
     try:
         link_tree(root / formats.META_DIR, tmp / formats.META_DIR,
                   {p[len(formats.META_DIR) + 1:] for p in rewrite})
         yield tmp
-        exchange(tmp / formats.META_DIR, root / formats.META_DIR)
+        meta = root / formats.META_DIR
+        if not stat.S_ISDIR(os.lstat(meta).st_mode):
+            raise LerodocError("is no longer a folder (a link or a file took its place); nothing was replaced",
+                               file=meta, hint="restore the dataset's meta/ folder, then run the command again")
+        require_unchanged(root, seen)
+        exchange(tmp / formats.META_DIR, meta)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -13,7 +13,6 @@ from types import ModuleType
 from lerodoc import access
 from lerodoc.conventions import INFO_PATH  # noqa: F401  (re-exported: formats.INFO_PATH)
 from lerodoc.errors import LerodocError
-from lerodoc.formats import paths
 from lerodoc.formats.jsonl import read_json  # noqa: F401  (re-exported)
 
 VERSIONS = ("v2.0", "v2.1", "v3.0")
@@ -59,15 +58,9 @@ def module(version: str) -> ModuleType:
 
 def loose_files(root: Path, suffix: str) -> list[str]:
     """Every `suffix` file of the dataset tree outside meta/ and hidden folders, relative, sorted: where a
-    data or video file may sit when it is not where the template puts it. A link leading out of the dataset
-    (or to a FIFO or device) is not one of them: `paths.readable`."""
-    root = access.path(root)
-    out = []
-    for path in root.rglob(f"*{suffix}"):
-        rel = path.relative_to(root)
-        if rel.parts[0] != "meta" and not any(part.startswith(".") for part in rel.parts):
-            out.append(rel.as_posix())
-    return sorted(paths.readable(root, out))
+    data or video file may sit when it is not where the template puts it. Regular files only: a link, FIFO or
+    device is not one of them, and no link is followed to find them (`access.files`)."""
+    return [rel for rel in access.files(access.path(root), "", suffix) if rel.split("/")[0] != META_DIR]
 
 
 def find_misplaced(expected: str, candidates: list[str], key: str | None = None) -> str | None:
@@ -98,7 +91,7 @@ def load_problems(root: Path) -> list[str]:
     info = read_json(root / INFO_PATH)
     features = info.get("features") or {}
     problems = []
-    for path in sorted(root.glob("data/**/*.parquet")):
+    for path in [root / rel for rel in access.files(root, "data", ".parquet")]:
         try:
             schema = pq.read_schema(access.source(path))
         except (OSError, pa.ArrowException) as exc:
@@ -107,7 +100,8 @@ def load_problems(root: Path) -> list[str]:
         problems += [f"{path.relative_to(root)}: {code} {text}" for code, _, text in schema_problems(features, schema)
                      if code not in CAST_ON_LOAD]
     fps = info.get("fps")
-    videos = sorted(root.glob("videos/**/*.mp4")) if isinstance(fps, (int, float)) and fps > 0 else []
+    videos = ([root / rel for rel in access.files(root, "videos", ".mp4")] if isinstance(fps, (int, float)) and fps > 0
+              else [])
     if videos:
         from lerodoc.media import clips, frames   # PyAV: loaded only for a dataset with videos
     for path in videos:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lerodoc import access
 from lerodoc.errors import LerodocError
 from lerodoc.execution.files import new_file
 
@@ -48,7 +49,7 @@ def read_json(path: Path) -> dict:
         raise LerodocError("file is missing", file=path,
                            hint="is this the root of a LeRobot dataset (the folder holding meta/)?")
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise LerodocError(f"is not valid JSON ({exc})", file=path) from None
 
@@ -56,9 +57,9 @@ def read_json(path: Path) -> dict:
 def read_text(path: Path) -> str:
     """A meta file's text; bytes that are not UTF-8 (a flipped bit) are a LerodocError naming the offset."""
     try:
-        return path.read_bytes().decode("utf-8")
+        return access.read_bytes(path).decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        line = exc.object[:exc.start].count(b"\n") + 1
         raise LerodocError(f"line {line} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} "
                            f"at offset {exc.start})", file=path) from None
     except OSError as exc:

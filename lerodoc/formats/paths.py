@@ -11,9 +11,10 @@ Datasets are untrusted: their info.json decides file names (feature keys become 
 - `template`: `data_path`/`video_path` are relative templates with no `..` segment, filled or not.
 - `inside`: a relative path read from a dataset or written into an output, joined to its root, lexically
   inside it (no absolute path, no `..` segment).
-- `check_links`: following symbolic links, the files a dataset names still lie inside it, or, for a
-  snapshot of the Hugging Face cache, in that repository's `blobs/` folder (where the snapshot's links
-  point).
+- `check_links`: the files a dataset names are its own files, not links (bar a Hugging Face cache snapshot's
+  links into its repository's `blobs/` folder), and its folders, links followed, still lie inside it: the names
+  metadata gives are checked here, with the field at fault, before `lerodoc.confined` opens each file the same
+  way.
 - writers never write into a file that exists (it may be a hard link to an input, see `lerodoc.execution.links`):
   they create a new file under a temporary name beside the target and rename it over (`lerodoc.execution.files`).
 
@@ -29,13 +30,9 @@ from pathlib import Path
 from typing import Iterable
 
 from lerodoc import access
-from lerodoc.errors import LerodocError
+from lerodoc.confined import UnsafePath
 
 NAME_MAX = 255   # bytes in one file name (ext4, xfs, btrfs, APFS, NTFS in UTF-16 units)
-
-
-class UnsafePath(LerodocError):
-    """A name or path that would read or write outside its root, or that no file system can hold."""
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")   # Unicode's control characters (category Cc), NUL included
@@ -186,31 +183,16 @@ def check_links(root: Path | str, relatives: Iterable[str], *, field: str | None
                 if not _within(target, areas):
                     raise UnsafePath(f"is a link to {target}, outside the dataset folder", file=entry.path,
                                      field=field, hint="copy the file into the dataset instead of linking it")
+                if not os.path.isdir(target) and not _within(target, areas[1:]):   # bar a cache snapshot's blob
+                    raise UnsafePath(f"is a link (to {target}); lerodoc reads a dataset's own files, not links "
+                                     "(lerodoc.confined)", file=entry.path, field=field,
+                                     hint="copy the file into the dataset instead of linking it")
                 special = os.path.exists(target) and not (os.path.isfile(target) or os.path.isdir(target))
             else:
                 special = not entry.is_dir(follow_symlinks=False)
             if special:   # reading a FIFO would wait for ever, a device would never end
                 raise UnsafePath("is not a regular file (a FIFO, socket or device), so it is not read",
                                  file=entry.path, field=field, hint="put the file itself there")
-
-
-def readable(root: Path | str, relatives: Iterable[str]) -> list[str]:
-    """Those of `relatives` (files found by listing a dataset's tree, none named by its metadata) that may be read:
-    regular files, and links to regular files that stay where `check_links` allows. The others are left out,
-    never opened: a stray link does not stop a command, it is simply not followed."""
-    root = access.path(root)
-    areas, out = None, []
-    for relative in relatives:
-        path = root / relative
-        mode = path.lstat().st_mode
-        if stat.S_ISLNK(mode):
-            areas = areas or link_areas(root)
-            if not _within(os.path.realpath(path), areas) or not path.is_file():
-                continue
-        elif not stat.S_ISREG(mode):
-            continue
-        out.append(relative)
-    return out
 
 
 def regular_files(root: Path | str) -> list[str]:

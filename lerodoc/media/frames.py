@@ -37,8 +37,9 @@ def open_video(path: Path | str, **options):
 
 
 def _av_source(path):
-    """What av.open reads: a local path as text, a hub file as a range-reading file object (lerodoc.access)."""
-    return access.source(path) if access.is_remote(path) else str(path)
+    """What av.open reads: a local regular file's checked path, a hub file as a range-reading file object
+    (`access.source`)."""
+    return access.source(path)
 
 
 def strict_tags(path: Path | str) -> bool:

@@ -672,7 +672,7 @@ def write(out_path: Path, parts: list[Part], out: Layout) -> None:
                                                     min(at + access.COPY_BLOCK, int(offset + length))))
                 dst.flush()
                 continue
-            with open(part.track.path, "rb") as src:
+            with access.open_binary(part.track.path) as src:
                 for offset, length in zip(*part.ranges()):
                     _copy(src.fileno(), dst.fileno(), int(offset), int(length))
 
@@ -722,7 +722,7 @@ def verify(path: Path, parts: list[Part], out: Layout) -> None:
     import av   # PyAV: loaded by a join only, not by reading headers
     # container facts only: skip_frame spares the decoding FFmpeg does while probing the stream
     try:   # strict, as lerobot's pyav backend reads: tags copied from a source that are not UTF-8 fail here
-        with av.open(str(path), format="mp4", options={"skip_frame": "all"}) as container:
+        with av.open(access.source(path), format="mp4", options={"skip_frame": "all"}) as container:
             stream = container.streams.video[0]
             if len(container.streams) != 1 or stream.frames != len(out.size) or \
                     stream.time_base != Fraction(1, parts[0].track.timescale):

@@ -128,7 +128,7 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
     module = formats.module(ds.version)
     renamed = renamed or {}
     with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=set(planned.rewritten), dropped=dropped,
-                     renamed=renamed) as tmp:
+                     renamed=renamed, seen=ds.meta_seen) as tmp:
         for old, new in planned.moved:
             if new is not None:
                 link_or_copy(ds.path(old), inside(tmp, new, field="video_path"))

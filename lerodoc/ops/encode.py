@@ -353,7 +353,8 @@ def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: 
                                file=ds.root / formats.INFO_PATH)
         return
     changed = {rel for rel, _ in jobs}
-    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=changed | {formats.INFO_PATH}) as tmp:
+    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=changed | {formats.INFO_PATH},
+                     seen=ds.meta_seen) as tmp:
         work = [replace(job, out=str(inside(tmp, rel, field="video_path"))) for rel, job in jobs]
         tick = progress("encoding", len(work)) if progress else None
         results = pmap(reencode_file, work, workers=workers, progress=tick)

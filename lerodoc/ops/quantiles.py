@@ -20,7 +20,7 @@ from lerodoc.dataset import Dataset, Stats
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import ACTION_FEATURES, INDEX_FEATURES, STATE_FEATURES, flat_names
 from lerodoc.formats.jsonl import write_text
-from lerodoc.execution.staging import check_output, staged_edit, staged_meta
+from lerodoc.execution.staging import check_output, in_place_root, staged_edit, staged_meta
 from lerodoc.tables.stats import channel_flags, exact_stats, merge_dataset_stats
 
 # openpi's norm_stats.json keys, and the dataset features each is found in when not named
@@ -145,10 +145,11 @@ def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, fea
     for ep in ds.episodes:
         ep.stats.update(per_episode[ep.index])
     rewrite = module.stats_files(ds.root)
-    staged = staged_meta(ds.root, rewrite) if in_place else staged_edit(ds.root, out, force=force, rewrite=rewrite)
+    staged = (staged_meta(ds.root, rewrite, seen=ds.meta_seen) if in_place
+              else staged_edit(ds.root, out, force=force, rewrite=rewrite))
     with staged as tmp:
         module.write_stats(tmp, ds.info, ds.episodes, merge_dataset_stats(dataset, ds.stats))
-    report.output = str(ds.root if in_place else Path(out).absolute())
+    report.output = str(in_place_root(ds.root) if in_place else Path(out).absolute())
     report.stored = True
     report.seconds = round(time.perf_counter() - started, 3)
     return report

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lerodoc import formats
+from lerodoc import access, formats
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset, Episode, VideoSpan
@@ -62,7 +62,7 @@ def _counts(findings) -> dict[str, int]:
 def locate_rows(ds: Dataset) -> dict[int, tuple[str, int, int]]:
     """episode_index -> (data file, first row, rows), read from the data files themselves."""
     found: dict[int, tuple[str, int, int]] = {}
-    for path in sorted(ds.root.glob("data/**/*.parquet")):
+    for path in [ds.root / rel for rel in access.files(ds.root, "data", ".parquet")]:   # regular files, no link
         table = read_parquet(path, ["episode_index"])
         values = column_matrix(table.column(0), table.num_rows)[:, 0]
         if not len(values):
@@ -308,8 +308,8 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         report.plan = {**plan.to_json(), "changes": list(report.changes)}
         report.seconds = round(time.perf_counter() - started, 3)
         return report
-    target = ds.root if in_place else target
-    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,)) as tmp:
+    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,),
+                       seen=ds.meta_seen if in_place else None) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers)
         report.changes += _retime_changes(result.retimed)
         module = formats.module(to)
