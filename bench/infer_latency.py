@@ -29,8 +29,9 @@ bench/train_vs_lerobot.py's wheels for lerobot's side), from the repository root
 
 Per row: median, p10, p90 and min of --repeats calls after --warmup calls (wall clock; each call ends on the host
 with the result, so it includes the device sync), ms per action chunk. The model-only time (lerodoc
-sample_actions, lerobot predict_action_chunk on the preprocessed batch, CUDA-synchronised) is recorded beside it.
-Same noise everywhere: each lerodoc row's sample_actions output (normalised actions) is compared with the bf16
+sample_actions, lerobot predict_action_chunk on the preprocessed batch, CUDA-synchronised) is recorded beside it,
+and on CUDA one more sample_actions under torch.profiler: the device's busy time against the wall time. Same
+noise everywhere: each lerodoc row's sample_actions output (normalised actions) is compared with the bf16
 eager row's and the fp32 eager row's (largest absolute difference and relative error ||a - b|| / ||b||); a bf16
 row passes when its relative error against bf16 eager is at most --tolerance. The prefix's weight in the actions
 (another image, same noise) is recorded beside it, so a comparison that could not fail shows. Both sides also
@@ -68,8 +69,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--modes", default="default,max-autotune-no-cudagraphs",
-                   help="comma-separated torch.compile modes for lerodoc's compiled rows ('none': no compiled row)")
+    p.add_argument("--modes", default="default",
+                   help="comma-separated torch.compile modes for lerodoc's compiled rows ('none': no compiled row); "
+                        "max-autotune-no-cudagraphs autotuned for over 4 minutes on the full preset (call 6)")
     p.add_argument("--tolerance", type=float, default=2e-2,
                    help="largest relative error of a bf16 row's actions against bf16 eager's, same noise")
     p.add_argument("--skip-lerobot", action="store_true", help="time lerodoc only (no lerobot wheels carried)")
@@ -99,6 +101,23 @@ def timed(call, repeats: int, warmup: int, sync=None) -> dict:
     times.sort()
     return {"median_ms": statistics.median(times), "p10_ms": times[int(0.1 * len(times))], "min_ms": times[0],
             "p90_ms": times[min(len(times) - 1, int(0.9 * len(times)))], "repeats": repeats, "warmup": warmup}
+
+
+def profile_chunk(call, sync) -> dict:
+    """One call under torch.profiler: its wall time there, and how many CUDA kernels (and copies) it ran and for
+    how long in all. Kernel time far under the wall time means the host (launches, dispatch) sets the pace."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    call()
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        call()
+        sync()
+        wall = (time.perf_counter() - t0) * 1e3
+    device = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return {"wall_ms_under_profiler": wall, "device_ops": len(device),
+            "device_busy_ms": sum(e.time_range.elapsed_us() for e in device) / 1e3}
 
 
 def observation(size: int, q01, q99, seed: int = 0):
@@ -204,9 +223,14 @@ def run_lerodoc(args, work: Path, result: dict, save) -> None:
         return {"max_abs": float((ours - ref).abs().max()), "relative": float((ours - ref).norm() / ref.norm())}
 
     def row(name: str, extra: dict) -> None:
-        t = time.perf_counter()
+        t, began = time.perf_counter(), time.time()
         chunk = timed(lambda: policy.predict(images, state, [TASK]), args.repeats, args.warmup)
         alone = timed(lambda: model.sample_actions(**model_inputs), args.repeats, 1, sync)
+        if cuda:
+            try:
+                extra = dict(extra, profile=profile_chunk(lambda: model.sample_actions(**model_inputs), sync))
+            except Exception as e:   # the profiler is a diagnosis: its failure must not cost the row
+                extra = dict(extra, profile_error=f"{type(e).__name__}: {e}")
         ours = actions(model_inputs)
         dtype = str(next(model.parameters()).dtype)
         check = {"vs_fp32_eager": compare(ours, "fp32")}
@@ -214,9 +238,14 @@ def run_lerodoc(args, work: Path, result: dict, save) -> None:
             check["vs_bf16_eager"] = compare(ours, "bf16")
             check["within_tolerance"] = check["vs_bf16_eager"]["relative"] <= args.tolerance
         result["rows"].append({"name": name, "dtype": dtype, **extra, "predict": chunk, "sample_actions": alone,
-                               "same_noise": check, "seconds": time.perf_counter() - t})
+                               "same_noise": check, "seconds": time.perf_counter() - t,
+                               "unix_time": [began, time.time()]})
         save()
         agree = f", vs bf16 eager {check['vs_bf16_eager']['relative']:.2g}" if "vs_bf16_eager" in check else ""
+        if "profile" in extra:
+            prof = extra["profile"]
+            agree += (f"; profiled: {prof['device_ops']} device ops, busy {prof['device_busy_ms']:.1f} of "
+                      f"{prof['wall_ms_under_profiler']:.1f} ms")
         print(f"[lerodoc] {name}: predict {chunk['median_ms']:.1f} ms (p10 {chunk['p10_ms']:.1f}, p90 "
               f"{chunk['p90_ms']:.1f}), sample_actions {alone['median_ms']:.1f} ms{agree} "
               f"({time.perf_counter() - t:.0f} s)", flush=True)

@@ -63,7 +63,8 @@ class Passes:
 
     def __init__(self, model):
         self.counts = dict(siglip=0, vlm=0, expert=0)
-        modules = dict(siglip=model.paligemma.vision_tower, vlm=model.paligemma.language_model.layers[0].input_layernorm,
+        modules = dict(siglip=model.paligemma.vision_tower,
+                       vlm=model.paligemma.language_model.layers[0].input_layernorm,
                        expert=model.expert.layers[0].input_layernorm)
         self.hooks = [m.register_forward_hook(lambda *_, k=k: self.counts.__setitem__(k, self.counts[k] + 1))
                       for k, m in modules.items()]
