@@ -93,7 +93,7 @@ def dataset(
     never written into. Files already complete are not fetched again, so an interrupted download resumes by running the
     same command.
 
-    Example: lerodoc download dataset lerobot/pusht --episodes 0-9,500 -o pusht-11
+    Example: lerodoc download dataset lerobot/pusht --episodes 0-9,200 -o pusht-11
     """
     if episodes:
         _episodes(repo_id, episodes, revision, output, include, _source(source), force, json)

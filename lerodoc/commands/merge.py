@@ -20,8 +20,8 @@ def merge(
     sources: SourcesArg,
     output: OutputOpt,
     exclude: Annotated[list[str], typer.Option(help="Leave out episodes: SOURCE:N, SOURCE:N-M, "
-                                                    "SOURCE:N,M-K or SOURCE:[N, M] (SOURCE is A, B, ... or a folder "
-                                                    "name). Repeatable.")] = [],
+                                                    "SOURCE:N,M-K or SOURCE:[N, M] (SOURCE is A, B, ..., the source as "
+                                                    "typed, or its folder name). Repeatable.")] = [],
     episodes: Annotated[list[str], typer.Option(help="Keep only these episodes of a source (same syntax); "
                                                      "other sources are kept whole. Repeatable.")] = [],
     to: Annotated[Target, typer.Option("--to", case_sensitive=False, help="Version to write.")] = Target.v30,

@@ -68,25 +68,64 @@ def labels_for(paths: list[Path]) -> list[str]:
 
 
 def source_selections(values: list[str], sources: list[Path], option: str) -> dict[int, Selection]:
-    """`A:355`, `B:0-9`, `day2:[1, 4]` (repeatable; SOURCE is A, B, ... or a folder name) -> {source position:
-    its selection}; syntax errors are usage errors naming `option`."""
-    labels, names = labels_for(sources), [Path(p).name for p in sources]
+    """`A:355`, `B:0-9`, `data/day2:[1, 4]`, `day2:4` (repeatable) -> {source position: its selection}. SOURCE is
+    a label (A, B, ...), the source as it was typed (a path, a repo id), or its folder name when only one source
+    has it; syntax errors and a SOURCE that names no source, or several, are usage errors naming `option`."""
+    labels = labels_for(sources)
     specs: dict[int, list[str]] = {}
     for value in values:
         label, sep, spec = value.rpartition(":")
         if not sep:
-            raise UsageError(f"{option} {value!r}: expected SOURCE:EPISODES (SOURCE is {', '.join(labels)} or a "
-                             "folder name)", hint=f"e.g. {option} {labels[0]}:{value}")
-        if label in labels:
-            source = labels.index(label)
-        elif label in names:
-            source = names.index(label)
-        else:
-            raise UsageError(f"{option} {value!r}: no source called {label!r} (use {', '.join(labels)} or a "
-                             "folder name)")
-        specs.setdefault(source, []).append(spec)
+            raise UsageError(f"{option} {value!r}: expected SOURCE:EPISODES (SOURCE is {', '.join(labels)}, a "
+                             "source's path or its folder name)", hint=f"e.g. {option} {labels[0]}:{value}")
+        specs.setdefault(_source_named(label, sources, labels, option, value), []).append(spec)
     return {i: replace(parse(given, option), text=f"{labels[i]}:{','.join(s.strip() for s in given)}")
             for i, given in specs.items()}
+
+
+def _source_named(label: str, sources: list[Path], labels: list[str], option: str, value: str) -> int:
+    """The position of the source `label` names: a label first, then the source itself (the same path as typed
+    or written another way, `./data/day2/` or an absolute one; the same repo id or hub URL), then a folder name
+    that only one source has. What the user sees in `--help` (`--exclude data/day2:4`) is what works."""
+    if label in labels:
+        return labels.index(label)
+    same = [i for i, source in enumerate(sources) if _same_source(label, source)]
+    if len(same) == 1:
+        return same[0]
+    named = [i for i, source in enumerate(sources) if access.path(source).name == label]
+    if len(named) == 1:
+        return named[0]
+    if len(same) > 1 or len(named) > 1:
+        which = same if len(same) > 1 else named
+        raise UsageError(f"{option} {value!r}: {label!r} names sources {', '.join(labels[i] for i in which)}",
+                         hint=f"use the label, e.g. {option} {labels[which[0]]}:{value.rpartition(':')[2]}")
+    raise UsageError(f"{option} {value!r}: no source called {label!r} (use {', '.join(labels)}, a source's path "
+                     "or its folder name)")
+
+
+def _same_source(label: str, source: Path) -> bool:
+    """Whether `label` names `source`: the same text, the same normalised path, the same folder on disk, or a
+    repo id that resolves (as DATASET does, never by network) to that folder."""
+    if not label or str(source).rstrip("/") == label.rstrip("/"):
+        return bool(label)
+    if access.is_remote(source):
+        return False
+    import os
+    given = Path(label).expanduser()
+    if os.path.abspath(given) == os.path.abspath(source):
+        return True
+    if given.exists():
+        try:
+            return source.exists() and os.path.samefile(given, source)
+        except OSError:
+            return False
+    if label.count("/") == 1 and not label.startswith((".", "/")) and ".." not in label:   # owner/name
+        from lerodoc.hub import find_dataset
+        try:
+            return source.exists() and os.path.samefile(find_dataset(label), source)
+        except (LerodocError, OSError, ValueError):
+            return False
+    return False
 
 
 def used_tasks(ds: Dataset, episodes: list) -> set[int]:
@@ -180,7 +219,7 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
     datasets = [p if isinstance(p, Dataset) else Dataset.open(p) for p in sources]
     roots = [ds.root for ds in datasets]
     if not dry_run:   # before any work: an -o on an input, or taken, stops here
-        check_output(out, () if in_place else roots, force=force or in_place)
+        check_output(out, () if in_place else roots, force=force or in_place, own=in_place)
     labels = labels_for(roots)
     info, notes = reconcile(datasets, labels)
     for ds in datasets:   # after reconcile: a conflict between the sources is the better message
@@ -243,7 +282,7 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
         report.plan = plan.to_json()
         report.seconds = round(time.perf_counter() - started, 3)
         return report
-    with staged_output(Path(out), force=force or in_place, inputs=() if in_place else roots, keep=roots,
+    with staged_output(Path(out), force=force or in_place, inputs=() if in_place else roots, keep=roots, own=in_place,
                        seen=datasets[0].meta_seen if in_place else None) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
         new_eps = result.episodes
