@@ -216,7 +216,9 @@ def test_split_parts_are_complete_seeded_and_exact(built):
         same_rows(rows_by_episode(case["out"]), src, case["mapping"],
                   tasks=task_lists(case["out"], built["delete"]["src"].root))
         assert_exact_stats(case["out"])
-    assert sorted(p.name for p in built["split-seed7"]["out"].iterdir()) == ["train", "val"]
+    out = built["split-seed7"]["out"]
+    assert sorted(p.name for p in out.iterdir()) == [".lerodoc-split.json", "train", "val"]
+    assert json.loads((out / ".lerodoc-split.json").read_text())["parts"] == ["train", "val"]   # --force may replace it
 
 
 def test_split_without_seed_is_in_order_and_bad_parts_are_refused(tmp_path):

@@ -79,11 +79,53 @@ def fresh_folder(beside: Path, mark: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".{beside.name[:150]}{mark}-{os.getpid()}-", dir=beside.parent))
 
 
-def check_output(out: Path, inputs=(), *, force: bool = False, folder: bool = True) -> Path:
+DATASET_ENTRIES = {"meta", "data", "videos", "images", "README.md", ".gitattributes", ".cache"}   # a dataset's top
+SPLIT_MARK = ".lerodoc-split.json"   # in split's output folder, beside its parts
+OWN_MARKS = ("lerodoc.json", "trainer.json", SPLIT_MARK)   # export lerobot's folder, a checkpoint's, split's
+
+
+def _entries(folder: Path) -> list[str]:
+    return sorted(os.listdir(folder))
+
+
+def replaceable(out: Path) -> str | None:
+    """What the existing folder `out` is, when --force may replace it: an empty folder, a LeRobot dataset
+    (meta/info.json, and nothing at its top level a dataset does not hold), or lerodoc's own earlier output (an
+    `export lerobot` folder, a checkpoint, split's parts: the file `OWN_MARKS` names). None for anything else: a
+    shelf of datasets, a home folder, a folder of other things is never wiped."""
+    names = _entries(out)
+    if not names:
+        return "an empty folder"
+    if _is_dataset(out, names):
+        return "a LeRobot dataset"
+    if any(os.path.isfile(out / mark) and not os.path.islink(out / mark) for mark in OWN_MARKS):
+        return "lerodoc's own output"
+    return None
+
+
+def _real_dir(path: Path) -> bool:
+    return stat.S_ISDIR(os.lstat(path).st_mode)
+
+
+def _is_dataset(folder: Path, names: list[str]) -> bool:
+    info = folder / formats.INFO_PATH
+    return (os.path.isfile(info) and not os.path.islink(info)
+            and all(n in DATASET_ENTRIES or n.startswith(".") and ".lerodoc-" in n for n in names))
+
+
+def _holds(folder: Path, shown: int = 5) -> str:
+    names = _entries(folder)
+    listed = ", ".join(n + ("/" if _real_dir(folder / n) else "") for n in names[:shown])
+    return listed + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def check_output(out: Path, inputs=(), *, force: bool = False, folder: bool = True, own: bool = False) -> Path:
     """The one rule for an `-o` (returned absolute): never the input itself, a path inside one of `inputs` or one
     that holds an input, not even with --force (links resolved: that is --in-place's job, where a command has
-    it); an existing file or folder only with --force (an empty folder is taken over); for a file output
-    (`folder=False`) never an existing folder. Raises LerodocError (exit 3) before anything is written."""
+    it). An existing output only with --force, and then only what `replaceable` proves may go (an empty folder
+    is taken over without it); a folder output never replaces a file or a link, a file output never a folder.
+    `own`: the place is lerodoc's by construction (an --in-place rewrite of the dataset, a checkpoint of a run),
+    so --force replaces it whatever it holds. Raises LerodocError (exit 3) before anything is written."""
     out = Path(out).absolute()
     real = Path(os.path.realpath(out))
     for src in inputs:
@@ -96,14 +138,31 @@ def check_output(out: Path, inputs=(), *, force: bool = False, folder: bool = Tr
             raise LerodocError(f"-o {relation} {src}: writing there would destroy it", file=out,
                                hint="choose an -o outside the input" + (" (--force does not change this)"
                                                                         if force else ""))
-    if out.is_dir() and not out.is_symlink():
+    if not os.path.lexists(out):
+        return out
+    if _real_dir(out):
         if not folder:
             raise LerodocError("is a folder; this command writes a file", file=out,
                                hint="give a file name for -o (a folder is never replaced by a file)")
-        if not force and any(out.iterdir()):
-            raise LerodocError("output already exists", file=out, hint="choose another -o or pass --force")
-    elif (out.exists() or out.is_symlink()) and not force:
-        raise LerodocError("output already exists", file=out, hint="choose another -o or pass --force")
+        if own:
+            return out
+        what = replaceable(out)
+        if what == "an empty folder":
+            return out
+        if what is None:
+            raise LerodocError(f"already exists and holds {_holds(out)}: not a dataset nor lerodoc's own output, so "
+                               "it is never replaced, not even with --force", file=out,
+                               hint="choose another -o (a new folder, or one inside this one)")
+        if not force:
+            raise LerodocError(f"already exists: {what} ({_holds(out)})", file=out,
+                               hint="choose another -o, or pass --force to replace it")
+        return out
+    if folder:
+        kind = "a link" if os.path.islink(out) else "a file"
+        raise LerodocError(f"is {kind}; this command writes a folder, and never replaces {kind} with one", file=out,
+                           hint="choose another -o")
+    if not force:
+        raise LerodocError("already exists", file=out, hint="choose another -o, or pass --force to replace the file")
     return out
 
 
@@ -182,10 +241,11 @@ def one_writer(stage):
     output file (exit 3); the staging folder is removed as for any error, and the input was never written."""
     @functools.wraps(stage)
     @contextmanager
-    def run(out: Path, *, force: bool = False, inputs=(), **options):
-        out = check_output(out, inputs, force=force)
+    def run(out: Path, *, force: bool = False, inputs=(), own: bool = False, **options):
+        out = check_output(out, inputs, force=force, own=own)
         out.parent.mkdir(parents=True, exist_ok=True)
         with output_lock(out):
+            check_output(out, inputs, force=force, own=own)   # again: another writer may just have made it
             _remove_leftovers(out)
             with stage(out, force=force, inputs=inputs, **options) as tmp, _said_of(tmp, out):
                 yield tmp
@@ -240,7 +300,6 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
     An in-place rewrite passes `seen`, the input's meta/ as it was read (`Dataset.meta_seen`): the old tree is
     not replaced when its meta/ changed since (`require_unchanged`).
     """
-    out = check_output(out, inputs, force=force)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = fresh_folder(out, TEMP_SUFFIX)
     try:
@@ -278,7 +337,7 @@ def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: b
     """
     target = output_target(src, out, in_place)
     with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,),
-                       dropped=dropped, renamed=renamed, seen=seen if in_place else None) as tmp:
+                       dropped=dropped, renamed=renamed, seen=seen if in_place else None, own=in_place) as tmp:
         link_tree(access.path(src), tmp, set(rewrite))
         yield tmp
 

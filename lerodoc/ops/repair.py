@@ -308,7 +308,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         report.plan = {**plan.to_json(), "changes": list(report.changes)}
         report.seconds = round(time.perf_counter() - started, 3)
         return report
-    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,),
+    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,), own=in_place,
                        seen=ds.meta_seen if in_place else None) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers)
         report.changes += _retime_changes(result.retimed)

@@ -20,7 +20,8 @@ from lerodoc.ops import rewrite
 from lerodoc.ops.delete import output_version
 from lerodoc.ops.merge import MergeReport, merge
 from lerodoc.selection import Selection, items, parse
-from lerodoc.execution.staging import check_output, staged_output
+from lerodoc.execution.staging import SPLIT_MARK, check_output, staged_output
+from lerodoc.formats.jsonl import write_json
 
 _PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -172,5 +173,6 @@ def split(src: Path, out: Path, *, fractions: Mapping[str, float] | None = None,
     else:
         with staged_output(Path(out), force=force, inputs=(ds.root,)) as tmp:   # every part, or none
             run(tmp, False)
+            write_json(tmp / SPLIT_MARK, {"command": "split", "source": str(ds.root), "parts": list(report.reports)})
     report.seconds = round(time.perf_counter() - started, 3)
     return report

@@ -52,7 +52,7 @@ def save(output: Path, step: int, model: torch.nn.Module, optimizer: torch.optim
     optim = get_optimizer_state_dict(model, optimizer, options=FULL)
     final = path_of(output, step)
     if _is_main():
-        with staged_output(final, force=True) as partial:   # removed on any failure; renamed to `final` when done
+        with staged_output(final, force=True, own=True) as partial:   # removed on any failure; renamed to `final` when done
             config = setup.config
             save_file(layout.to_lerobot({k: v.contiguous() for k, v in state.items()}, config),
                       str(partial / "model.safetensors"))

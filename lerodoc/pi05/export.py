@@ -227,7 +227,7 @@ def write_tokenizer(trainer: dict, folder: Path) -> tuple[str, Path]:
         return PALIGEMMA, model_file
     if not (folder / "tokenizer.json").is_file():
         tok, tok_config = tokenizer_files(model_file, run["data"]["max_token_len"])
-        with staged_output(folder, force=True) as staged:
+        with staged_output(folder, force=True, own=True) as staged:
             write_json(staged / "tokenizer.json", tok)
             write_json(staged / "tokenizer_config.json", tok_config)
             shutil.copyfile(model_file, staged / "tokenizer.model")
