@@ -21,7 +21,7 @@ from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, NON_NUMERIC_DTYPES
 from lerodoc.conventions import TOLERANCE_S
 from lerodoc.execution.parallel import pmap
-from lerodoc.tables.parquet_io import column_matrix
+from lerodoc.tables.parquet_io import Unreadable, column_matrix, read_row_groups
 
 ERROR, WARNING = "error", "warning"
 
@@ -89,13 +89,22 @@ class DataFile:
 
 
 def read_data_file(root: Path, path: str) -> DataFile:
+    """The file's footer and its INDEX_FEATURES columns, read as every parquet read is (`read_row_groups`: the
+    columns' footer claims held to the memory budget and to the bytes the file holds first); any other column is
+    never decoded."""
     full = root / path
     if not full.is_file():
         return DataFile(path, error="missing")
     try:
         parquet = pq.ParquetFile(access.source(full))
         schema = parquet.schema_arrow
-        return DataFile(path, schema, parquet.read(columns=[c for c in INDEX_FEATURES if c in schema.names]))
+        columns = [c for c in INDEX_FEATURES if c in schema.names]
+        return DataFile(path, schema, read_row_groups(parquet, full, list(range(parquet.metadata.num_row_groups)),
+                                                      columns))
+    except Unreadable as exc:
+        return DataFile(path, error=exc.reason)
+    except LerodocError as exc:     # over the budget: its message and hint, without the file's name
+        return DataFile(path, error=exc.message if exc.hint is None else f"{exc.message} ({exc.hint})")
     except (OSError, pa.ArrowException, ValueError) as exc:
         return DataFile(path, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 

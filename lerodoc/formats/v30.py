@@ -66,19 +66,23 @@ def chunk_file_of(path: str) -> tuple[int, int]:
 
 def read_tasks(root: Path) -> list[str]:
     """Task strings by task_index. The text may be a column `task` (lerobot 0.6.1) or the pandas index
-    (lerobot 0.4.x: `__index_level_0__`, unnamed in the pandas metadata); both are what lerobot reads."""
+    (lerobot 0.4.x: `__index_level_0__`, unnamed in the pandas metadata); both are what lerobot reads. Only those
+    two columns are read: the file is untrusted, and a column nobody reads is never decoded (a 1 KB file can hold
+    10^8 dictionary-encoded values in one)."""
     path = root / TASKS_PATH
-    table = _read_table(path)
-    columns = _logical_columns(table)
+    if not path.is_file():
+        raise LerodocError("file is missing", file=path)
+    schema = read_schema(path)
+    columns = _logical_columns(schema)
     text = columns.get("task")
     if text is None:
         unnamed = [c for name, c in columns.items() if name.startswith("__index_level_")
-                   and (pa.types.is_string(table.schema.field(c).type)
-                        or pa.types.is_large_string(table.schema.field(c).type))]
+                   and (pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(schema.field(c).type))]
         text = unnamed[0] if len(unnamed) == 1 else None
     if "task_index" not in columns or text is None:
         raise LerodocError(f"needs the columns task_index and task (or the task strings as the pandas index); "
-                           f"it has {', '.join(table.column_names) or 'no columns'}", file=path)
+                           f"it has {', '.join(schema.names) or 'no columns'}", file=path)
+    table = read_parquet(path, columns=[columns["task_index"], text])
     indices, texts = table[columns["task_index"]].to_pylist(), table[text].to_pylist()
     if any(not isinstance(i, int) for i in indices) or any(not isinstance(t, str) for t in texts):
         raise LerodocError("task_index must hold integers and task strings, with no nulls", file=path,
@@ -89,29 +93,35 @@ def read_tasks(root: Path) -> list[str]:
     return [t for _, t in pairs]
 
 
-def _logical_columns(table: pa.Table) -> dict[str, str]:
+def _logical_columns(schema: pa.Schema) -> dict[str, str]:
     """Logical name -> parquet column. pandas stores a named index under its name and an unnamed one as
     `__index_level_N__`; its schema metadata maps one to the other."""
-    names = {c: c for c in table.column_names}
+    names = {c: c for c in schema.names}
     try:
-        meta = json.loads((table.schema.metadata or {}).get(b"pandas", b"{}"))
+        meta = json.loads((schema.metadata or {}).get(b"pandas", b"{}"))
         for entry in meta.get("columns") or []:
             field_name, name = entry.get("field_name"), entry.get("name")
-            if field_name in table.column_names and isinstance(name, str) and name not in names:
+            if field_name in schema.names and isinstance(name, str) and name not in names:
                 names[name] = field_name
     except (ValueError, AttributeError, TypeError):
         pass   # unreadable pandas metadata: the column names are all there is
     return names
 
 
-def _read_table(path: Path, stats: bool = True) -> pa.Table:
-    """A metadata parquet file; an episodes file without its `stats/...` columns when not `stats` (`StatsColumns`
-    reads them when asked)."""
+# the episodes metadata columns `read` uses, besides each camera's VIDEO_COLUMNS and the `stats/...` columns
+EPISODE_COLUMNS = ("episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index")
+VIDEO_COLUMNS = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+
+
+def _read_table(path: Path, info: Info, stats: bool = True) -> pa.Table:
+    """An episodes metadata file: the columns `read` uses (those of the cameras `info` declares), and its
+    `stats/...` columns when `stats` (`StatsColumns` reads them when asked). Any other column is never decoded:
+    the file is untrusted."""
     if not path.is_file():
         raise LerodocError("file is missing", file=path)
-    if stats:
-        return read_parquet(path)
-    return read_parquet(path, columns=[c for c in read_schema(path).names if not c.startswith("stats/")])
+    used = set(EPISODE_COLUMNS) | {f"videos/{key}/{name}" for key in info.video_keys for name in VIDEO_COLUMNS}
+    return read_parquet(path, columns=[c for c in read_schema(path).names
+                                       if c in used or stats and c.startswith("stats/")])
 
 
 def _stats_rows(table: pa.Table, path: Path) -> list[dict]:
@@ -191,7 +201,7 @@ def read(root: Path, info: Info):
     if not files:
         raise LerodocError("no episodes metadata files", file=root / EPISODES_META)
     remote = access.is_remote(root)
-    tables = [_read_table(f, stats=not remote) for f in files]
+    tables = [_read_table(f, info, stats=not remote) for f in files]
     rows = [row for t in tables for row in t.select([c for c in t.column_names
                                                      if not c.startswith("stats/")]).to_pylist()]
     sources = [name for f, t in zip(files, tables) for name in [f.relative_to(root).as_posix()] * t.num_rows]

@@ -228,6 +228,10 @@ def _index(path: Path, *version: int) -> Index:
         return _from_tables(path)
     except mp4.Unsupported:
         return _from_demux(path)
+    except Unreadable:
+        raise
+    except LerodocError as exc:   # headers claiming more than the file holds or the budget allows (mp4.read_track)
+        raise Unreadable(exc.message, file=exc.file, field=exc.field, hint=exc.hint) from None
 
 
 # codec parameters per mp4 sample description: FFmpeg derives them from it, so one file's serve every file with

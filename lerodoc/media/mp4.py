@@ -6,6 +6,11 @@ time, and the output is written as ftyp + moov + mdat (moov first), the mdat pay
 clip's byte ranges copied with copy_file_range. Whatever this module does not understand raises
 Unsupported, and the caller remuxes with PyAV instead.
 
+The headers are untrusted: a 4 KB sparse file can claim 10^8 samples. What they claim is held to the budget rule
+(lerodoc.budget) before anything is sized from it: the boxes read and the samples claimed must lie in bytes the file
+really holds on disk, and the per-sample tables must fit the memory budget; a claim over either is a LerodocError
+naming the file and the box (never Unsupported, whose PyAV fallback would index the same claim).
+
 The same headers also say what a video track holds (`picture`: codec, frame size, pixel format; `average_rate`)
 without opening PyAV, for `lerodoc info`; whatever they do not settle is Unsupported, and the caller asks PyAV.
 """
@@ -21,9 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from lerodoc import access
+from lerodoc import access, budget
 from lerodoc.media import clips
 from lerodoc.media.clips import Clip, NotOnKeyframe, Written, fits_grid, reason, window_ticks
+from lerodoc.errors import LerodocError
 from lerodoc.execution.files import new_file
 
 
@@ -195,11 +201,26 @@ def read_track(path: Path) -> Track:
 def _read_track(path: Path, *version: int) -> Track:
     """read_track, remembered while the file's version (`access.version`) stays the same."""
     with access.open_binary(path) as f:
-        ftyp, moov, mdats = _top_level(f, version[1])
-    return _track(path, ftyp, moov, mdats)
+        held = version[1] if access.is_remote(path) else budget.held(f.fileno())
+        ftyp, moov, mdats = _top_level(f, version[1], path, held)
+    return _track(path, ftyp, moov, mdats, held)
 
 
-def _top_level(f, file_size: int) -> tuple[bytes, bytes, list[tuple[int, int]]]:
+# bytes read_track and frames.index allocate per sample: a dozen int64 tables and their temporaries
+SAMPLE_BYTES = 160
+
+
+def _within_budget(path: Path, what: str, count: int, need: int, held: int, box: str) -> None:
+    """The budget rule for a claim of the headers, before anything is sized from it: `count` bytes (or samples,
+    each at least a byte) must lie in the `held` bytes the file holds on disk, and `need` bytes fit the memory
+    budget. A LerodocError naming the file and the box otherwise."""
+    if count > held:
+        raise LerodocError(f"its {box} box claims {what}, but the file holds {held} bytes on disk (a sparse or "
+                           f"damaged file)", file=path, field=box)
+    budget.check(need, f"reading the {what} its {box} box claims", file=path, field=box)
+
+
+def _top_level(f, file_size: int, path: Path, held: int) -> tuple[bytes, bytes, list[tuple[int, int]]]:
     """The ftyp and moov boxes, and the (start, end) of each mdat payload."""
     boxes, mdats, pos = {}, [], 0
     while pos < file_size:
@@ -210,6 +231,7 @@ def _top_level(f, file_size: int) -> tuple[bytes, bytes, list[tuple[int, int]]]:
         if kind == b"mdat":
             mdats.append((pos + header, pos + size))
         elif kind in (b"ftyp", b"moov"):
+            _within_budget(path, f"{size} bytes", size, size, held, kind.decode())
             f.seek(pos)
             boxes[kind] = f.read(size)
         pos += size
@@ -218,7 +240,7 @@ def _top_level(f, file_size: int) -> tuple[bytes, bytes, list[tuple[int, int]]]:
     return boxes[b"ftyp"], boxes[b"moov"], mdats
 
 
-def _track(path: Path, ftyp: bytes, raw_moov: bytes, mdats: list[tuple[int, int]]) -> Track:
+def _track(path: Path, ftyp: bytes, raw_moov: bytes, mdats: list[tuple[int, int]], held: int) -> Track:
     moov = Box(b"moov", memoryview(raw_moov), 8)
     moov.children = _children(b"moov", moov.raw, _header(moov.raw, 0, len(raw_moov))[1], len(raw_moov))
     boxes = _index(moov, {})
@@ -229,7 +251,7 @@ def _track(path: Path, ftyp: bytes, raw_moov: bytes, mdats: list[tuple[int, int]
         raise Unsupported("not a video track")
     if _count(boxes[b"stsd"]) != 1:
         raise Unsupported("more than one sample description")
-    size = _sizes(boxes[b"stsz"], sum(end - start for start, end in mdats))
+    size = _sizes(boxes[b"stsz"], sum(end - start for start, end in mdats), path, held)
     if not len(size):
         raise Unsupported("no samples")
     delta = _expand(_entries(boxes[b"stts"], 2), len(size), b"stts")
@@ -270,17 +292,21 @@ def _without_btrt(stsd: Box) -> bytes:
     return _box(b"stsd", bytes(payload[:8]), _box(kind, bytes(entry[header:header + VISUAL_ENTRY]), *kept))
 
 
-def _sizes(stsz: Box, room: int) -> np.ndarray:
+def _sizes(stsz: Box, room: int, path: Path, held: int) -> np.ndarray:
     """Each sample's size. Every table is sized by its box, which lies in the file, except stsz's count of
     samples of one fixed size: that one is checked against the `room` the mdat boxes have (bytes) before
-    anything is allocated from it."""
+    anything is allocated from it. Either count is then held to the budget rule: a sample takes a byte or more of
+    the `held` bytes the file has on disk, and the tables of every sample fit the memory budget."""
     (fixed,) = struct.unpack_from(">I", stsz.payload, 4)
     if fixed:
         count = _count(stsz, skip=4)
         if count * fixed > room:
             raise Unsupported(f"stsz claims {count} samples of {fixed} bytes; the mdat boxes hold {room} bytes")
+        _within_budget(path, f"{count} samples", count * fixed, count * SAMPLE_BYTES, held, "stsz")
         return np.full(count, fixed, np.int64)
-    return _entries(stsz, 1, skip=4)[:, 0]
+    sizes = _entries(stsz, 1, skip=4)[:, 0]
+    _within_budget(path, f"{len(sizes)} samples", len(sizes), len(sizes) * SAMPLE_BYTES, held, "stsz")
+    return sizes
 
 
 def _expand(runs: np.ndarray, samples: int, kind: bytes) -> np.ndarray:

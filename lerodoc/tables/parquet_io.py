@@ -1,4 +1,11 @@
-"""Parquet rows in and out: per-episode slices, one row group per episode, column checksums."""
+"""Parquet rows in and out: per-episode slices, one row group per episode, column checksums.
+
+Every read goes through `read_parquet`, `read_row_groups` or `iter_batches`, and each first holds the footer's
+claims for the columns it reads to the budget rule (lerodoc.budget, `_within_budget`): the column chunks must lie in
+bytes the file really holds, and what decoding them allocates must fit the memory budget. Strings stored with a
+dictionary are read as dictionaries and measured before they are expanded (`_expand`): a footer cannot say how long
+the values its indices repeat are.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +18,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lerodoc import access
+from lerodoc import access, budget
 from lerodoc.errors import LerodocError
+
+
+class Unreadable(LerodocError):
+    """pyarrow could not read a parquet file; `reason` is its own words."""
+
+    def __init__(self, reason: str, **where):
+        super().__init__(f"cannot read parquet ({reason})", **where)
+        self.reason = reason
 
 
 @contextmanager
@@ -21,15 +36,18 @@ def _readable(path: Path | str, episode: int | None):
     try:
         yield
     except (OSError, pa.ArrowException) as exc:
-        raise LerodocError(f"cannot read parquet ({' '.join(str(exc).split())})", file=path, episode=episode) from None
+        raise Unreadable(' '.join(str(exc).split()), file=path, episode=episode) from None
 
 
 def read_parquet(path: Path | str, columns: list[str] | None = None, episode: int | None = None) -> pa.Table:
-    """A whole parquet file (only `columns` if given); an unreadable file is a clear error. Read through a
-    small buffer, not pre-buffered: pre-buffering a local file allocates its bytes once more, and fresh pages
-    cost more than the read."""
+    """A whole parquet file (only `columns` if given); an unreadable file, or one whose footer claims more than
+    the file holds or the memory budget allows, is a clear error. Read through a small buffer, not pre-buffered:
+    pre-buffering a local file allocates its bytes once more, and fresh pages cost more than the read."""
     with _readable(path, episode):
-        return pq.ParquetFile(access.source(path), pre_buffer=False, buffer_size=1 << 20).read(columns=columns)
+        file = pq.ParquetFile(access.source(path), pre_buffer=False, buffer_size=1 << 20)
+        need = _within_budget(file.metadata, path, columns, None, episode)
+        table = _dictionary_reader(file, path, columns, None).read(columns=columns)
+        return _expand(table, file.schema_arrow, need, path, episode)
 
 
 def open_parquet(path: Path | str, episode: int | None = None, streaming: bool = False) -> pq.ParquetFile:
@@ -40,14 +58,162 @@ def open_parquet(path: Path | str, episode: int | None = None, streaming: bool =
         return pq.ParquetFile(source, pre_buffer=False, buffer_size=1 << 20) if streaming else pq.ParquetFile(source)
 
 
-def _leaf_chunks(meta: pq.FileMetaData) -> Iterator[tuple[str, pq.ColumnChunkMetaData]]:
-    """(top-level column, one of its leaf column chunks) for every leaf chunk of every row group, from the footer."""
+# ---------------------------------------------------------------- the budget rule for a read
+
+# bytes a decoded value of each physical type takes (BYTE_ARRAY: its offset, or its dictionary index; the bytes
+# themselves are counted apart)
+_WIDTH = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12, "BYTE_ARRAY": 4}
+
+
+def decoded_claims(meta: pq.FileMetaData, columns: list[str] | None = None, groups: list[int] | None = None
+                   ) -> dict[int, tuple[dict[str, int], dict[str, int], int]]:
+    """What reading `columns` (None: all) of row groups `groups` (None: all) takes, from the footer alone. Per row
+    group: per top-level column, the bytes its decoded values take at most and the bytes of its column chunks in
+    the file; and the most one column chunk needs while it is decoded (its pages uncompressed and its levels, an
+    int16 per value for each of definition and repetition). A value count, not a chunk's uncompressed size, sizes
+    the values: a dictionary-encoded chunk of 70 bytes can hold 10^8 values."""
+    wanted = None if columns is None else set(columns)
+    leaves = {}
+    claims: dict[int, tuple[dict[str, int], dict[str, int], int]] = {}
+    for group, name, j, chunk in _leaf_chunks(meta, groups, numbered=True):
+        if wanted is not None and name not in wanted:
+            continue
+        if j not in leaves:
+            column = meta.schema.column(j)
+            kind = column.physical_type
+            width = max(column.length or 0, 1) if kind == "FIXED_LEN_BYTE_ARRAY" else _WIDTH.get(kind, 8)
+            leaves[j] = kind, width, 2 * (column.max_definition_level > 0) + 2 * (column.max_repetition_level > 0)
+        kind, width, levels = leaves[j]
+        count, uncompressed = max(chunk.num_values, 0), max(chunk.total_uncompressed_size, 0)
+        values = count * width + (uncompressed if kind == "BYTE_ARRAY" else 0)   # strings: plain, or a dictionary
+        decoded, stored, transient = claims.get(group) or ({}, {}, 0)
+        decoded[name] = decoded.get(name, 0) + values
+        stored[name] = stored.get(name, 0) + max(chunk.total_compressed_size, 0)
+        claims[group] = decoded, stored, max(transient, count * levels + uncompressed)
+    return claims
+
+
+def _within_budget(meta: pq.FileMetaData, path: Path | str, columns: list[str] | None, groups: list[int] | None,
+                   episode: int | None, one_group_at_a_time: bool = False) -> int:
+    """The budget rule for one read, before it: the column chunks read lie in bytes the file holds on disk (a
+    sparse file's holes hold none), and what decoding them takes fits the memory budget (lerodoc.budget): all of
+    them, or with `one_group_at_a_time` (a streaming read) the largest row group's. A LerodocError names the file
+    and the largest column otherwise. Returns the bytes decoding takes, for `_expand`."""
+    claims = decoded_claims(meta, columns, groups)
+    if not claims:
+        return 0
+    stored: dict[str, int] = {}
+    for _, group_stored, _ in claims.values():
+        for name, size in group_stored.items():
+            stored[name] = stored.get(name, 0) + size
+    total = sum(stored.values())
+    held = _held(path)
+    if held is not None and total > held:
+        raise LerodocError(f"its footer places {total} bytes of column chunks in a file that holds {held} bytes "
+                           f"on disk (a sparse or damaged file)", file=path, episode=episode,
+                           field=max(stored, key=stored.get))
+    # the values decoded stay; a chunk's pages and levels are let go once it is decoded
+    parts = [(sum(d.values()) + transient, d) for d, _, transient in claims.values()]
+    if not one_group_at_a_time:
+        decoded: dict[str, int] = {}
+        for d, _, _ in claims.values():
+            for name, size in d.items():
+                decoded[name] = decoded.get(name, 0) + size
+        parts = [(sum(decoded.values()) + max(t for _, _, t in claims.values()), decoded)]
+    need, decoded = max(parts, key=lambda part: part[0])
+    largest = max(decoded, key=decoded.get)
+    what = "a row group" if one_group_at_a_time else f"the {len(decoded)} column(s) read"
+    budget.check(need, f"decoding {what} ({largest!r}: {budget.human(decoded[largest])})", file=path,
+                 field=largest, episode=episode)
+    return need
+
+
+def _held(path: Path | str) -> int | None:
+    """The bytes a local file really holds on disk (`budget.held`: a sparse file's holes hold none); None for a hub
+    file (a HubPath, or its URL as text), whose bytes are what the hub serves."""
+    if access.is_remote(path) or access.is_url(path):
+        return None
+    with access.open_binary(path) as f:
+        return budget.held(f.fileno())
+
+
+def _dictionary_reader(file: pq.ParquetFile, path: Path | str, columns: list[str] | None,
+                       groups: list[int] | None) -> pq.ParquetFile:
+    """`file`, or where a column of `columns` holding strings (or lists of them) is dictionary-encoded, the same
+    file (its footer reused) reading such columns as dictionaries, for `_expand` to measure before they are
+    expanded. (Strings inside a struct, such as an image's bytes, are left as they are: pyarrow reads no
+    dictionary there.)"""
+    meta, schema = file.metadata, file.schema_arrow
+    wanted = {name for name in schema.names if _holds_strings(schema.field(name).type)
+              and (columns is None or name in columns)}
+    leaves = sorted({meta.schema.column(j).path for _, name, j, chunk in _leaf_chunks(meta, groups, numbered=True)
+                     if name in wanted and chunk.physical_type == "BYTE_ARRAY" and chunk.has_dictionary_page})
+    if not leaves or access.is_url(path) and not access.is_remote(path):   # a hub URL as text: nothing to reopen
+        return file
+    return pq.ParquetFile(access.source(path), metadata=meta, read_dictionary=leaves, pre_buffer=False,
+                          buffer_size=1 << 20)
+
+
+def _holds_strings(kind: pa.DataType) -> bool:
+    """Whether an Arrow type is strings or bytes, or lists of them (at any depth): the types read as dictionaries
+    (pyarrow cannot do so inside a struct)."""
+    while is_list_type(kind):
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) \
+        or pa.types.is_large_binary(kind)
+
+
+def _expand(data, schema: pa.Schema, need: int, path: Path | str, episode: int | None):
+    """A table or record batch read by `_dictionary_reader` with its dictionary columns expanded to the types
+    `schema` (the file's own) gives them, once the bytes they expand to, added to the `need` of the read, are
+    known to fit the memory budget. A column the file itself stores as a dictionary stays one."""
+    grown = {}
+    for i, field in enumerate(data.schema):
+        if field.name in schema.names and schema.field(field.name).type != field.type:
+            column = data.column(i)
+            chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+            grown[field.name] = sum(_expanded_bytes(chunk) for chunk in chunks)
+    if not grown:
+        return data
+    largest = max(grown, key=grown.get)
+    budget.check(need + sum(grown.values()), f"expanding the dictionary of column {largest!r} "
+                 f"({budget.human(grown[largest])})", file=path, field=largest, episode=episode)
+    return data.cast(pa.schema([schema.field(n) if n in schema.names else data.schema.field(n)
+                                for n in data.schema.names], metadata=data.schema.metadata))
+
+
+def _expanded_bytes(array: pa.Array) -> int:
+    """The bytes the dictionary-encoded strings in `array` (at any list or struct depth) take expanded: each
+    index's value length, counted with the dictionary's lengths (no expansion)."""
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        words = array.dictionary
+        if not len(words) or not len(array):
+            return 0
+        offsets = np.frombuffer(words.buffers()[1], dtype=np.int64 if pa.types.is_large_string(words.type)
+                                or pa.types.is_large_binary(words.type) else np.int32,
+                                count=len(words) + 1 + words.offset)[words.offset:]
+        raw = array.indices
+        indices = np.frombuffer(raw.buffers()[1], dtype=numpy_dtype(raw.type),
+                                count=len(raw) + raw.offset)[raw.offset:]
+        counts = np.bincount(np.clip(indices, 0, len(words) - 1), minlength=len(words))   # null slots: any
+        return int(counts @ np.diff(offsets).astype(np.int64))
+    if is_list_type(kind):
+        return _expanded_bytes(array.values)
+    if pa.types.is_struct(kind):
+        return sum(_expanded_bytes(array.field(i)) for i in range(kind.num_fields))
+    return 0
+
+
+def _leaf_chunks(meta: pq.FileMetaData, groups: list[int] | None = None, numbered: bool = False) -> Iterator[tuple]:
+    """(top-level column, one of its leaf column chunks) for every leaf chunk of row groups `groups` (None: every row
+    group), from the footer; `numbered`: (row group, top-level column, leaf column number, chunk)."""
     schema = meta.schema.to_arrow_schema()
     owner = [name for field in schema for name in [field.name] * _leaves(field.type)]
-    for i in range(meta.num_row_groups):
+    for i in range(meta.num_row_groups) if groups is None else groups:
         group = meta.row_group(i)
         for j in range(min(group.num_columns, len(owner))):
-            yield owner[j], group.column(j)
+            yield (i, owner[j], j, group.column(j)) if numbered else (owner[j], group.column(j))
 
 
 def leaf_values(meta: pq.FileMetaData) -> dict[str, int]:
@@ -85,17 +251,23 @@ def iter_batches(file: pq.ParquetFile, path: Path | str, columns: list[str] | No
                  batch_size: int = 1 << 14) -> Iterator[pa.RecordBatch]:
     """The rows of a parquet `file` (opened `streaming` from `path`) as record batches of `columns`. A few MB at
     a time keeps memory small and reused: reading a large file whole allocates it several times over, and
-    fresh pages cost more than decoding. An unreadable file is a clear error."""
+    fresh pages cost more than decoding. An unreadable file, or a row group whose footer claims more than the file
+    holds or the memory budget allows (the reader holds one at a time), is a clear error."""
     with _readable(path, episode):
-        yield from file.iter_batches(batch_size=batch_size, columns=columns)
+        need = _within_budget(file.metadata, path, columns, None, episode, one_group_at_a_time=True)
+        reader = _dictionary_reader(file, path, columns, None)
+        for batch in reader.iter_batches(batch_size=batch_size, columns=columns):
+            yield _expand(batch, file.schema_arrow, need, path, episode)
 
 
 def read_row_groups(file: pq.ParquetFile, path: Path | str, groups: list[int], columns: list[str] | None = None,
                     episode: int | None = None) -> pa.Table:
-    """Row groups `groups` of a parquet `file` opened from `path` (only `columns` if given); an unreadable file
-    is a clear error."""
+    """Row groups `groups` of a parquet `file` opened from `path` (only `columns` if given); an unreadable file,
+    or one whose footer claims more than the file holds or the memory budget allows, is a clear error."""
     with _readable(path, episode):
-        return file.read_row_groups(groups, columns=columns)
+        need = _within_budget(file.metadata, path, columns, groups, episode)
+        table = _dictionary_reader(file, path, columns, groups).read_row_groups(groups, columns=columns)
+        return _expand(table, file.schema_arrow, need, path, episode)
 
 
 def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:
