@@ -9,8 +9,10 @@ the values its indices repeat are.
 
 from __future__ import annotations
 
+import weakref
 import zlib
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -45,9 +47,10 @@ def read_parquet(path: Path | str, columns: list[str] | None = None, episode: in
     pre-buffering a local file allocates its bytes once more, and fresh pages cost more than the read."""
     with _readable(path, episode):
         file = pq.ParquetFile(access.source(path), pre_buffer=False, buffer_size=1 << 20)
-        need = _within_budget(file.metadata, path, columns, None, episode)
-        table = _dictionary_reader(file, path, columns, None).read(columns=columns)
-        return _expand(table, file.schema_arrow, need, path, episode)
+        need = _within_budget(file, path, columns, None, episode)
+        reader = _dictionary_reader(file, path, columns, None)
+        table = reader.read(columns=columns)
+        return table if reader is file else _expand(table, file.schema_arrow, need, path, episode)
 
 
 def open_parquet(path: Path | str, episode: int | None = None, streaming: bool = False) -> pq.ParquetFile:
@@ -65,41 +68,84 @@ def open_parquet(path: Path | str, episode: int | None = None, streaming: bool =
 _WIDTH = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12, "BYTE_ARRAY": 4}
 
 
-def decoded_claims(meta: pq.FileMetaData, columns: list[str] | None = None, groups: list[int] | None = None
-                   ) -> dict[int, tuple[dict[str, int], dict[str, int], int]]:
+@dataclass(frozen=True)
+class _Leaves:
+    """What the budget rule needs of a file's schema, per parquet leaf column: its top-level column, physical type,
+    the bytes a decoded value takes, the bytes of its levels per value (an int16 for each of definition and
+    repetition), its path; and the leaves of string columns, which `_dictionary_reader` reads as dictionaries."""
+    owner: list[str]
+    kinds: list[str]
+    widths: list[int]
+    levels: list[int]
+    paths: list[str]
+    strings: frozenset[int]
+
+
+_KNOWN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # an open ParquetFile -> its _Leaves
+
+
+def _leaves_of(meta: pq.FileMetaData, file: pq.ParquetFile | None = None) -> _Leaves:
+    """The file's _Leaves, worked out once per open `file` (a per-episode reader reads many row groups of one)."""
+    known = _KNOWN.get(file) if file is not None else None
+    if known is not None:
+        return known
+    schema = meta.schema.to_arrow_schema()
+    owner, strings = [], set()
+    for field in schema:
+        if _holds_strings(field.type):
+            strings.update(range(len(owner), len(owner) + _leaves(field.type)))
+        owner += [field.name] * _leaves(field.type)
+    columns = [meta.schema.column(j) for j in range(min(meta.num_columns, len(owner)))]
+    kinds = [c.physical_type for c in columns]
+    leaves = _Leaves(owner, kinds,
+                     [max(c.length or 0, 1) if k == "FIXED_LEN_BYTE_ARRAY" else _WIDTH.get(k, 8)
+                      for c, k in zip(columns, kinds)],
+                     [2 * (c.max_definition_level > 0) + 2 * (c.max_repetition_level > 0) for c in columns],
+                     [c.path for c in columns], frozenset(strings))
+    if file is not None:
+        _KNOWN[file] = leaves
+    return leaves
+
+
+def decoded_claims(meta: pq.FileMetaData, columns: list[str] | None = None, groups: list[int] | None = None,
+                   file: pq.ParquetFile | None = None) -> dict[int, tuple[dict[str, int], dict[str, int], int]]:
     """What reading `columns` (None: all) of row groups `groups` (None: all) takes, from the footer alone. Per row
     group: per top-level column, the bytes its decoded values take at most and the bytes of its column chunks in
-    the file; and the most one column chunk needs while it is decoded (its pages uncompressed and its levels, an
-    int16 per value for each of definition and repetition). A value count, not a chunk's uncompressed size, sizes
-    the values: a dictionary-encoded chunk of 70 bytes can hold 10^8 values."""
+    the file; and the most one column chunk needs while it is decoded (its pages uncompressed and its levels). A
+    value count, not a chunk's uncompressed size, sizes the values: a dictionary-encoded chunk of 70 bytes can hold
+    10^8 values. `file`: the open file `meta` is the footer of, whose schema is then worked out once."""
+    leaves = _leaves_of(meta, file)
     wanted = None if columns is None else set(columns)
-    leaves = {}
+    picked = [j for j, name in enumerate(leaves.owner[:len(leaves.kinds)]) if wanted is None or name in wanted]
     claims: dict[int, tuple[dict[str, int], dict[str, int], int]] = {}
-    for group, name, j, chunk in _leaf_chunks(meta, groups, numbered=True):
-        if wanted is not None and name not in wanted:
-            continue
-        if j not in leaves:
-            column = meta.schema.column(j)
-            kind = column.physical_type
-            width = max(column.length or 0, 1) if kind == "FIXED_LEN_BYTE_ARRAY" else _WIDTH.get(kind, 8)
-            leaves[j] = kind, width, 2 * (column.max_definition_level > 0) + 2 * (column.max_repetition_level > 0)
-        kind, width, levels = leaves[j]
-        count, uncompressed = max(chunk.num_values, 0), max(chunk.total_uncompressed_size, 0)
-        values = count * width + (uncompressed if kind == "BYTE_ARRAY" else 0)   # strings: plain, or a dictionary
-        decoded, stored, transient = claims.get(group) or ({}, {}, 0)
-        decoded[name] = decoded.get(name, 0) + values
-        stored[name] = stored.get(name, 0) + max(chunk.total_compressed_size, 0)
-        claims[group] = decoded, stored, max(transient, count * levels + uncompressed)
+    for i in range(meta.num_row_groups) if groups is None else groups:
+        group = meta.row_group(i)
+        decoded: dict[str, int] = {}
+        stored: dict[str, int] = {}
+        transient = 0
+        for j in picked:
+            if j >= group.num_columns:
+                break
+            chunk, name = group.column(j), leaves.owner[j]
+            count, uncompressed = max(chunk.num_values, 0), max(chunk.total_uncompressed_size, 0)
+            values = count * leaves.widths[j]
+            if leaves.kinds[j] == "BYTE_ARRAY":
+                values += uncompressed            # the bytes of plain strings, or of a dictionary
+            decoded[name] = decoded.get(name, 0) + values
+            stored[name] = stored.get(name, 0) + max(chunk.total_compressed_size, 0)
+            transient = max(transient, count * leaves.levels[j] + uncompressed)
+        if decoded:
+            claims[i] = decoded, stored, transient
     return claims
 
 
-def _within_budget(meta: pq.FileMetaData, path: Path | str, columns: list[str] | None, groups: list[int] | None,
+def _within_budget(file: pq.ParquetFile, path: Path | str, columns: list[str] | None, groups: list[int] | None,
                    episode: int | None, one_group_at_a_time: bool = False) -> int:
     """The budget rule for one read, before it: the column chunks read lie in bytes the file holds on disk (a
     sparse file's holes hold none), and what decoding them takes fits the memory budget (lerodoc.budget): all of
     them, or with `one_group_at_a_time` (a streaming read) the largest row group's. A LerodocError names the file
     and the largest column otherwise. Returns the bytes decoding takes, for `_expand`."""
-    claims = decoded_claims(meta, columns, groups)
+    claims = decoded_claims(file.metadata, columns, groups, file)
     if not claims:
         return 0
     stored: dict[str, int] = {}
@@ -143,14 +189,17 @@ def _dictionary_reader(file: pq.ParquetFile, path: Path | str, columns: list[str
     file (its footer reused) reading such columns as dictionaries, for `_expand` to measure before they are
     expanded. (Strings inside a struct, such as an image's bytes, are left as they are: pyarrow reads no
     dictionary there.)"""
-    meta, schema = file.metadata, file.schema_arrow
-    wanted = {name for name in schema.names if _holds_strings(schema.field(name).type)
-              and (columns is None or name in columns)}
-    leaves = sorted({meta.schema.column(j).path for _, name, j, chunk in _leaf_chunks(meta, groups, numbered=True)
-                     if name in wanted and chunk.physical_type == "BYTE_ARRAY" and chunk.has_dictionary_page})
-    if not leaves or access.is_url(path) and not access.is_remote(path):   # a hub URL as text: nothing to reopen
+    meta = file.metadata
+    leaves = _leaves_of(meta, file)
+    strings = [j for j in sorted(leaves.strings) if leaves.kinds[j:j + 1] == ["BYTE_ARRAY"]
+               and (columns is None or leaves.owner[j] in columns)]
+    if not strings or access.is_url(path) and not access.is_remote(path):   # a hub URL as text: nothing to reopen
         return file
-    return pq.ParquetFile(access.source(path), metadata=meta, read_dictionary=leaves, pre_buffer=False,
+    encoded = sorted({leaves.paths[j] for i in (range(meta.num_row_groups) if groups is None else groups)
+                      for j in strings if meta.row_group(i).column(j).has_dictionary_page})
+    if not encoded:
+        return file
+    return pq.ParquetFile(access.source(path), metadata=meta, read_dictionary=encoded, pre_buffer=False,
                           buffer_size=1 << 20)
 
 
@@ -205,15 +254,14 @@ def _expanded_bytes(array: pa.Array) -> int:
     return 0
 
 
-def _leaf_chunks(meta: pq.FileMetaData, groups: list[int] | None = None, numbered: bool = False) -> Iterator[tuple]:
-    """(top-level column, one of its leaf column chunks) for every leaf chunk of row groups `groups` (None: every row
-    group), from the footer; `numbered`: (row group, top-level column, leaf column number, chunk)."""
+def _leaf_chunks(meta: pq.FileMetaData) -> Iterator[tuple[str, pq.ColumnChunkMetaData]]:
+    """(top-level column, one of its leaf column chunks) for every leaf chunk of every row group, from the footer."""
     schema = meta.schema.to_arrow_schema()
     owner = [name for field in schema for name in [field.name] * _leaves(field.type)]
-    for i in range(meta.num_row_groups) if groups is None else groups:
+    for i in range(meta.num_row_groups):
         group = meta.row_group(i)
         for j in range(min(group.num_columns, len(owner))):
-            yield (i, owner[j], j, group.column(j)) if numbered else (owner[j], group.column(j))
+            yield owner[j], group.column(j)
 
 
 def leaf_values(meta: pq.FileMetaData) -> dict[str, int]:
@@ -254,10 +302,10 @@ def iter_batches(file: pq.ParquetFile, path: Path | str, columns: list[str] | No
     fresh pages cost more than decoding. An unreadable file, or a row group whose footer claims more than the file
     holds or the memory budget allows (the reader holds one at a time), is a clear error."""
     with _readable(path, episode):
-        need = _within_budget(file.metadata, path, columns, None, episode, one_group_at_a_time=True)
+        need = _within_budget(file, path, columns, None, episode, one_group_at_a_time=True)
         reader = _dictionary_reader(file, path, columns, None)
         for batch in reader.iter_batches(batch_size=batch_size, columns=columns):
-            yield _expand(batch, file.schema_arrow, need, path, episode)
+            yield batch if reader is file else _expand(batch, file.schema_arrow, need, path, episode)
 
 
 def read_row_groups(file: pq.ParquetFile, path: Path | str, groups: list[int], columns: list[str] | None = None,
@@ -265,9 +313,10 @@ def read_row_groups(file: pq.ParquetFile, path: Path | str, groups: list[int], c
     """Row groups `groups` of a parquet `file` opened from `path` (only `columns` if given); an unreadable file,
     or one whose footer claims more than the file holds or the memory budget allows, is a clear error."""
     with _readable(path, episode):
-        need = _within_budget(file.metadata, path, columns, groups, episode)
-        table = _dictionary_reader(file, path, columns, groups).read_row_groups(groups, columns=columns)
-        return _expand(table, file.schema_arrow, need, path, episode)
+        need = _within_budget(file, path, columns, groups, episode)
+        reader = _dictionary_reader(file, path, columns, groups)
+        table = reader.read_row_groups(groups, columns=columns)
+        return table if reader is file else _expand(table, file.schema_arrow, need, path, episode)
 
 
 def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:
