@@ -142,8 +142,7 @@ class RMSNorm(nn.Module):
             self.dense = nn.Linear(cond_dim, 3 * dim)
 
     def forward(self, x, cond=None):
-        x32 = x.float()
-        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6)  # float32, like openpi
+        y = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)  # float32, like openpi
         if cond is None:
             return (y * (1 + self.weight.float())).type_as(x), None
         scale, shift, gate = self.dense(cond)[:, None].chunk(3, dim=-1)  # (B, 1, dim) each
