@@ -61,14 +61,15 @@ class Dataset:
     def total_frames(self) -> int:
         return sum(ep.length for ep in self.episodes)
 
-    def require_complete(self, *, files: bool = True) -> None:
+    def require_complete(self, *, files: bool = True, dropping: frozenset[str] = frozenset()) -> None:
         """Refuse to rewrite a dataset whose info.json counts more episodes, frames or tasks than its metadata
         lists: a lost metadata line (a truncated episodes or tasks file) would otherwise be left out of the
         output without a word; or whose stats do not fit their feature's shape (a damaged stats file), which
         would be carried into the output. Repair is the command that decides what such a dataset holds.
-        Also refused: a feature of a dtype no writer knows, or one the data files do not hold."""
+        Also refused: a feature of a dtype no writer knows, or one the data files do not hold. The video files of
+        the cameras a command is `dropping` need not be there (a partial download's lost camera)."""
         self._require_stats_shapes()
-        self.require_columns(files=files)
+        self.require_columns(files=files, dropping=dropping)
         self.require_listed()
 
     def require_listed(self) -> None:
@@ -86,7 +87,7 @@ class Dataset:
                                    "written that might leave some out", file=self.root / where,
                                    hint="lerodoc validate names the difference; lerodoc repair rewrites the metadata")
 
-    def require_columns(self, *, files: bool = True) -> None:
+    def require_columns(self, *, files: bool = True, dropping: frozenset[str] = frozenset()) -> None:
         """Every feature info.json stores in the parquet has a dtype lerodoc writes and a column of a type that holds
         it in the first data file (its footer only is read); with `files`, every file the episodes point at is
         there and holds their rows (`require_files`). A dataset that breaks this stops here, naming the feature
@@ -101,7 +102,7 @@ class Dataset:
                 raise LerodocError(f"a camera's shape is [height, width, channels], not {spec['shape']!r}",
                                    file=info_file, field=f"features.{name}.shape")
         if files:
-            self.require_files()
+            self.require_files(dropping)
         first = next((ep for ep in self.episodes if self.path(ep.data_file).is_file()), None)
         if first is None:
             raise self.missing(self.episodes[0])
@@ -138,12 +139,12 @@ class Dataset:
                             hint="lerodoc validate lists what is missing; restore the file, or lerodoc repair when "
                                  "the file is stored elsewhere")
 
-    def require_files(self) -> None:
-        """Every data and video file the episodes point at is a file, and each data file holds the rows its episodes
-        claim (footers only). A pointer or a length that leads nowhere is named where it is held (the episodes
-        metadata, with info.json's template), with the file it leads to."""
+    def require_files(self, dropping: frozenset[str] = frozenset()) -> None:
+        """Every data and video file the episodes point at is a file (bar the cameras a command is `dropping`), and
+        each data file holds the rows its episodes claim (footers only). A pointer or a length that leads nowhere is
+        named where it is held (the episodes metadata, with info.json's template), with the file it leads to."""
         for ep in self.episodes:
-            for key in (None, *ep.videos):
+            for key in (None, *(k for k in ep.videos if k not in dropping)):
                 if not self.path(ep.data_file if key is None else ep.videos[key].file).is_file():
                     raise self.missing(ep, key)
         for relative, eps in self.episodes_by_data_file().items():

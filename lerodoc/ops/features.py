@@ -120,7 +120,7 @@ def edit_features(src: Path, out: Path | None = None, *, drop: list[str] = (), r
     """Write `src` without the `drop` features and with the `rename` (OLD=NEW) ones renamed."""
     started = time.perf_counter()
     ds = Dataset.open(src)
-    ds.require_complete()   # before the episodes are pointed at renamed camera files
+    ds.require_complete(dropping=frozenset(drop))   # before the episodes are pointed at renamed camera files
     transform, features, moved, report = plan(ds, list(drop), list(rename))
     if not dry_run:
         if out is None and not in_place:

@@ -160,8 +160,9 @@ def _salvage(ds: Dataset, episodes: list[Episode], lost: list[tuple[str, str, st
              drop_broken: bool) -> tuple[list[Episode], list[str], list[Finding]]:
     """Video files that are missing or unreadable: the episodes reading them are left out of the output, so that it
     loads, and each file is named with its camera and episodes. Without `drop_broken` each lost file is a finding
-    that needs a human (exit 1); with it, the episodes are dropped as asked (a change). Where every file of a camera
-    is gone, nothing would be left: an error naming `lerodoc features --drop CAMERA`."""
+    that needs a human (exit 1); with it, the episodes are dropped as asked (a change). A camera whose every file is
+    gone would leave nothing: --drop-broken drops the camera itself (its feature, as `features --drop` does), and
+    without it the error names the one command that salvages the dataset (`_salvage_hint`)."""
     files_of: dict[str, int] = {}
     for key, *_ in lost:
         files_of[key] = files_of.get(key, 0) + 1
@@ -169,17 +170,25 @@ def _salvage(ds: Dataset, episodes: list[Episode], lost: list[tuple[str, str, st
     gone = [key for key, n in files_of.items() if n == all_files[key]]
     listed = "; ".join(f"{key}: {file} {why} (episode{'s' if len(eps) > 1 else ''} {', '.join(map(str, eps))})"
                        for key, file, why, eps in lost)
-    broken = {e for *_, eps in lost for e in eps}
+    partial = [entry for entry in lost if entry[0] not in gone]
+    broken = {e for *_, eps in (partial if drop_broken else lost) for e in eps}
     kept = [ep for ep in episodes if ep.index not in broken]
     if not kept or gone and not drop_broken:
         first = lost[0]
         raise LerodocError(f"{len(lost)} video file(s) cannot be read, so their episodes cannot be repaired: {listed}",
                            file=ds.path(first[1]), episode=first[3][0], field=first[0],
-                           hint="".join(f"lerodoc features {ds.root} -o OUT --drop {key} removes camera {key}, whose "
-                                        "every file is gone; " for key in gone)
-                                + "or restore the files (a partial download: download again)")
+                           hint=_salvage_hint(ds, gone, partial))
     if drop_broken:
-        return kept, [f"episode(s) {', '.join(map(str, sorted(broken)))} dropped (--drop-broken): {listed}"], []
+        for ep in kept:
+            for key in gone:
+                del ep.videos[key]
+        changes = [f"camera {key} dropped (--drop-broken): every one of its {all_files[key]} video files is missing or "
+                   "unreadable" for key in gone]
+        if broken:
+            listed = "; ".join(f"{key}: {file} {why} (episode{'s' if len(eps) > 1 else ''} {', '.join(map(str, eps))})"
+                               for key, file, why, eps in partial)
+            changes.append(f"episode(s) {', '.join(map(str, sorted(broken)))} dropped (--drop-broken): {listed}")
+        return kept, changes, []
     left_out = [Finding("LAY040" if why == "missing" else "VID001", ERROR,
                         f"{file} is {why}: episode{'s' if len(eps) > 1 else ''} {', '.join(map(str, eps))} of the "
                         f"input read {key} from it and were left out of the output",
@@ -188,6 +197,21 @@ def _salvage(ds: Dataset, episodes: list[Episode], lost: list[tuple[str, str, st
                              "--drop-broken to accept the output without those episodes")
                 for key, file, why, eps in lost]
     return kept, [], left_out
+
+
+def _salvage_hint(ds: Dataset, gone: list[str], partial: list) -> str:
+    """The one command that ends a partial download in a dataset: `features --drop` of every camera whose files
+    are all gone when nothing else is lost, else repair --drop-broken (which drops those cameras too)."""
+    repair_cmd = f"lerodoc repair {ds.root} -o OUT --drop-broken"
+    if not gone:
+        return "restore the files (a partial download: download again), or " + repair_cmd + " to drop their episodes"
+    cameras = ", ".join(gone)
+    if partial:
+        return (f"{repair_cmd} drops camera(s) {cameras}, whose every file is gone, and the episodes whose other "
+                "video files are lost; or restore the files (a partial download: download again)")
+    drops = " ".join(f"--drop {key}" for key in gone)
+    return (f"lerodoc features {ds.root} -o OUT {drops} removes camera(s) {cameras}, whose every file is gone "
+            f"(or {repair_cmd}); or restore the files (a partial download: download again)")
 
 
 def restore_cameras(ds: Dataset) -> list[str]:
@@ -217,7 +241,8 @@ def _canonical_features(ds: Dataset, episodes: list[Episode]) -> dict:
         spec = canonical_feature(spec)
         if spec["dtype"] in ("video", "image") and len(spec.get("names") or []) == 3:
             spec["names"] = CAMERA_NAMES
-        if spec["dtype"] == "video" and episodes and ds.path(episodes[0].videos[name].file).is_file():
+        if spec["dtype"] == "video" and episodes and name in episodes[0].videos \
+                and ds.path(episodes[0].videos[name].file).is_file():
             probe = frames.probe(ds.path(episodes[0].videos[name].file))
             spec["shape"] = [probe.height, probe.width, spec["shape"][2] if len(spec["shape"]) == 3 else 3]
             spec["info"] = {**(spec.get("info") or {}), "video.codec": probe.codec, "video.pix_fmt": probe.pix_fmt,
@@ -293,7 +318,9 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     task_map = tuple(tasks.index(t) for t in ds.tasks)
     if len(tasks) != len(ds.tasks):
         report.changes.append(f"{len(ds.tasks) - len(tasks)} duplicate task texts merged")
-    info = replace(ds.info, features=_canonical_features(ds, episodes), extra=dict(ds.info.extra))
+    dropped = {key for key in ds.info.video_keys if key not in episodes[0].videos}   # --drop-broken, every file gone
+    info = replace(ds.info, features={k: v for k, v in _canonical_features(ds, episodes).items() if k not in dropped},
+                   extra=dict(ds.info.extra))
     for ep in episodes:
         ep.stats = _clean_stats(ep.stats, info.features)
     picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
@@ -309,6 +336,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         report.seconds = round(time.perf_counter() - started, 3)
         return report
     with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,), own=in_place,
+                       dropped=dropped,
                        seen=ds.meta_seen if in_place else None) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers)
         report.changes += _retime_changes(result.retimed)
