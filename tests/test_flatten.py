@@ -59,6 +59,30 @@ def test_ragged_column_is_an_error_naming_column_and_episode(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+@pytest.mark.parametrize("row", ["first", "middle", "last"])
+def test_one_ragged_row_anywhere_in_an_episode_is_found(tmp_path, version, row):
+    """A single list of another length, at an episode's first, middle or last row (in v3.0, episode 1's last row
+    sits in the middle of its file): a check that skipped a row of each episode would let it shift values."""
+    fixture = make_dataset(tmp_path / "src", version=version, episodes=3, lengths=6)
+    add_list1_column(fixture.root)
+    for path in sorted(fixture.root.glob("data/*/*.parquet")):
+        table = pq.read_table(path)
+        episodes = table.column("episode_index").to_pylist()
+        rows = [i for i, e in enumerate(episodes) if e == 1]
+        if not rows:
+            continue
+        target = {"first": rows[0], "middle": rows[len(rows) // 2], "last": rows[-1]}[row]
+        values = table.column("ts").to_pylist()
+        values[target] = values[target] + [0.0]
+        pq.write_table(table.set_column(table.schema.get_field_index("ts"), "ts",
+                                        pa.array(values, pa.list_(pa.float64()))), path)
+    with pytest.raises(LerodocError) as error:
+        flatten(fixture.root, tmp_path / "out")
+    assert error.value.field == "ts" and error.value.episode == 1
+    assert not (tmp_path / "out").exists()
+
+
 def test_nothing_to_flatten_is_said(tmp_path):
     fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=2)
     with pytest.raises(LerodocError, match="no list column"):
