@@ -69,6 +69,27 @@ def test_two_v21_exports_one_excluded_merge_to_v30_and_load_aligned(tmp_path):
     assert_stats_from_scratch(tmp_path / "out", parts)
 
 
+@pytest.mark.parametrize("to", ["v3.0", "v2.1"])
+def test_task_remap_and_pooled_stats_hold_without_lerobot(tmp_path, to):
+    """The task remap (B's task 0 is the union's task 1) and the pooled mean/std/quantiles, checked frame by frame
+    from the output's own files, so they are held where the lerobot oracle is not there (issue 35, item 9)."""
+    a = make_dataset(tmp_path / "a", version="v2.1", dataset_id=1, episodes=4, lengths=[5, 9, 4, 7], cameras=())
+    b = make_dataset(tmp_path / "b", version="v3.0", dataset_id=2, episodes=3, lengths=[6, 3, 8], cameras=(),
+                     tasks=("place the cube", "wipe the table"))
+    merge([a.root, b.root], tmp_path / "out", exclude=sel(["A:2"], [a.root, b.root]), to=to)
+    parts = [(a, [0, 1, 3]), (b, [0, 1, 2])]
+    if to == "v3.0":   # v2.1 keeps per-episode stats only (lerobot 0.3 pools them on load)
+        assert_stats_from_scratch(tmp_path / "out", parts)
+    ds = Dataset.open(tmp_path / "out")
+    assert ds.tasks == ["pick up the cube", "place the cube", "wipe the table"]
+    rows = rows_by_episode(tmp_path / "out")
+    states, tasks, lengths = expected_rows(parts)
+    assert sorted(rows) == list(range(6))
+    for e, (state, task, length) in enumerate(zip(states, tasks, lengths)):
+        assert [ds.tasks[t] for t in rows[e]["task_index"]] == [task] * length, e
+        np.testing.assert_array_equal(np.array(rows[e]["observation.state"], dtype=np.float32), state)
+
+
 def test_v30_inputs_with_a_middle_episode_excluded(tmp_path):
     a = make_dataset(tmp_path / "a", version="v3.0", dataset_id=3, episodes=5, episodes_per_file=3, codec="av1",
                      gop=2)
