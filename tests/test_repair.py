@@ -13,7 +13,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.ops.repair import repair
 from tests.fixtures.defects_data import BASES, DEFECTS
 from tests.fixtures.factory import make_dataset
-from tests.helpers import expect_from_fixture, run_cli
+from tests.helpers import expect_from_fixture, rows_by_episode, run_cli
 from tests.lerobot_oracle import summarize
 
 # Planted defects that need a human: data that cannot be read or is ambiguous (repair refuses with a
@@ -104,9 +104,18 @@ def test_missing_episode_is_dropped_only_when_asked(bases, tmp_path):
     root = tmp_path / "ds"
     shutil.copytree(bases["v2.1"].root, root)
     DEFECTS["missing_data_file"][1](root)
+    with pytest.raises(LerodocError) as refused:
+        repair(root, tmp_path / "refused")
+    assert refused.value.episode == 2 and not (tmp_path / "refused").exists()
     report = repair(root, tmp_path / "out", drop_broken=True)
-    assert any("dropped" in c for c in report.changes)
+    assert report.changes == ["episode 2 has no rows in any data file: dropped"], report.changes
+    assert report.left_out == [2]
     assert len(open_context(tmp_path / "out").dataset.episodes) == 2
+    before, after = rows_by_episode(bases["v2.1"].root), rows_by_episode(tmp_path / "out")
+    assert sorted(after) == [0, 1]
+    for e in (0, 1):   # the kept episodes' values, frame for frame
+        for key in ("observation.state", "action", "timestamp", "frame_index", "index", "task_index"):
+            assert after[e][key] == before[e][key], (e, key)
 
 
 def test_in_place_swaps_and_keeps_the_input_name(bases, tmp_path):
