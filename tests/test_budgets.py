@@ -10,7 +10,8 @@ peak resident memory at most PEAK; and the sandbox (every byte, mode and time) u
 - the same file's `task` column itself: one 1000-byte string repeated 10^7 times by a dictionary (read as a
   dictionary and measured before it is expanded);
 - a 4 KB data parquet file with an undeclared list column claiming 10^8 values (before: convert at 1.2 GB under the
-  cap, 3.7 GB uncapped, then exit 4);
+  cap, 3.7 GB uncapped, then exit 4); and the same with a footer that still counts 10^6 values while the page
+  headers hold 10^8 (pyarrow decodes what the pages say);
 - an mp4 whose sample tables claim 10^8 or 10^9 one-byte samples in a sparse file of 4 KB on disk (before: info at
   6.4 GB uncapped, MemoryError and exit 70 under the cap; 10^9 uncapped ran to 23 GB and was killed).
 
@@ -112,30 +113,34 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def claiming(table: pa.Table, claim: int = CLAIM) -> bytes:
+def claiming(table: pa.Table, claim: int = CLAIM, footer: bool = True) -> bytes:
     """`table` (whose counts are SEED) as parquet bytes whose counts are `claim`: every varint of twice SEED + k
-    (|k| <= 16: a list's runs of levels count a few values less or more) becomes twice claim + k. Dictionary
-    encoding and no compression keep every count a varint of its own in the file."""
+    (|k| <= 16: a list's runs of levels count a few values less or more) becomes twice claim + k, in the pages and,
+    when `footer`, in the footer too (else the footer still counts SEED). Dictionary encoding and no compression
+    keep every count a varint of its own in the file."""
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="none", use_dictionary=True, write_statistics=False, store_schema=False,
                    data_page_size=1 << 30, max_rows_per_page=1 << 30, row_group_size=1 << 30)
     raw = sink.getvalue()
+    (length,) = struct.unpack("<I", raw[-8:-4])
+    body, tail = (raw, b"") if footer else (raw[:-8 - length], raw[-8 - length:])
     patched = 0
     for k in range(-16, 17):
         old, new = _varint(2 * (SEED + k)), _varint(2 * (claim + k))
         assert len(old) == len(new) == 4
-        patched += raw.count(old)
-        raw = raw.replace(old, new)
+        patched += body.count(old)
+        body = body.replace(old, new)
     assert patched >= 3, "no count was patched"
-    return raw
+    return body + tail
 
 
-def list_bomb(table: pa.Table, name: str, claim: int = CLAIM) -> bytes:
-    """`table` and a list<int64> column `name` whose last row holds `claim` zeros, the others none."""
+def list_bomb(table: pa.Table, name: str, claim: int = CLAIM, footer: bool = True) -> bytes:
+    """`table` and a list<int64> column `name` whose last row holds `claim` zeros, the others none (the footer
+    saying so, or when not `footer`, still counting SEED)."""
     offsets = np.zeros(table.num_rows + 1, np.int32)
     offsets[-1] = SEED
     column = pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.zeros(SEED, np.int64)))
-    return claiming(table.append_column(name, column), claim)
+    return claiming(table.append_column(name, column), claim, footer)
 
 
 def string_bomb(width: int = 1000, claim: int = CLAIM // 10) -> bytes:
@@ -246,6 +251,25 @@ def test_data_file_column_bomb_refused_before_decoding(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert peak <= PEAK, peak
     assert listing(sandbox) == before
+
+
+def test_page_headers_counting_more_than_the_footer_refused(tmp_path):
+    """The footer is not the last word: pyarrow decodes what the page headers say. A data file whose footer counts
+    10^6 values of an extra list column (as written) while its pages hold 10^8: convert refuses it naming the file and
+    the column, before decoding (before: a footer-only budget let 1.8 GB through)."""
+    sandbox = tmp_path / "sandbox"
+    ds = make_dataset(sandbox / "ds", version="v2.1", episodes=1, lengths=10, cameras=()).root
+    data = next(ds.glob("data/**/*.parquet"))
+    data.write_bytes(list_bomb(pq.read_table(data), "x", footer=False))
+    assert pq.ParquetFile(data).metadata.row_group(0).column(pq.ParquetFile(data).metadata.num_columns - 1) \
+        .num_values < 2 * SEED
+    before = listing(sandbox)
+    proc, peak = attacked(tmp_path, "convert", ds, "-o", tmp_path / "out", "--to", "v3.0")
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    text = proc.stderr[proc.stderr.index("error:"):].strip()
+    assert text.startswith(f"error: {data}: ") and ": x: its page headers hold" in text, text
+    assert peak <= PEAK, peak
+    assert listing(sandbox) == before and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("samples", [CLAIM, 10 * CLAIM])

@@ -9,6 +9,7 @@ the values its indices repeat are.
 
 from __future__ import annotations
 
+import os
 import weakref
 import zlib
 from contextlib import contextmanager
@@ -72,13 +73,15 @@ _WIDTH = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96"
 class _Leaves:
     """What the budget rule needs of a file's schema, per parquet leaf column: its top-level column, physical type,
     the bytes a decoded value takes, the bytes of its levels per value (an int16 for each of definition and
-    repetition), its path; and the leaves of string columns, which `_dictionary_reader` reads as dictionaries."""
+    repetition), its path; the leaves of string columns, which `_dictionary_reader` reads as dictionaries, and those
+    of list columns."""
     owner: list[str]
     kinds: list[str]
     widths: list[int]
     levels: list[int]
     paths: list[str]
     strings: frozenset[int]
+    repeated: frozenset[int]     # leaves of list columns: their values per row are the page headers' to say
 
 
 _KNOWN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # an open ParquetFile -> its _Leaves
@@ -101,10 +104,17 @@ def _leaves_of(meta: pq.FileMetaData, file: pq.ParquetFile | None = None) -> _Le
                      [max(c.length or 0, 1) if k == "FIXED_LEN_BYTE_ARRAY" else _WIDTH.get(k, 8)
                       for c, k in zip(columns, kinds)],
                      [2 * (c.max_definition_level > 0) + 2 * (c.max_repetition_level > 0) for c in columns],
-                     [c.path for c in columns], frozenset(strings))
+                     [c.path for c in columns], frozenset(strings),
+                     frozenset(j for j, c in enumerate(columns) if c.max_repetition_level > 0))
     if file is not None:
         _KNOWN[file] = leaves
     return leaves
+
+
+def _picked(leaves: _Leaves, columns: list[str] | None) -> list[int]:
+    """The leaves of `columns` (None: all)."""
+    wanted = None if columns is None else set(columns)
+    return [j for j, name in enumerate(leaves.owner[:len(leaves.kinds)]) if wanted is None or name in wanted]
 
 
 def decoded_claims(meta: pq.FileMetaData, columns: list[str] | None = None, groups: list[int] | None = None,
@@ -113,10 +123,10 @@ def decoded_claims(meta: pq.FileMetaData, columns: list[str] | None = None, grou
     group: per top-level column, the bytes its decoded values take at most and the bytes of its column chunks in
     the file; and the most one column chunk needs while it is decoded (its pages uncompressed and its levels). A
     value count, not a chunk's uncompressed size, sizes the values: a dictionary-encoded chunk of 70 bytes can hold
-    10^8 values. `file`: the open file `meta` is the footer of, whose schema is then worked out once."""
+    10^8 values; what the footer counts is what pyarrow decodes once `_pages_agree`. `file`: the open file `meta` is
+    the footer of, whose schema is then worked out once."""
     leaves = _leaves_of(meta, file)
-    wanted = None if columns is None else set(columns)
-    picked = [j for j, name in enumerate(leaves.owner[:len(leaves.kinds)]) if wanted is None or name in wanted]
+    picked = _picked(leaves, columns)
     claims: dict[int, tuple[dict[str, int], dict[str, int], int]] = {}
     for i in range(meta.num_row_groups) if groups is None else groups:
         group = meta.row_group(i)
@@ -128,6 +138,8 @@ def decoded_claims(meta: pq.FileMetaData, columns: list[str] | None = None, grou
                 break
             chunk, name = group.column(j), leaves.owner[j]
             count, uncompressed = max(chunk.num_values, 0), max(chunk.total_uncompressed_size, 0)
+            if j not in leaves.repeated:   # a value a row, however few values the chunk claims
+                count = max(count, group.num_rows)
             values = count * leaves.widths[j]
             if leaves.kinds[j] == "BYTE_ARRAY":
                 values += uncompressed            # the bytes of plain strings, or of a dictionary
@@ -153,11 +165,14 @@ def _within_budget(file: pq.ParquetFile, path: Path | str, columns: list[str] | 
         for name, size in group_stored.items():
             stored[name] = stored.get(name, 0) + size
     total = sum(stored.values())
-    held = _held(path)
-    if held is not None and total > held:
-        raise LerodocError(f"its footer places {total} bytes of column chunks in a file that holds {held} bytes "
-                           f"on disk (a sparse or damaged file)", file=path, episode=episode,
-                           field=max(stored, key=stored.get))
+    if not (access.is_remote(path) or access.is_url(path)):   # a hub file's bytes are what the hub serves
+        with access.open_binary(path) as f:
+            held = budget.held(f.fileno())
+            if total > held:
+                raise LerodocError(f"its footer places {total} bytes of column chunks in a file that holds {held} "
+                                   f"bytes on disk (a sparse or damaged file)", file=path, episode=episode,
+                                   field=max(stored, key=stored.get))
+            _pages_agree(f.fileno(), file, columns, list(claims), path, episode)
     # the values decoded stay; a chunk's pages and levels are let go once it is decoded
     parts = [(sum(d.values()) + transient, d) for d, _, transient in claims.values()]
     if not one_group_at_a_time:
@@ -174,13 +189,151 @@ def _within_budget(file: pq.ParquetFile, path: Path | str, columns: list[str] | 
     return need
 
 
-def _held(path: Path | str) -> int | None:
-    """The bytes a local file really holds on disk (`budget.held`: a sparse file's holes hold none); None for a hub
-    file (a HubPath, or its URL as text), whose bytes are what the hub serves."""
-    if access.is_remote(path) or access.is_url(path):
-        return None
-    with access.open_binary(path) as f:
-        return budget.held(f.fileno())
+def _pages_agree(fd: int, file: pq.ParquetFile, columns: list[str] | None, groups: list[int], path: Path | str,
+                 episode: int | None) -> None:
+    """The page headers of the list columns read agree with the footer: as many values as it counts, and pages no
+    larger uncompressed than it says. pyarrow decodes what the page headers say (a list row holds any number of
+    values), so a footer counting 10^6 values over pages holding 10^8 would pass the budget and decode 10^8; a
+    LerodocError names the column instead. Flat columns need no walk: pyarrow decodes the rows the footer counts."""
+    meta = file.metadata
+    leaves = _leaves_of(meta, file)
+    listed = [j for j in _picked(leaves, columns) if j in leaves.repeated]
+    for i in groups if listed else ():
+        group = meta.row_group(i)
+        for j in listed:
+            chunk = group.column(j)
+            start = chunk.data_page_offset
+            if chunk.has_dictionary_page and 0 < (chunk.dictionary_page_offset or 0) < start:
+                start = chunk.dictionary_page_offset
+            try:
+                values, raw = _page_values(fd, start, start + chunk.total_compressed_size)
+            except ValueError:
+                continue     # pages this walk cannot follow: pyarrow names the damage when it reads them
+            if values != chunk.num_values or raw > chunk.total_uncompressed_size:
+                raise LerodocError(f"its page headers hold {values} values in {raw} bytes where its footer counts "
+                                   f"{chunk.num_values} values in {chunk.total_uncompressed_size} bytes (a crafted "
+                                   f"or damaged file)", file=path, episode=episode, field=leaves.owner[j])
+
+
+def _page_values(fd: int, start: int, end: int) -> tuple[int, int]:
+    """(values of the data pages, bytes of all pages uncompressed) in bytes [start, end) of a column chunk, from the
+    page headers. ValueError where the headers do not read or do not tile the bytes. A chunk of up to a MiB is read
+    in one go (an episode's chunk usually is), a larger one a header at a time."""
+    values = raw = 0
+    first = os.pread(fd, min(end - start, 1 << 20), start)
+    whole = start + len(first) == end
+    pos = start
+    while pos < end:
+        want = 256
+        while True:
+            inside = pos - start + want <= len(first) or whole
+            buf, at = (first, pos - start) if inside else (os.pread(fd, min(want, end - pos), pos), 0)
+            try:
+                kind, size, stored, count, after = _page_header(buf, at)
+                break
+            except IndexError:
+                if inside and whole or not inside and len(buf) < want or want >= 1 << 24:
+                    raise ValueError("page header cut short") from None
+                want *= 16
+        if kind in (0, 3):            # DATA_PAGE, DATA_PAGE_V2
+            if count is None:
+                raise ValueError("data page header without its value count")
+            values += count
+        raw += size
+        pos += after - at + stored
+    if pos != end:
+        raise ValueError("pages overrun their column chunk")
+    return values, raw
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned LEB128 varint at buf[pos:]: (value, position after it); IndexError where the bytes end first."""
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("thrift varint over 64 bits")
+
+
+def _skip(buf: bytes, pos: int, kind: int, depth: int = 0) -> int:
+    """Past one Thrift compact value of type `kind` at buf[pos:], as a list element or a map's (where a bool takes a
+    byte of its own) or a struct field of another type."""
+    if depth > 16:
+        raise ValueError("thrift values nested too deep")
+    if kind in (1, 2, 3):
+        return pos + 1
+    if kind in (4, 5, 6):
+        return _varint(buf, pos)[1]
+    if kind == 7:
+        pos += 8
+    elif kind == 8:
+        length, pos = _varint(buf, pos)
+        pos += length
+    elif kind in (9, 10):                          # list, set: size and element type, then the elements
+        head = buf[pos]
+        count, pos = _varint(buf, pos + 1) if head >> 4 == 15 else (head >> 4, pos + 1)
+        for _ in range(count):
+            pos = _skip(buf, pos, head & 0x0F, depth + 1)
+    elif kind == 11:                               # map: size, key and value types, then the pairs
+        count, pos = _varint(buf, pos)
+        if count:
+            types, pos = buf[pos], pos + 1
+            for _ in range(count):
+                pos = _skip(buf, _skip(buf, pos, types >> 4, depth + 1), types & 0x0F, depth + 1)
+    elif kind == 12:
+        return _struct(buf, pos, depth + 1)[1]
+    else:
+        raise ValueError(f"thrift type {kind}")
+    if pos > len(buf):
+        raise IndexError("thrift value runs past the bytes read")
+    return pos
+
+
+def _struct(buf: bytes, pos: int, depth: int = 0, keep: frozenset = frozenset()) -> tuple[dict, int]:
+    """A Thrift compact struct at buf[pos:]: ({field id: integer} for its integer fields in `keep`, and {field id:
+    struct} for its struct fields in `keep`, the rest skipped; position after it)."""
+    fields, last = {}, 0
+    while True:
+        head = buf[pos]
+        pos += 1
+        if not head:
+            return fields, pos
+        kind = head & 0x0F
+        if head >> 4:
+            last += head >> 4
+        else:
+            value, pos = _varint(buf, pos)
+            last = (value >> 1) ^ -(value & 1)
+        if kind in (1, 2):                     # a bool field: its value is its type, no byte of its own
+            continue
+        if last in keep and kind in (5, 6):
+            value, pos = _varint(buf, pos)
+            fields[last] = (value >> 1) ^ -(value & 1)
+        elif last in keep and kind == 12:
+            fields[last], pos = _struct(buf, pos, depth + 1, _COUNT)
+        else:
+            pos = _skip(buf, pos, kind, depth)
+
+
+_COUNT = frozenset({1})                      # a data page header's num_values
+_PAGE = frozenset({1, 2, 3, 5, 8})           # type, uncompressed and compressed size, data page header (v1, v2)
+
+
+def _page_header(buf: bytes, pos: int) -> tuple[int, int, int, int | None, int]:
+    """(page type, uncompressed size, compressed size, its data page header's value count or None, position after
+    it) of the parquet page header at buf[pos:]. ValueError for one without its sizes; IndexError where the bytes
+    end first."""
+    fields, after = _struct(buf, pos, 0, _PAGE)
+    kind, size, stored = fields.get(1), fields.get(2), fields.get(3)
+    if kind is None or size is None or stored is None or size < 0 or stored < 0:
+        raise ValueError("page header without its sizes")
+    count = (fields.get(5 if kind == 0 else 8) or {}).get(1)
+    return kind, size, stored, None if count is None or count < 0 else count, after
 
 
 def _dictionary_reader(file: pq.ParquetFile, path: Path | str, columns: list[str] | None,
