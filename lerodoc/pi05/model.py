@@ -452,7 +452,7 @@ class PI05(nn.Module):
     def capture_sampling(self, images, image_masks, tokens, token_masks) -> None:
         """Record the whole of sample_actions (the prefix pass and every Euler step) for observations of these
         shapes as one CUDA graph, which sample_actions then replays for inputs of the same shapes: at batch 1
-        the ~10k small kernels of a chunk cost more to launch than to run. Uses the compiled parts if
+        the ~12k small kernels of a chunk cost more to launch than to run (docs/train.md). Uses the compiled parts if
         compile_sampling ran first. Masks must be None (as Policy gives them): a tensor mask asks the host
         whether any sample shows the camera, which a graph cannot."""
         if any(mask is not None for mask in image_masks):
