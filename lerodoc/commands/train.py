@@ -128,11 +128,11 @@ def pi05(
 
     Example: lerodoc train pi05 data/pusht_v30 -o runs/pusht --weights pi05_base --steps 30000
     """
-    from lerodoc.pi05.weights import locate_assets, weights_for
+    from lerodoc.pi05.weights import weights_for
     weights = weights_for(preset, weights)
-    # before torch and pyarrow load: every missing asset is named at once, in under a second (a hub policy is
-    # fetched here, and remembered for the run)
-    locate_assets(tokenizer, weights)
+    from lerodoc.pi05.preflight import preflight_command   # before torch loads: every missing prerequisite at once
+    preflight_command(dataset, output or default_run(dataset), resume, sweep, tokenizer, weights, action_key,
+                      state_key, cameras, skip_checks)
     from lerodoc.pi05.tracking import require
     require(wandb, tensorboard)
     from lerodoc.pi05.data import DataSpec
