@@ -1,0 +1,165 @@
+"""bench/growth: every dataset command on collections of many short episodes, against the pyarrow floor (issue 37).
+
+    python3 -m bench.growth [--episodes 10000,100000,1000000] [--frames 10] [--v21-up-to 100000] [--work DIR]
+                            [--only validate,merge2] [--out docs/results/growth_cpu.json]
+
+For each size, a parquet-only v3.0 collection of `--episodes` episodes of `--frames` rows (16-dim state and action,
+one data file, per-episode stats from `lerodoc quantiles`) and, up to `--v21-up-to` episodes, its v2.1 form (one
+parquet per episode, the hub's many-small-files layout) are built. Then each command runs as a user runs it, a fresh
+`python -m lerodoc` process, and is timed as a whole (wall seconds) with its peak resident memory (the child's
+ru_maxrss, from wait4): info, validate, convert (v2.1 -> v3.0), merge (2 parts and 100 parts), delete, split,
+select, quantiles, repair, report (no videos) and train's index build (Dataset.open + load_frames, what `train
+pi05` reads before its first step). flatten has nothing to flatten in a fixed-size-list collection (exit 0, said)
+and is timed as such.
+
+The floor, measured in the same run and the same way (a fresh process): pyarrow alone reading the same data files
+(every column) and meta/episodes. Each command's ratio is its wall time over the floor of the dataset it reads
+(v2.1 for convert's input, v3.0 for the rest); like for like, both include interpreter start. Results and
+provenance (commit, versions, machine, load, command) go to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.dataset import numeric_v30
+from bench.results import provenance, write_results
+
+DIMS = {"observation.state": 16, "action": 16}
+
+FLOOR = """
+import sys, pyarrow.parquet as pq
+from pathlib import Path
+root = Path(sys.argv[1])
+rows = 0
+for path in sorted(root.glob("data/**/*.parquet")) + sorted(root.glob("meta/episodes/**/*.parquet")):
+    rows += pq.read_table(path).num_rows
+for path in sorted(root.glob("meta/*.jsonl")):
+    path.read_bytes()
+print(rows)
+"""
+
+TRAIN_INDEX = """
+import sys
+from lerodoc.dataset import Dataset
+from lerodoc.pi05.data import DataSpec, load_frames
+ds = Dataset.open(sys.argv[1])
+spec = DataSpec(action_key="action", state_key="observation.state", cameras=(), action_horizon=50, image_size=224,
+                state_in_prompt=True, max_token_len=48)
+print(len(load_frames(ds, spec)))
+"""
+
+
+def run(argv: list[str]) -> dict:
+    """Run `argv` as a fresh process: wall seconds, peak resident MiB (wait4's ru_maxrss), exit code."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    stderr = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"seconds": round(wall, 3), "peak_mib": round(usage.ru_maxrss / 1024, 1), "exit": proc.returncode,
+            **({"stderr_tail": stderr[-400:]} if proc.returncode not in (0, 1) else {})}
+
+
+def lerodoc(*args) -> list[str]:
+    return [sys.executable, "-m", "lerodoc", *map(str, args)]
+
+
+def build(work: Path, episodes: int, frames: int, v21: bool) -> tuple[Path, Path | None]:
+    """(v3.0 collection with stats, its v2.1 form or None): built once per size under `work`."""
+    v30 = work / f"v30_{episodes}"
+    if not v30.exists():
+        raw = numeric_v30(work / f"raw_{episodes}", episodes * frames, episodes, DIMS,
+                          rows_per_file=episodes * frames)
+        subprocess.run(lerodoc("-q", "quantiles", raw, "-o", v30), check=True)
+        shutil.rmtree(raw)
+    v21_root = work / f"v21_{episodes}"
+    if v21 and not v21_root.exists():
+        subprocess.run(lerodoc("-q", "convert", v30, "-o", v21_root, "--to", "v2.1"), check=True)
+    return v30, v21_root if v21 else None
+
+
+def commands(v30: Path, v21: Path | None, out: Path, episodes: int) -> dict[str, tuple[list[str], str]]:
+    """name -> (argv, the dataset whose floor it is set against: "v30" or "v21")."""
+    hundred = ",".join(f"p{i}={1 / 100:.2f}" for i in range(100))
+    cases = {
+        "info": (lerodoc("info", v30, "--json"), "v30"),
+        "validate": (lerodoc("validate", v30, "--json"), "v30"),
+        "merge2": (lerodoc("merge", v30, v30, "-o", out / "merge2"), "v30"),
+        "delete": (lerodoc("delete", v30, "-o", out / "delete", "--episodes", f"0-{min(9, episodes - 2)}"), "v30"),
+        "split": (lerodoc("split", v30, "-o", out / "split", "--into", "train=0.9,val=0.1"), "v30"),
+        "select": (lerodoc("select", v30, "-o", out / "select", "--state", "observation.state[0:8]",
+                           "--action", "action"), "v30"),
+        "flatten": (lerodoc("flatten", v30, "-o", out / "flatten"), "v30"),
+        "quantiles": (lerodoc("quantiles", v30, "-o", out / "quantiles"), "v30"),
+        "repair": (lerodoc("repair", v30, "-o", out / "repair"), "v30"),
+        "report": (lerodoc("report", v30, "-o", out / "report.html"), "v30"),
+        "train_index": ([sys.executable, "-c", TRAIN_INDEX, str(v30)], "v30"),
+        "split100": (lerodoc("split", v30, "-o", out / "parts100", "--into", hundred), "v30"),
+    }
+    if v21 is not None:
+        cases["convert"] = (lerodoc("convert", v21, "-o", out / "convert", "--to", "v3.0"), "v21")
+    return cases
+
+
+def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[str] | None) -> dict:
+    v30, v21 = build(work, episodes, frames, episodes <= v21_up_to)
+    floors = {"v30": run([sys.executable, "-c", FLOOR, str(v30)])}
+    if v21 is not None:
+        floors["v21"] = run([sys.executable, "-c", FLOOR, str(v21)])
+    rows = {}
+    out = work / f"out_{episodes}"
+    planned = commands(v30, v21, out, episodes)
+    if only is None or "merge100" in only:   # 100 parts: split's output, merged back
+        if not (out / "parts100").exists():
+            subprocess.run(planned["split100"][0], check=True, stderr=subprocess.DEVNULL)
+        parts = sorted(p for p in (out / "parts100").iterdir() if p.is_dir())
+        planned["merge100"] = (lerodoc("merge", *parts, "-o", out / "merge100"), "v30")
+    for name, (argv, base) in planned.items():
+        if only is not None and name not in only or name == "split100":
+            continue
+        target = next((Path(a) for a in argv if str(a).startswith(str(out / "")) and "parts100" not in str(a)), None)
+        if target is not None and target.exists():
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+        result = run(argv)
+        result["floor"] = base
+        result["x_floor"] = round(result["seconds"] / floors[base]["seconds"], 2)
+        rows[name] = result
+        print(f"{episodes:>8} {name:<12} {result['seconds']:8.2f} s {result['peak_mib']:8.1f} MiB "
+              f"{result['x_floor']:6.2f}x floor (exit {result['exit']})", flush=True)
+    return {"episodes": episodes, "frames_per_episode": frames, "floors": floors, "commands": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--episodes", default="10000", help="comma-separated sizes (default 10000)")
+    parser.add_argument("--frames", type=int, default=10)
+    parser.add_argument("--v21-up-to", type=int, default=100_000, help="build the v2.1 form up to this size")
+    parser.add_argument("--only", default=None, help="comma-separated command names")
+    parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-growth-"))
+    work.mkdir(parents=True, exist_ok=True)
+    only = set(args.only.split(",")) if args.only else None
+    sizes = [int(s) for s in args.episodes.split(",")]
+    summary = {"provenance": provenance(" ".join(["python3 -m bench.growth", *sys.argv[1:]])),
+               "sizes": [measure(work, n, args.frames, args.v21_up_to, only) for n in sizes]}
+    text = write_results(summary, args.out)
+    print(text if args.out is None else f"written to {args.out}")
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
