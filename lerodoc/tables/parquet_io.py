@@ -48,10 +48,7 @@ def read_parquet(path: Path | str, columns: list[str] | None = None, episode: in
     pre-buffering a local file allocates its bytes once more, and fresh pages cost more than the read."""
     with _readable(path, episode):
         file = pq.ParquetFile(access.source(path), pre_buffer=False, buffer_size=1 << 20)
-        need = _within_budget(file, path, columns, None, episode)
-        reader = _dictionary_reader(file, path, columns, None)
-        table = reader.read(columns=columns)
-        return table if reader is file else _expand(table, file.schema_arrow, need, path, episode)
+        return _read(file, path, columns, None, _within_budget(file, path, columns, None, episode), episode)
 
 
 def open_parquet(path: Path | str, episode: int | None = None, streaming: bool = False) -> pq.ParquetFile:
@@ -191,17 +188,23 @@ def _within_budget(file: pq.ParquetFile, path: Path | str, columns: list[str] | 
 
 def _pages_agree(fd: int, file: pq.ParquetFile, columns: list[str] | None, groups: list[int], path: Path | str,
                  episode: int | None) -> None:
-    """The page headers of the list columns read agree with the footer: as many values as it counts, and pages no
-    larger uncompressed than it says. pyarrow decodes what the page headers say (a list row holds any number of
-    values), so a footer counting 10^6 values over pages holding 10^8 would pass the budget and decode 10^8; a
-    LerodocError names the column instead. Flat columns need no walk: pyarrow decodes the rows the footer counts."""
+    """The page headers of the chunks read agree with the footer: as many values as it counts, and pages no larger
+    uncompressed than it says. pyarrow decodes what the page headers say (a list row holds any number of values)
+    and decompresses a whole page whatever the rows read, so a footer counting 10^6 values over pages holding 10^8,
+    or a few MB over a page that inflates to 2 GB, would pass the budget; a LerodocError names the column instead.
+    A flat column stored uncompressed needs no walk: pyarrow decodes the rows the footer counts, from pages no
+    larger than the file's own bytes."""
     meta = file.metadata
     leaves = _leaves_of(meta, file)
-    listed = [j for j in _picked(leaves, columns) if j in leaves.repeated]
-    for i in groups if listed else ():
+    picked = _picked(leaves, columns)
+    for i in groups:
         group = meta.row_group(i)
-        for j in listed:
+        for j in picked:
+            if j >= group.num_columns:
+                break
             chunk = group.column(j)
+            if j not in leaves.repeated and chunk.compression == "UNCOMPRESSED":
+                continue
             start = chunk.data_page_offset
             if chunk.has_dictionary_page and 0 < (chunk.dictionary_page_offset or 0) < start:
                 start = chunk.dictionary_page_offset
@@ -296,7 +299,10 @@ def _skip(buf: bytes, pos: int, kind: int, depth: int = 0) -> int:
 
 def _struct(buf: bytes, pos: int, depth: int = 0, keep: frozenset = frozenset()) -> tuple[dict, int]:
     """A Thrift compact struct at buf[pos:]: ({field id: integer} for its integer fields in `keep`, and {field id:
-    struct} for its struct fields in `keep`, the rest skipped; position after it)."""
+    struct} for its struct fields in `keep`, the rest skipped; position after it). The common types are read in
+    line: every read of a data file walks its page headers."""
+    if depth > 16:
+        raise ValueError("thrift structs nested too deep")
     fields, last = {}, 0
     while True:
         head = buf[pos]
@@ -309,13 +315,31 @@ def _struct(buf: bytes, pos: int, depth: int = 0, keep: frozenset = frozenset())
         else:
             value, pos = _varint(buf, pos)
             last = (value >> 1) ^ -(value & 1)
-        if kind in (1, 2):                     # a bool field: its value is its type, no byte of its own
+        if kind == 5 or kind == 6:             # i32, i64: a zigzag varint
+            value = shift = 0
+            while True:
+                byte = buf[pos]
+                pos += 1
+                value |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise ValueError("thrift varint over 64 bits")
+            if last in keep:
+                fields[last] = (value >> 1) ^ -(value & 1)
+        elif kind == 1 or kind == 2:           # a bool field: its value is its type, no byte of its own
             continue
-        if last in keep and kind in (5, 6):
-            value, pos = _varint(buf, pos)
-            fields[last] = (value >> 1) ^ -(value & 1)
-        elif last in keep and kind == 12:
-            fields[last], pos = _struct(buf, pos, depth + 1, _COUNT)
+        elif kind == 8:                        # binary: a length, then the bytes
+            length, pos = _varint(buf, pos)
+            pos += length
+            if pos > len(buf):
+                raise IndexError("thrift field runs past the bytes read")
+        elif kind == 12:
+            if last in keep:
+                fields[last], pos = _struct(buf, pos, depth + 1, _COUNT)
+            else:
+                pos = _struct(buf, pos, depth + 1)[1]
         else:
             pos = _skip(buf, pos, kind, depth)
 
@@ -366,45 +390,120 @@ def _holds_strings(kind: pa.DataType) -> bool:
 
 
 def _expand(data, schema: pa.Schema, need: int, path: Path | str, episode: int | None):
-    """A table or record batch read by `_dictionary_reader` with its dictionary columns expanded to the types
-    `schema` (the file's own) gives them, once the bytes they expand to, added to the `need` of the read, are
-    known to fit the memory budget. A column the file itself stores as a dictionary stays one."""
+    """(A table or record batch read by `_dictionary_reader` with its dictionary columns expanded to the types
+    `schema`, the file's own, gives them; the bytes they grew by), once those bytes, added to the `need` of the
+    read, are known to fit the memory budget. A column the file itself stores as a dictionary stays one. (Read a
+    row group at a time: pyarrow reads no dictionary in a list over several.)"""
     grown = {}
     for i, field in enumerate(data.schema):
         if field.name in schema.names and schema.field(field.name).type != field.type:
-            column = data.column(i)
-            chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-            grown[field.name] = sum(_expanded_bytes(chunk) for chunk in chunks)
+            grown[field.name] = sum(_expanded_bytes(chunk) for chunk in _chunks(data.column(i)))
     if not grown:
-        return data
+        return data, 0
     largest = max(grown, key=grown.get)
     budget.check(need + sum(grown.values()), f"expanding the dictionary of column {largest!r} "
                  f"({budget.human(grown[largest])})", file=path, field=largest, episode=episode)
-    return data.cast(pa.schema([schema.field(n) if n in schema.names else data.schema.field(n)
-                                for n in data.schema.names], metadata=data.schema.metadata))
+    fields = [schema.field(f.name) if f.name in grown else f for f in data.schema]
+    columns = [[_undictionary(chunk, field.type) for chunk in _chunks(data.column(i))] if field.name in grown
+               else data.column(i) for i, field in enumerate(fields)]
+    target = pa.schema(fields, metadata=data.schema.metadata)
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatch.from_arrays([c[0] if isinstance(c, list) else c for c in columns],
+                                          schema=target), sum(grown.values())
+    return pa.Table.from_arrays([pa.chunked_array(c, type=f.type) if isinstance(c, list) else c
+                                 for c, f in zip(columns, fields)], schema=target), sum(grown.values())
+
+
+def _read(file: pq.ParquetFile, path: Path | str, columns: list[str] | None, groups: list[int] | None, need: int,
+          episode: int | None) -> pa.Table:
+    """Row groups `groups` (None: all) of `columns` of `file`, its dictionary-encoded strings measured and expanded
+    a row group at a time (`_dictionary_reader`, `_expand`)."""
+    reader = _dictionary_reader(file, path, columns, groups)
+    if reader is file:
+        return file.read(columns=columns) if groups is None else file.read_row_groups(groups, columns=columns)
+    parts = []
+    for i in range(file.metadata.num_row_groups) if groups is None else groups:
+        part, grown = _expand(reader.read_row_group(i, columns=columns), file.schema_arrow, need, path, episode)
+        parts.append(part)
+        need += grown
+    return pa.concat_tables(parts) if parts else file.read_row_groups([], columns=columns)
+
+
+def _chunks(column: pa.ChunkedArray | pa.Array) -> list[pa.Array]:
+    return column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+
+
+def _offsets(array: pa.Array) -> np.ndarray:
+    """The value offsets of a string or binary array (int64), its own offset applied."""
+    large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+    return np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32,
+                         count=len(array) + 1 + array.offset)[array.offset:].astype(np.int64)
+
+
+def _indices(array: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    """A dictionary array's indices (int64, clipped into its dictionary: a null slot holds any value) and, where
+    some are null, which are valid."""
+    raw = array.indices
+    indices = np.frombuffer(raw.buffers()[1], dtype=numpy_dtype(raw.type), count=len(raw) + raw.offset)[raw.offset:]
+    indices = np.clip(indices.astype(np.int64), 0, max(len(array.dictionary) - 1, 0))
+    if not raw.null_count:
+        return indices, None
+    bits = np.unpackbits(np.frombuffer(raw.buffers()[0], dtype=np.uint8), bitorder="little")
+    return indices, bits[raw.offset:raw.offset + len(raw)].astype(bool)
 
 
 def _expanded_bytes(array: pa.Array) -> int:
-    """The bytes the dictionary-encoded strings in `array` (at any list or struct depth) take expanded: each
-    index's value length, counted with the dictionary's lengths (no expansion)."""
+    """The bytes the dictionary-encoded strings in `array` (at any list depth) take expanded: each index's value
+    length, counted with the dictionary's lengths (no expansion)."""
     kind = array.type
     if pa.types.is_dictionary(kind):
-        words = array.dictionary
-        if not len(words) or not len(array):
+        if not len(array.dictionary) or not len(array):
             return 0
-        offsets = np.frombuffer(words.buffers()[1], dtype=np.int64 if pa.types.is_large_string(words.type)
-                                or pa.types.is_large_binary(words.type) else np.int32,
-                                count=len(words) + 1 + words.offset)[words.offset:]
-        raw = array.indices
-        indices = np.frombuffer(raw.buffers()[1], dtype=numpy_dtype(raw.type),
-                                count=len(raw) + raw.offset)[raw.offset:]
-        counts = np.bincount(np.clip(indices, 0, len(words) - 1), minlength=len(words))   # null slots: any
-        return int(counts @ np.diff(offsets).astype(np.int64))
+        indices, _ = _indices(array)
+        counts = np.bincount(indices, minlength=len(array.dictionary))
+        return int(counts @ np.diff(_offsets(array.dictionary)))
     if is_list_type(kind):
         return _expanded_bytes(array.values)
-    if pa.types.is_struct(kind):
-        return sum(_expanded_bytes(array.field(i)) for i in range(kind.num_fields))
     return 0
+
+
+def _undictionary(array: pa.Array, kind: pa.DataType) -> pa.Array:
+    """`array` (dictionary-encoded strings, or lists of them) as the plain `kind` it encodes, gathered with numpy
+    a few MB at a time: pyarrow's own decoding imports pyarrow.compute (a third of a second)."""
+    if not pa.types.is_dictionary(array.type):
+        if not is_list_type(array.type):
+            return array
+        own = array.buffers()[:1 if pa.types.is_fixed_size_list(array.type) else 2]
+        return pa.Array.from_buffers(kind, len(array), own, null_count=array.null_count, offset=array.offset,
+                                     children=[_undictionary(array.values, kind.value_type)])
+    words = array.dictionary
+    indices, valid = _indices(array)
+    starts = _offsets(words)
+    lengths = np.diff(starts)[indices] if len(words) else np.zeros(len(indices), np.int64)
+    if valid is not None:
+        lengths[~valid] = 0
+    ends = np.zeros(len(indices) + 1, np.int64)
+    np.cumsum(lengths, out=ends[1:])
+    data = np.frombuffer(words.buffers()[2], dtype=np.uint8) if len(words) and words.buffers()[2] else \
+        np.zeros(0, np.uint8)
+    out, first = np.empty(int(ends[-1]), np.uint8), starts[:-1][indices] if len(words) else indices
+    lo = 0
+    while lo < len(indices):   # a block of values of about 4 MB (or one longer value): byte positions, gathered
+        hi = max(lo + 1, int(np.searchsorted(ends, ends[lo] + (4 << 20), side="right")) - 1)
+        hi = min(hi, len(indices))
+        if hi == lo + 1:
+            out[ends[lo]:ends[hi]] = data[first[lo]:first[lo] + lengths[lo]]
+        elif ends[hi] > ends[lo]:
+            out[ends[lo]:ends[hi]] = data[np.repeat(first[lo:hi] - ends[lo:hi], lengths[lo:hi])
+                                          + np.arange(ends[lo], ends[hi])]
+        lo = hi
+    wide = pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)
+    if not wide and ends[-1] >= 1 << 31:
+        raise ValueError("expanded strings over 2 GiB in a 32-bit-offset column")
+    mask = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(kind, len(indices), [mask, pa.py_buffer(ends.astype(np.int64 if wide else np.int32)),
+                                                      pa.py_buffer(out)],
+                                 null_count=0 if valid is None else int((~valid).sum()))
 
 
 def _leaf_chunks(meta: pq.FileMetaData) -> Iterator[tuple[str, pq.ColumnChunkMetaData]]:
@@ -457,8 +556,15 @@ def iter_batches(file: pq.ParquetFile, path: Path | str, columns: list[str] | No
     with _readable(path, episode):
         need = _within_budget(file, path, columns, None, episode, one_group_at_a_time=True)
         reader = _dictionary_reader(file, path, columns, None)
-        for batch in reader.iter_batches(batch_size=batch_size, columns=columns):
-            yield batch if reader is file else _expand(batch, file.schema_arrow, need, path, episode)
+        if reader is file:
+            yield from file.iter_batches(batch_size=batch_size, columns=columns)
+            return
+        for i in range(file.metadata.num_row_groups):   # a group at a time: its dictionaries are its own
+            grown = 0
+            for batch in reader.iter_batches(batch_size=batch_size, row_groups=[i], columns=columns):
+                batch, more = _expand(batch, file.schema_arrow, need + grown, path, episode)
+                grown += more
+                yield batch
 
 
 def read_row_groups(file: pq.ParquetFile, path: Path | str, groups: list[int], columns: list[str] | None = None,
@@ -466,10 +572,7 @@ def read_row_groups(file: pq.ParquetFile, path: Path | str, groups: list[int], c
     """Row groups `groups` of a parquet `file` opened from `path` (only `columns` if given); an unreadable file,
     or one whose footer claims more than the file holds or the memory budget allows, is a clear error."""
     with _readable(path, episode):
-        need = _within_budget(file, path, columns, groups, episode)
-        reader = _dictionary_reader(file, path, columns, groups)
-        table = reader.read_row_groups(groups, columns=columns)
-        return table if reader is file else _expand(table, file.schema_arrow, need, path, episode)
+        return _read(file, path, columns, groups, _within_budget(file, path, columns, groups, episode), episode)
 
 
 def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:
