@@ -110,8 +110,9 @@ def check(ctx: Context) -> list[Finding]:
         return []
     sources = _sources(ctx)
     out = _stats_files(ctx) + _coverage(ctx, sources)
+    clean = _in_order(sources)
     for source in sources:
-        out += _well_formed(ds, source)
+        out += _well_formed(ds, source, clean)
     training = _training_stats(ds)
     out += _quantiles_present(ds, training) + _channels(ds, training)
     return out + _agreement(ctx, sources)
@@ -176,7 +177,48 @@ def _required(ds: Dataset) -> tuple[str, ...]:
     return tuple(k for k in BASIC if k != "count") if ds.version == "v2.0" else BASIC
 
 
-def _well_formed(ds: Dataset, source: Source) -> list[Finding]:
+def _stacked(items: list[tuple[int, dict]]) -> dict[str, np.ndarray] | None:
+    """The stats of many episodes as one (episodes, channels) float64 matrix per stat, or None when they cannot be
+    (a value that is no number): the caller then looks at each episode on its own."""
+    try:
+        return {k: np.stack([np.ravel(by_stat[k]) for _, by_stat in items]).astype(np.float64) for k in items[0][1]}
+    except (TypeError, ValueError):
+        return None
+
+
+def _groups(pairs) -> dict[tuple, list[tuple[int, dict]]]:
+    """(episode, feature, stats) triples grouped by feature and by the names and shapes of their stats: each group
+    stacks into matrices (`_stacked`)."""
+    groups: dict[tuple, list[tuple[int, dict]]] = {}
+    for episode, feature, by_stat in pairs:
+        signature = (feature, tuple((k, np.shape(v)) for k, v in by_stat.items()))
+        groups.setdefault(signature, []).append((episode, by_stat))
+    return groups
+
+
+def _in_order(sources: list[Source]) -> set[tuple[int, str]]:
+    """(episode, feature) whose stats `_values` would find nothing in, decided for all episodes at once (issue 37:
+    no Python work per episode where nothing is wrong): every value finite, std >= 0, and each pair `_values`
+    orders in order exactly. Its tolerances only ever forgive more, so an episode in order here has no finding
+    there; any other is looked at on its own."""
+    clean: set[tuple[int, str]] = set()
+    pairs = [(s.episode, f, by_stat) for s in sources if s.episode is not None for f, by_stat in s.stats.items()]
+    for (feature, _), items in _groups(pairs).items():
+        flat = _stacked(items)
+        if flat is None:
+            continue
+        ok = np.ones(len(items), dtype=bool)
+        for values in flat.values():
+            ok &= np.isfinite(values).all(axis=1)
+        if "std" in flat:
+            ok &= (flat["std"] >= 0).all(axis=1)
+        for lo, hi in _order_pairs({k: None for k in flat if k != "count"}):
+            ok &= (flat[lo] <= flat[hi]).all(axis=1)
+        clean.update((episode, feature) for (episode, _), good in zip(items, ok) if good)
+    return clean
+
+
+def _well_formed(ds: Dataset, source: Source, clean: set[tuple[int, str]] = frozenset()) -> list[Finding]:
     out = []
     for feature, by_stat in source.stats.items():
         spec = ds.info.features.get(feature)
@@ -201,7 +243,8 @@ def _well_formed(ds: Dataset, source: Source) -> list[Finding]:
             out.append(_finding("STA013", f"{source.label}: {feature} stats have shapes {shown}, the feature "
                                           f"(meta/info.json: shape {spec.get('shape')}) needs {needs}", **where))
             continue
-        out += _values(ds, source, feature, by_stat, spec)
+        if (source.episode, feature) not in clean:
+            out += _values(ds, source, feature, by_stat, spec)
     return out
 
 
@@ -625,10 +668,13 @@ def _agreement(ctx: Context, sources: list[Source]) -> list[Finding]:
     if placement(ctx).complete and all(ep.index in data.per_episode for ep in ds.episodes):
         recomputed = dataset_stats([{f: data.per_episode[ep.index][f] for f in complete
                                      if f in data.per_episode[ep.index]} for ep in ds.episodes])
+    agreeing = _agreeing(ds, sources, data)
     for source in sources:
         actual = recomputed if source.episode is None else data.per_episode.get(source.episode, {})
         for feature, stated in source.stats.items():
             if feature not in actual or (source.episode, feature) in data.dirty or is_placeholder(stated):
+                continue
+            if (source.episode, feature) in agreeing:
                 continue
             exact = actual[feature]
             magnitude = np.maximum(np.abs(exact["min"]), np.abs(exact["max"]))
@@ -639,6 +685,63 @@ def _agreement(ctx: Context, sources: list[Source]) -> list[Finding]:
             ddof = float(np.sqrt(short / (short - 1))) if short > 1 else 1.0
             out += _mismatch(ds, source, feature, _disagreement(stated, exact, tol, brackets, ddof))
     return out
+
+
+AGREE_MARGIN = 0.5   # the prefilter's share of each tolerance: it passes only what `_disagreement` surely does
+
+
+def _agreeing(ds: Dataset, sources: list[Source], data) -> set[tuple[int, str]]:
+    """(episode, feature) whose stated stats `_disagreement` would find nothing in, decided for all episodes of a
+    feature at once with the same tolerances (`Tolerance`, the quantiles' brackets) held to AGREE_MARGIN of their
+    size, so that rounding in the two ways of computing them cannot let one through that the exact check would
+    flag. The rest, and the dataset stats, are compared one by one."""
+    moments = ("min", "max", "mean", "std", "count")
+    triples = []
+    for source in sources:
+        if source.episode is None:
+            continue
+        actual = data.per_episode.get(source.episode, {})
+        for feature, stated in source.stats.items():
+            key = (source.episode, feature)
+            exact = actual.get(feature)
+            if exact is None or key in data.dirty or is_placeholder(stated) or any(k not in exact for k in moments):
+                continue
+            brackets = data.brackets.get(key) or {}
+            triples.append((source.episode, feature, {
+                **{f"s.{k}": v for k, v in stated.items()}, **{f"a.{k}": exact[k] for k in moments},
+                **{f"b.{k}.{end}": bound for k, pair in brackets.items() if k in stated
+                   for end, bound in zip(("lo", "hi"), pair)}}))
+    agreeing: set[tuple[int, str]] = set()
+    for (feature, signature), items in _groups(triples).items():
+        flat = _stacked(items)
+        if flat is None:
+            continue
+        names = [k[2:] for k, _ in signature if k.startswith("s.") and k[2:] in moments]
+        quantiles = [k[2:-3] for k, _ in signature if k.startswith("b.") and k.endswith(".lo")]
+        if any(flat[f"s.{n}"].shape != flat[f"a.{n}"].shape for n in names) or any(
+                flat[f"s.{q}"].shape != flat[f"b.{q}.lo"].shape for q in quantiles):
+            continue   # a shape problem: reported one by one
+        dtype = ds.info.features[feature]["dtype"]
+        tol = Tolerance.of(dtype, data.dtypes.get(feature), 1, 0.0, 0.0)
+        rows = np.maximum(flat["a.count"][:, :1] * (VISUAL_PIXELS if dtype in VISUAL else 1), 1)
+        magnitude = np.maximum(np.abs(flat["a.min"]), np.abs(flat["a.max"]))
+        spread = flat["a.max"] - flat["a.min"]
+        min_max = tol.value_eps * magnitude
+        mean = (tol.value_eps + (rows / 2 + 2) * tol.sum_eps) * magnitude
+        ok = np.ones(len(items), dtype=bool)
+        for name in names:
+            have, want = flat[f"s.{name}"], flat[f"a.{name}"]
+            allowed = {"count": 0.0, "min": min_max, "max": min_max, "mean": mean}.get(name)
+            if allowed is None:   # std: the mean's error plus the sums'
+                allowed = mean + ((rows + 2) * tol.sum_eps + tol.value_eps) * want
+            ok &= (np.abs(have - want) <= AGREE_MARGIN * allowed).all(axis=1)
+        near = 2 * spread / QUANTILE_BINS + QUANTILE_SHARE * spread + tol.value_eps * magnitude + 1e-9 * (1 + spread)
+        for name in quantiles:
+            have = flat[f"s.{name}"]
+            gap = np.maximum(flat[f"b.{name}.lo"] - have, have - flat[f"b.{name}.hi"])
+            ok &= (gap <= AGREE_MARGIN * near).all(axis=1)
+        agreeing.update((episode, feature) for (episode, _), good in zip(items, ok) if good)
+    return agreeing
 
 
 def _describe(source: Source, feature: str, offs: list[Off], why: str = "") -> str:

@@ -1,0 +1,93 @@
+"""The stats family's whole-column prefilters (issue 37) never hide a finding.
+
+`_in_order` and `_agreeing` decide for all episodes at once which ones the per-episode checks would pass, so that
+only the others are looked at one by one. Here many episodes' stats are damaged in every way those checks know
+(a NaN, a negative std, an order swapped, a mean, std, min or count off by less and by more than rounding, a
+quantile outside the data's brackets), and validate's findings must be exactly those of the checks run on every
+episode with the prefilters switched off.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lerodoc.checks import open_context, run_checks, stats as stats_family
+from tests.fixtures.factory import make_dataset
+from tests.helpers import run_cli
+
+EPISODES = 24
+
+
+def damage(stats: dict, kind: str) -> None:
+    state = stats["observation.state"]
+    if kind == "nan":
+        state["mean"][2] = float("nan")
+    elif kind == "negative-std":
+        state["std"][1] = -0.5
+    elif kind == "swapped":
+        state["min"][0], state["max"][0] = state["max"][0], state["min"][0]
+    elif kind == "mean-off":
+        state["mean"][3] += 0.25
+    elif kind == "mean-rounding":
+        state["mean"][3] = float(np.float32(state["mean"][3]))
+    elif kind == "std-off":
+        state["std"][4] *= 1.5
+    elif kind == "min-off":
+        state["min"][5] -= 1.0
+    elif kind == "count-off":
+        state["count"][0] += 1
+    elif kind == "q01-wild":
+        state["q01"][0] = state["max"][0]
+    elif kind == "q99-near":
+        state["q99"][1] += 1e-6 * (abs(state["q99"][1]) + 1)
+    elif kind == "q50-off":
+        state["q50"][2] = state["min"][2] + 0.2 * (state["max"][2] - state["min"][2])
+
+
+KINDS = ["nan", "negative-std", "swapped", "mean-off", "mean-rounding", "std-off", "min-off", "count-off",
+         "q01-wild", "q99-near", "q50-off"]
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory):
+    root = make_dataset(tmp_path_factory.mktemp("prefilter") / "ds", version="v2.1", episodes=EPISODES,
+                        lengths=[7 + (e % 5) for e in range(EPISODES)], cameras=(), noise=0.3).root
+    run_cli("quantiles", root, "--in-place")   # per-episode quantiles, so the brackets are checked too
+    path = root / "meta/episodes_stats.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for i, kind in enumerate(KINDS):
+        damage(lines[2 * i]["stats"], kind)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return root
+
+
+def _findings(root) -> list[tuple]:
+    return sorted((f.code, f.file, f.episode, f.feature, f.channel, f.message)
+                  for f in run_checks(open_context(root), families=("stats",)))
+
+
+def test_prefilters_change_no_finding(damaged, monkeypatch):
+    fast = _findings(damaged)
+    monkeypatch.setattr(stats_family, "_in_order", lambda sources: set())
+    monkeypatch.setattr(stats_family, "_agreeing", lambda ds, sources, data: set())
+    slow = _findings(damaged)
+    assert fast == slow
+    flagged = {episode for _, _, episode, *_ in slow if episode is not None}
+    assert len(flagged) >= 8, slow   # most damages are findings; the prefilter let none of them through
+
+
+def test_prefilters_pass_the_clean_episodes(damaged):
+    """The point of them: the undamaged episodes (every odd one) are decided without the one-by-one checks."""
+    ctx = open_context(damaged)
+    sources = stats_family._sources(ctx)
+    clean = stats_family._in_order(sources)
+    agreeing = stats_family._agreeing(ctx.dataset, sources, stats_family._data_stats(ctx))
+    odd = {e for e in range(1, EPISODES, 2)}
+    assert odd <= {e for e, f in clean if f == "observation.state"}
+    assert odd <= {e for e, f in agreeing if f == "observation.state"}
+    assert {e for e, f in agreeing if f == "observation.state"}.isdisjoint({2 * KINDS.index(k) for k in
+                                                                           ("mean-off", "std-off", "min-off",
+                                                                            "count-off", "q01-wild")})
