@@ -181,7 +181,8 @@ def _stacked(items: list[tuple[int, dict]]) -> dict[str, np.ndarray] | None:
     """The stats of many episodes as one (episodes, channels) float64 matrix per stat, or None when they cannot be
     (a value that is no number): the caller then looks at each episode on its own."""
     try:
-        return {k: np.stack([np.ravel(by_stat[k]) for _, by_stat in items]).astype(np.float64) for k in items[0][1]}
+        return {k: np.asarray([by_stat[k] for _, by_stat in items], dtype=np.float64).reshape(len(items), -1)
+                for k in items[0][1]}
     except (TypeError, ValueError):
         return None
 
@@ -191,7 +192,7 @@ def _groups(pairs) -> dict[tuple, list[tuple[int, dict]]]:
     stacks into matrices (`_stacked`)."""
     groups: dict[tuple, list[tuple[int, dict]]] = {}
     for episode, feature, by_stat in pairs:
-        signature = (feature, tuple((k, np.shape(v)) for k, v in by_stat.items()))
+        signature = (feature, tuple((k, getattr(v, "shape", None)) for k, v in by_stat.items()))
         groups.setdefault(signature, []).append((episode, by_stat))
     return groups
 
