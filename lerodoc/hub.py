@@ -17,7 +17,7 @@ from pathlib import Path
 from lerodoc import __version__
 from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
-from lerodoc.hub_errors import HubError, hub_errors, offline  # noqa: F401  (re-exported)
+from lerodoc.hub_errors import HubError, hub_errors, offline, reach_hub  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,8 @@ def fetch_asset(kind: str, name: str, *, repo: str | None = None, revision: str 
     files = [a.file, *a.extras]
     if source == "hf":
         from huggingface_hub import hf_hub_download
+        if not all(cached_file(repo, f, revision=revision) for f in files) or output:
+            reach_hub(repo, "download")   # one try, in seconds, instead of the client's retries
         with hub_errors(repo, f"`{download_command(a)} --source modelscope`"):
             paths = [Path(hf_hub_download(repo, f, revision=revision, local_dir=output)) for f in files]
     else:
@@ -189,6 +191,7 @@ def fetch_dataset(repo: str, *, revision: str | None = None, output: Path | None
     with placed_download(target, repo, placed=output is None):
         if source == "hf":
             from huggingface_hub import snapshot_download
+            reach_hub(repo, "download")
             with hub_errors(repo, "--source modelscope"):
                 root = Path(snapshot_download(repo, repo_type="dataset", revision=revision, local_dir=target,
                                               allow_patterns=include or None))
@@ -333,7 +336,8 @@ def push_dataset(root: Path, repo: str, *, revision: str | None = None, private:
         ops.append(CommitOperationAdd("README.md", text.encode()))
         card = "generated README.md"
     api = HfApi()
-    with hub_errors(repo):
+    reach_hub(repo, "push")
+    with hub_errors(repo, operation="push"):
         api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
         info = api.create_commit(repo, ops, repo_type="dataset", revision=revision,
                                  commit_message=message or f"Upload dataset with lerodoc {__version__}")

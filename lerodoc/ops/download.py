@@ -66,6 +66,8 @@ def download_episodes(repo: str, episodes: Selection, out: Path, *, revision: st
     started = time.perf_counter()
     out = check_output(out, force=force)   # before a byte is fetched
     cache = cache_for(out)
+    from lerodoc.hub_errors import reach_hub
+    reach_hub(repo, "download")            # one try, in seconds, instead of the client's retries
     root = access.open_url(url_of(repo, revision))
     store = root.store
     fresh = not cache.exists()
