@@ -33,6 +33,8 @@ def convert(
     v2.x -> v3.0 joins episodes into files; v3.0 -> v2.1 splits them into one parquet and one mp4
     per episode (a clip that does not start on a keyframe is re-encoded, and the report says so).
     The output is written beside its final name and appears only after every episode verified.
+    What repair would fix in names is fixed on the way (nested names made flat, camera names [height, width,
+    channels]), and v3.0 stats the source left without q01..q99 get exact ones; a line says each.
     A dataset that already is the --to version is left as it is (exit 0, "unchanged" in --json).
 
     Example: lerodoc convert data/pusht_v21 -o data/pusht_v30 --to v3.0
@@ -60,5 +62,7 @@ def convert(
         render.out.print(f"renumbered episodes to 0..N-1 ({len(report.renumbered_episodes)} moved)")
     for clip in report.reencoded_clips:
         render.out.print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
+    for line in report.canonical:
+        render.out.print(f"canonical on the way (what repair would fix): {line}", highlight=False)
     for warning in report.warnings:
         render.warning(warning)

@@ -37,6 +37,7 @@ class ConvertReport:
     retimed_clips: list[dict] = field(default_factory=list)   # stream-copied onto the k/fps grid (VID005)
     normalised_columns: dict[str, dict] = field(default_factory=dict)   # column -> {"from", "to"} Arrow types
     warnings: list[str] = field(default_factory=list)
+    canonical: list[str] = field(default_factory=list)   # what repair would have fixed, fixed on the way
     plan: dict | None = None      # --dry-run: what a run would write
     unchanged: bool = False       # the dataset already is `to_version`: nothing converted, nothing written
 
@@ -72,8 +73,12 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
     report = ConvertReport(source=str(src), output=str(out), from_version=ds.version, to_version=to,
                            episodes=len(ds.episodes), frames=ds.total_frames, data_files=0, video_files=0,
                            bytes_in=rewrite.tree_size(ds.root), bytes_out=0)
-    picks = [rewrite.Pick(ds, ep) for ep in ds.episodes]
+    # canonical output: what repair would fix in names and spellings is fixed on the way (validate of the output
+    # then has nothing for repair); the data files and their schema are the same either way
     schema, report.normalised_columns = rewrite.target_schema(ds)
+    features, report.canonical = rewrite.canonical_features(ds.info.features)
+    ds.info.features = features
+    picks = [rewrite.Pick(ds, ep) for ep in ds.episodes]
     plan = rewrite.plan(picks, ds.info, ds.tasks, to, schema, caps_mb=caps, workers=workers)
     report.reencoded_clips = plan.reencoded
     if dry_run:
@@ -85,7 +90,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
     with staged_output(out, force=force, inputs=(ds.root,), keep=(ds,)) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
         episodes = result.episodes
-        stats = dataset_stats([ep.stats for ep in episodes], previous=ds.stats) if to == "v3.0" else None
+        stats = _stats(tmp, ds, episodes, workers, report) if to == "v3.0" else None
         formats.module(to).write_meta(tmp, ds.info, episodes, ds.tasks, stats)
         rewrite.verify(tmp, to, episodes)
         report.renumbered_episodes = result.renumbered
@@ -98,3 +103,18 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
         report.bytes_out = rewrite.tree_size(tmp)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
+
+
+def _stats(tmp: Path, ds: Dataset, episodes: list, workers: int, report: ConvertReport) -> dict:
+    """v3.0's dataset stats: the per-episode stats aggregated over the source's; where the source has no q01/q99
+    for a numeric feature (lerobot's v2.1 stats, validate's STA020), exact ones from the written rows, as
+    `lerodoc quantiles` computes them, and a line in `report.canonical` saying so."""
+    from lerodoc.tables.stats import dataset_quantiles
+    lacking = [k for k in ds.info.numeric_keys if not {"q01", "q99"} <= set((ds.stats or {}).get(k, {}))]
+    quantiles = None
+    if lacking:
+        files = [tmp / f for f in dict.fromkeys(ep.data_file for ep in episodes)]
+        quantiles, _ = dataset_quantiles(files, lacking, ds.info.features, sum(ep.length for ep in episodes),
+                                         workers=workers)
+        report.canonical.append(f"exact q01..q99 computed for {', '.join(lacking)}: the source had none (STA020)")
+    return dataset_stats([ep.stats for ep in episodes], quantiles, previous=ds.stats)

@@ -686,6 +686,34 @@ def verify(root: Path, to: str, expected: list[Episode]) -> None:
         raise VerificationError("written metadata does not describe the planned episodes", file=root)
 
 
+CAMERA_NAMES = ["height", "width", "channels"]   # lerobot's names of a camera's [H, W, C] shape (LAY018)
+
+
+def canonical_features(features: dict) -> tuple[dict, list[str]]:
+    """`features` as validate wants them, in names and spellings only (what convert writes on the way; repair's
+    rule too): numeric names flat (LAY016), codec names canonical, a camera's names [height, width, channels]
+    where its names are missing (LAY019) or already say height, width, then its channel axis ('channel',
+    LAY018). Names in another order (channels first) describe another shape and stay as they are. Returns the
+    features and one line per change."""
+    from lerodoc.formats.info import canonical_feature
+    out, changes = {}, []
+    for name, spec in features.items():
+        fixed = canonical_feature(spec)
+        if spec.get("names") != fixed.get("names"):
+            changes.append(f"{name}: nested names flattened to a list of {len(fixed['names'])} (LAY016)")
+        if (spec.get("info") or {}).get("video.codec") != (fixed.get("info") or {}).get("video.codec"):
+            changes.append(f"{name}: codec {spec['info'].get('video.codec')!r} written as "
+                           f"{fixed['info']['video.codec']!r}")
+        names = fixed.get("names")
+        if fixed["dtype"] in ("video", "image") and len(fixed.get("shape") or []) == 3 and names != CAMERA_NAMES \
+                and (names is None or (isinstance(names, list) and len(names) == 3 and names[:2] == CAMERA_NAMES[:2])):
+            fixed["names"] = list(CAMERA_NAMES)
+            changes.append(f"{name}: camera names {names!r} written as {CAMERA_NAMES!r} "
+                           f"({'LAY019' if names is None else 'LAY018'})")
+        out[name] = fixed
+    return out, changes
+
+
 def target_schema(dataset: Dataset, features: dict | None = None) -> tuple[pa.Schema, dict[str, dict[str, str]]]:
     """The schema every output file gets: the first data file's columns in the representation lerobot 0.6.1
     loads (`hf.storage_schema` of `features`, the dataset's own by default), and the columns it changes. (The first
