@@ -14,7 +14,7 @@ from lerodoc.execution.parallel import data_workers
 
 app = typer.Typer(name="train", no_args_is_help=True, help="Train policies on a dataset.")
 
-MODEL, DATA, OPTIM, RUN, PERF = "Model", "Data", "Optimisation", "Run", "Performance"
+MODEL, DATA, OPTIM, RUN, PERF, VAL = "Model", "Data", "Optimisation", "Run", "Performance", "Held-out episodes"
 
 
 class Float8(str, Enum):
@@ -55,6 +55,16 @@ def pi05(
                                                 "tiny).", rich_help_panel=DATA)] = 0,
     max_token_len: Annotated[int, typer.Option(min=0, help="Prompt tokens; 0: the data's longest prompt, rounded "
                                                "up to 8.", rich_help_panel=DATA)] = 0,
+    val_episodes: Annotated[Optional[list[str]], typer.Option("--val-episodes", help="Episodes never trained on, whose "
+                                                    "loss is measured every --val-every steps: N, N-M, N,M-K or a "
+                                                    "JSON list [N, M] (repeatable).", show_default="none",
+                                                    rich_help_panel=VAL)] = None,
+    val_fraction: Annotated[Optional[float], typer.Option(help="Hold out this share of the episodes instead, drawn "
+                                                          "with --seed.", rich_help_panel=VAL)] = None,
+    val_every: Annotated[int, typer.Option(min=1, help="Steps between held-out losses (one more at the last step), "
+                                           "each with the same noise and times.", rich_help_panel=VAL)] = 100,
+    val_samples: Annotated[int, typer.Option(min=1, help="Held-out frames measured, evenly spaced over the held-out "
+                                             "episodes.", rich_help_panel=VAL)] = 256,
     steps: Annotated[int, typer.Option(min=1, help="Optimizer steps.", rich_help_panel=OPTIM)] = 1000,
     batch_per_device: Annotated[int, typer.Option(min=1, help="Samples per GPU (or process) per step; the global "
                                                   "batch is this x the number of processes.",
@@ -155,6 +165,8 @@ def pi05(
                     workers=workers,
                     save_every=save_every, keep=keep, log_every=log_every, data=data,
                     wandb_project=wandb_project if wandb else None, tensorboard=tensorboard,
+                    val_episodes=_held_out(val_episodes), val_fraction=val_fraction,
+                    val_every=val_every, val_samples=val_samples,
                     skip_checks=tuple(c.strip().upper() for c in (skip_checks or "").split(",") if c.strip()))
     from lerodoc.pi05.train import run_job
     result = run_job(run, resume=resume, progress=render.shows_progress(not json), nproc=nproc,
@@ -165,12 +177,25 @@ def pi05(
         render_sweep(result, json)
         return
     summary = result
+    from lerodoc.selection import format_ranges
     if json:
         render.print_json(summary)
         return
+    held_out = (f"; held-out loss {summary['val_loss']:.4f} on episodes {format_ranges(summary['held_out'])}"
+                if summary.get("val_loss") is not None else "")
     render.out.print(f"trained {summary['steps']} steps: loss {summary['first_loss']:.4f} -> "
-                     f"{summary['final_loss']:.4f}, {summary['samples_per_s']:.1f} samples/s, data wait "
+                     f"{summary['final_loss']:.4f}{held_out}, {summary['samples_per_s']:.1f} samples/s, data wait "
                      f"{100 * summary['data_wait']:.1f}% of the time; checkpoint {summary['checkpoint'] or 'none'}")
+
+
+def _held_out(values: list[str] | None) -> str | None:
+    """--val-episodes (repeatable, any form of the selection syntax) as one canonical selection, `0-2,5`: what the
+    run's config keeps, and a resume compares."""
+    if not values:
+        return None
+    from lerodoc.selection import format_ranges, parse
+    chosen = parse(values, "--val-episodes")
+    return format_ranges({n for lo, hi in chosen.spans for n in range(lo, hi + 1)})
 
 
 def _batches(text: str) -> list[int]:

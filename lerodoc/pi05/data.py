@@ -2,8 +2,9 @@
 
 - Numbers: state, action, timestamps and task indices of every frame are read once (only those parquet
   columns) and quantile-normalised to [-1, 1] with the dataset's q01/q99.
-- Order: the run's sample stream is a concatenation of seeded permutations of all frames; global batch `s`
-  is its slice [s G, (s + 1) G), sorted, and rank r takes the r-th part. Flow-matching noise and times are
+- Order: the run's sample stream is a concatenation of seeded permutations of the training frames (every frame
+  but those of the held-out episodes); global batch `s` is its slice [s G, (s + 1) G), sorted, and rank r takes
+  the r-th part. Flow-matching noise and times are
   drawn for the whole global batch from a generator seeded by (seed, s). A batch is therefore a function of
   (seed, s) alone: resuming at step s, or splitting G over any number of ranks, sees the same samples.
 - Targets: the `action_horizon` actions from each frame on; steps past the episode's end repeat its last
@@ -13,6 +14,10 @@
 - Images: each camera's frame at the row's timestamp, decoded in DataLoader workers (lerodoc.pi05.frames),
   resized with padding, carried as uint8 (B, cameras, S, S, 3).
 Worker w of n makes the steps s with (s - start) % n == w, so the DataLoader yields them in order.
+
+Held-out episodes (`--val-episodes`, `--val-fraction`) are never in a training batch. Their loss is measured on a
+fixed set of their frames (`held_out_rows`) with one fixed draw of noise and times (`held_out_noise`), so the
+values of a run compare across steps, and across runs with the same seed and held-out episodes.
 """
 
 from __future__ import annotations
@@ -66,13 +71,15 @@ class Frames:
     task: np.ndarray            # (N,) task_index
     episode: np.ndarray         # (N,) position of the frame's episode in dataset.episodes
     episode_end: np.ndarray     # (N,) exclusive end row of the frame's episode
+    raw_action: np.ndarray | None = None   # (N, A) as recorded (load_frames' raw_action: evaluation's reference)
 
     def __len__(self) -> int:
         return len(self.action)
 
 
-def load_frames(dataset: Dataset, spec: DataSpec) -> Frames:
-    """Read the needed columns once per data file and normalise them with the dataset's quantiles."""
+def load_frames(dataset: Dataset, spec: DataSpec, stats: dict | None = None, raw_action: bool = False) -> Frames:
+    """Read the needed columns once per data file and normalise them with the dataset's quantiles, or with
+    `stats` ({feature: {"q01": ..., "q99": ...}}: a trained run's, when its policy is evaluated on a dataset)."""
     columns = [spec.action_key, "timestamp", "task_index"] + ([spec.state_key] if spec.state_key else [])
     parts: dict[str, list[np.ndarray]] = {name: [] for name in columns}
     tables: dict[str, object] = {}
@@ -90,15 +97,17 @@ def load_frames(dataset: Dataset, spec: DataSpec) -> Frames:
     ends = np.cumsum(lengths)
 
     def normalised(key: str) -> np.ndarray:
-        stats = dataset.stats[key]
-        return normalise(values[key].reshape(len(values[key]), -1), np.ravel(stats["q01"]), np.ravel(stats["q99"]))
+        q = (stats or dataset.stats)[key]
+        return normalise(values[key].reshape(len(values[key]), -1), np.ravel(q["q01"]), np.ravel(q["q99"]))
 
     return Frames(action=normalised(spec.action_key),
                   state=normalised(spec.state_key) if spec.state_key else None,
                   timestamp=values["timestamp"].reshape(-1).astype(np.float64),
                   task=values["task_index"].reshape(-1).astype(np.int64),
                   episode=np.repeat(np.arange(len(lengths)), lengths),
-                  episode_end=np.repeat(ends, lengths))
+                  episode_end=np.repeat(ends, lengths),
+                  raw_action=values[spec.action_key].reshape(len(values[spec.action_key]), -1).astype(np.float32)
+                  if raw_action else None)
 
 
 def pad_tokens(tokenizer: Tokenizer, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -176,9 +185,27 @@ def batch_rows(step: int, global_batch: int, total: int, seed: int) -> np.ndarra
 
 def step_noise(step: int, seed: int, global_batch: int, horizon: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Flow-matching noise (G, H, width) and times (G,) of global batch `step`, t ~ Beta(1.5, 1) * 0.999 + 0.001."""
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    noise = torch.randn(global_batch, horizon, width, generator=g)
-    u = torch.rand(global_batch, 2, generator=g, dtype=torch.float64)
+    return _draws(torch.Generator().manual_seed(seed * 1_000_003 + step), global_batch, horizon, width)
+
+
+def held_out_noise(seed: int, count: int, horizon: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one draw of noise and times the held-out loss uses at every evaluation (its own generator, seeded by
+    the run's seed alone: no training step's draw)."""
+    return _draws(torch.Generator().manual_seed(-1 - seed), count, horizon, width)
+
+
+def held_out_rows(frames: Frames, episodes: np.ndarray, limit: int) -> np.ndarray:
+    """The frame rows the held-out loss is measured on: every frame of the held-out `episodes` (positions in
+    dataset.episodes), or `limit` of them evenly spaced when there are more (the same rows at every evaluation)."""
+    rows = np.flatnonzero(np.isin(frames.episode, episodes))
+    if len(rows) > limit:
+        rows = rows[np.linspace(0, len(rows) - 1, limit).round().astype(np.int64)]
+    return rows
+
+
+def _draws(g: torch.Generator, count: int, horizon: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    noise = torch.randn(count, horizon, width, generator=g)
+    u = torch.rand(count, 2, generator=g, dtype=torch.float64)
     # Beta(1.5, 1) has CDF x^1.5: inverse transform sampling with the first uniform
     time = (u[:, 0] ** (1 / 1.5) * 0.999 + 0.001).float()
     return noise, time
@@ -188,8 +215,11 @@ class TrainingBatches(torch.utils.data.IterableDataset):
     """This rank's batches for steps [start, stop), each a dict of tensors (see the module docstring)."""
 
     def __init__(self, dataset: Dataset, frames: Frames, spec: DataSpec, tokenizer: Tokenizer, *, seed: int,
-                 batch_per_device: int, rank: int, world: int, start: int, stop: int, noise_width: int):
+                 batch_per_device: int, rank: int, world: int, start: int, stop: int, noise_width: int,
+                 rows: np.ndarray | None = None):
+        """`rows`: the frames training samples from (sorted; None: every frame)."""
         super().__init__()
+        self.rows = rows
         self.root, self.frames, self.spec, self.tokenizer = dataset.root, frames, spec, tokenizer
         self.tasks = dataset.tasks
         self.videos = [[(ep.videos[k].file, ep.videos[k].from_timestamp) for k in spec.cameras]
@@ -210,12 +240,23 @@ class TrainingBatches(torch.utils.data.IterableDataset):
             self.reader.close()
 
     def make(self, step: int) -> dict[str, torch.Tensor]:
-        G, H, f = self.batch * self.world, self.spec.action_horizon, self.frames
-        rows = batch_rows(step, G, len(f), self.seed)
+        G, H = self.batch * self.world, self.spec.action_horizon
+        if self.rows is None:
+            rows = batch_rows(step, G, len(self.frames), self.seed)
+        else:
+            rows = self.rows[batch_rows(step, G, len(self.rows), self.seed)]
+        return self.sample(step, rows, *step_noise(step, self.seed, G, H, self.noise_width))
+
+    def sample(self, step: int, rows: np.ndarray, noise: torch.Tensor, time: torch.Tensor,
+               padding: np.ndarray | None = None) -> dict[str, torch.Tensor]:
+        """This rank's part of the global batch of frame `rows` (G of them) with their noise and times; the rows
+        where `padding` is True count as no target (they fill the held-out set's last batch)."""
+        H, f = self.spec.action_horizon, self.frames
         chunk = rows[:, None] + np.arange(H)                         # (G, H) rows of the targets
         is_pad = chunk >= f.episode_end[rows][:, None]
+        if padding is not None:
+            is_pad |= padding[:, None]
         real_steps = int((~is_pad).sum())
-        noise, time = step_noise(step, self.seed, G, H, self.noise_width)
         part = slice(self.rank * self.batch, (self.rank + 1) * self.batch)
         rows, chunk, is_pad = rows[part], chunk[part], is_pad[part]
         chunk = np.minimum(chunk, f.episode_end[rows][:, None] - 1)
@@ -229,6 +270,27 @@ class TrainingBatches(torch.utils.data.IterableDataset):
                 "action_is_pad": torch.from_numpy(is_pad),
                 "noise": noise[part], "time": time[part],
                 "real_steps": torch.tensor(real_steps)}
+
+    def held_out(self, rows: np.ndarray) -> list[dict[str, torch.Tensor]]:
+        """This rank's batches of the held-out frame `rows`, with `held_out_noise`: global batches of G rows, the
+        last one filled up with copies of its first row marked as padding, so that every rank runs as many
+        forward passes of the same shape (FSDP's collectives need that)."""
+        G, H = self.batch * self.world, self.spec.action_horizon
+        noise, time = held_out_noise(self.seed, len(rows), H, self.noise_width)
+        self.reader = FrameReader(self.spec.image_size, self.tolerance_s)
+        batches = []
+        try:
+            for start in range(0, len(rows), G):
+                part = rows[start:start + G]
+                fill = G - len(part)
+                padding = np.arange(G) >= len(part)
+                batches.append(self.sample(-1, np.concatenate([part, np.repeat(part[:1], fill)]),
+                                           torch.cat([noise[start:start + G], noise[start:start + 1].expand(fill, -1, -1)]),
+                                           torch.cat([time[start:start + G], time[start:start + 1].expand(fill)]),
+                                           padding))
+        finally:
+            self.reader.close()
+        return batches
 
     def images(self, rows: np.ndarray) -> np.ndarray:
         """(B, cameras, S, S, 3) uint8; each file's frames are read in one sorted pass."""

@@ -1,8 +1,9 @@
 """Run tracking beside metrics.jsonl: Weights & Biases (`--wandb`) and TensorBoard (`--tensorboard`).
 
 metrics.jsonl stays the record (resume truncates and repeats it); the trackers mirror its rows as they are
-flushed: per step train/loss, train/grad_norm, train/lr, train/step_s, train/data_wait_s, and per logging
-window perf/samples_per_s, perf/data_wait (share of wall time) and perf/mfu (on GPUs with a known peak).
+flushed: per step train/loss, train/grad_norm, train/lr, train/step_s, train/data_wait_s, per logging window
+perf/samples_per_s, perf/data_wait (share of wall time) and perf/mfu (on GPUs with a known peak), and at each
+held-out evaluation val/loss (metrics.jsonl's val_loss).
 
 - W&B logs into RUN/wandb/ under the project `--wandb-project`. It honours WANDB_MODE: `offline` writes the
   run folder (RUN/wandb/offline-run-*) with no network, for `wandb sync` later. The run id is kept in
@@ -21,8 +22,10 @@ from pathlib import Path
 from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json
 
-PREFIX = {"loss": "train", "grad_norm": "train", "lr": "train", "step_s": "train", "data_wait_s": "train",
-          "samples_per_s": "perf", "data_wait": "perf", "mfu": "perf"}
+# metrics.jsonl key -> tracker scalar name
+NAMES = {"loss": "train/loss", "grad_norm": "train/grad_norm", "lr": "train/lr", "step_s": "train/step_s",
+         "data_wait_s": "train/data_wait_s", "samples_per_s": "perf/samples_per_s", "data_wait": "perf/data_wait",
+         "mfu": "perf/mfu", "val_loss": "val/loss"}
 
 
 def require(wandb: bool, tensorboard: bool) -> None:
@@ -34,9 +37,8 @@ def require(wandb: bool, tensorboard: bool) -> None:
 
 
 def scalars(row: dict) -> dict[str, float]:
-    """A metrics.jsonl row as tracker scalars (names prefixed train/ or perf/); None and flags left out."""
-    return {f"{PREFIX[k]}/{k}": float(v) for k, v in row.items()
-            if k in PREFIX and v is not None and not isinstance(v, bool)}
+    """A metrics.jsonl row as tracker scalars (NAMES); None and flags left out."""
+    return {NAMES[k]: float(v) for k, v in row.items() if k in NAMES and v is not None and not isinstance(v, bool)}
 
 
 class Tracker:

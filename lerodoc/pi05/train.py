@@ -6,6 +6,10 @@ draws no random numbers, so a resumed run repeats the uninterrupted run's losses
 split over N ranks gives the one-process curve (each rank's loss is its error sum over the global count of
 real targets, so the gradient all-reduce averages to the global loss's gradient).
 
+Held-out episodes (`val_episodes` or `val_fraction`) never reach a training batch; every `val_every` steps (and at
+the last) the same flow-matching loss is measured on a fixed set of their frames with one fixed draw of noise and
+times (lerodoc.pi05.data.held_out_noise), so its values compare across steps: metrics.jsonl's `val_loss`.
+
 Only rank 0 writes (checkpoints, metrics.jsonl, loss.png); every rank reads the checkpoint to resume.
 """
 
@@ -28,7 +32,8 @@ from lerodoc.formats.jsonl import write_json
 from lerodoc.execution.parallel import data_workers
 from lerodoc.pi05 import checkpoint, launch, preflight, runs
 from lerodoc.pi05.distributed import Processes, all_sum, parallelise, shutdown, start_processes
-from lerodoc.pi05.data import DataSpec, Frames, Tokenizer, TrainingBatches, load_frames, longest_prompt
+from lerodoc.pi05.data import (DataSpec, Frames, Tokenizer, TrainingBatches, held_out_rows, load_frames,
+                                longest_prompt)
 from lerodoc.pi05.model import PI05, PI05Config, flops_per_sample
 from lerodoc.pi05.plot import plot_losses
 from lerodoc.pi05.presets import PRESETS
@@ -37,7 +42,7 @@ from lerodoc.pi05.weights import check_policy, locate_assets
 
 # options that change the loss curve: a resume must use the values the run started with
 CURVE_OPTIONS = ("dataset", "preset", "steps", "lr", "min_lr", "warmup_steps", "weight_decay",
-                 "clip", "ema", "seed", "weights", "precision", "float8", "data")
+                 "clip", "ema", "seed", "weights", "precision", "float8", "data", "val_episodes", "val_fraction")
 
 
 @dataclass
@@ -83,14 +88,20 @@ class RunConfig:
     data: DataSpec | None = None
     world_size: int = 1
     skip_checks: tuple[str, ...] = ()     # validate codes the user overrides (--skip-checks)
+    val_episodes: str | None = None       # --val-episodes as typed (lerodoc.selection syntax)
+    val_fraction: float | None = None     # --val-fraction: that share of the episodes, drawn with `seed`
+    val_every: int = 100                  # steps between held-out evaluations (and one at the last step)
+    val_samples: int = 256                # held-out frames evaluated, evenly spaced over the held-out episodes
+    held_out: tuple[int, ...] = ()        # the held-out episode numbers, resolved when the run starts
 
     def to_json(self) -> dict:
-        return asdict(self) | {"data": self.data.to_json() if self.data else None}
+        return asdict(self) | {"data": self.data.to_json() if self.data else None, "held_out": list(self.held_out)}
 
     @classmethod
     def from_json(cls, raw: dict) -> RunConfig:
         return cls(**(raw | {"data": DataSpec.from_json(raw["data"]) if raw.get("data") else None,
-                             "skip_checks": tuple(raw.get("skip_checks", ()))}))
+                             "skip_checks": tuple(raw.get("skip_checks", ())),
+                             "held_out": tuple(raw.get("held_out", ()))}))
 
     @property
     def warmup(self) -> int:
@@ -184,6 +195,30 @@ class Setup:
     tokenizer: Tokenizer
     config: PI05Config
     weights: Path | None
+    train_rows: np.ndarray | None = None   # the frames training samples from (None: all)
+    val_rows: np.ndarray | None = None     # the held-out frames the held-out loss is measured on (None: no loss)
+
+
+def held_out_episodes(run: RunConfig, dataset: Dataset) -> tuple[int, ...]:
+    """The episode numbers `--val-episodes` or `--val-fraction` (with `--seed`) hold out; at least one episode
+    must remain to train on."""
+    from lerodoc.selection import format_ranges, parse
+    numbers = [ep.index for ep in dataset.episodes]
+    if run.val_episodes is not None and run.val_fraction is not None:
+        raise UsageError("give --val-episodes or --val-fraction, not both")
+    if run.val_episodes is not None:
+        chosen = parse(run.val_episodes, "--val-episodes").resolve(numbers, "--val-episodes")
+    elif run.val_fraction is not None:
+        if not 0 < run.val_fraction < 1:
+            raise UsageError(f"--val-fraction {run.val_fraction}: expected a fraction between 0 and 1 (exclusive)")
+        count = max(1, round(run.val_fraction * len(numbers)))
+        chosen = tuple(sorted(int(n) for n in np.random.default_rng(run.seed).permutation(numbers)[:count]))
+    else:
+        return ()
+    if len(chosen) >= len(numbers):
+        raise UsageError(f"holding out episodes {format_ranges(chosen)} leaves none to train on "
+                         f"({len(numbers)} episode(s) in the dataset)", hint="hold out fewer episodes")
+    return chosen
 
 
 def check(run: RunConfig, resume: bool, writes: bool = True) -> tuple[RunConfig | None, Dataset, DataSpec]:
@@ -215,6 +250,8 @@ def check(run: RunConfig, resume: bool, writes: bool = True) -> tuple[RunConfig 
                        state_in_prompt=data.state_in_prompt and state_key is not None)
     preflight.check_dataset(ctx, data.cameras, run.skip_checks)
     preflight.check_features(dataset, data.action_key, data.state_key)
+    if not saved:
+        held_out_episodes(run, dataset)
     return saved, dataset, data
 
 
@@ -222,7 +259,8 @@ def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
     """`check`, then the assets, the model config, the per-frame numbers and this process's place in the job."""
     saved, dataset, data = check(run, resume, writes)
     output = Path(run.output)
-    run = replace(run, data=saved.data) if saved else run
+    run = replace(run, data=saved.data, held_out=saved.held_out) if saved else \
+        replace(run, held_out=held_out_episodes(run, dataset))
     tokenizer_path, found = locate_assets(run.tokenizer, run.weights)
     tokenizer = Tokenizer(tokenizer_path)
     weights, policy = found or (None, None)
@@ -254,14 +292,26 @@ def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
                            f"device x {procs.world} process(es) now, {saved.batch_per_device} x {saved.world_size} "
                            "then", file=output / "config.json",
                            hint="keep --batch-per-device x processes equal to resume the same curve")
-    return Setup(replace(run, data=data, world_size=procs.world), procs, dataset, frames, tokenizer, config, weights)
+    train_rows = val_rows = None
+    if run.held_out:
+        positions = np.flatnonzero(np.isin([ep.index for ep in dataset.episodes], run.held_out))
+        train_rows = np.flatnonzero(~np.isin(frames.episode, positions))
+        val_rows = held_out_rows(frames, positions, run.val_samples)
+    return Setup(replace(run, data=data, world_size=procs.world), procs, dataset, frames, tokenizer, config, weights,
+                 train_rows, val_rows)
+
+
+def batches_of(setup: Setup, start: int, stop: int, batch_per_device: int | None = None) -> TrainingBatches:
+    run, procs = setup.run, setup.procs
+    return TrainingBatches(setup.dataset, setup.frames, run.data, setup.tokenizer, seed=run.seed,
+                           batch_per_device=batch_per_device or run.batch_per_device, rank=procs.rank,
+                           world=procs.world, start=start, stop=stop, noise_width=setup.config.max_action_dim,
+                           rows=setup.train_rows)
 
 
 def loader(setup: Setup, start: int, stop: int, batch_per_device: int | None = None) -> torch.utils.data.DataLoader:
     run, procs = setup.run, setup.procs
-    batches = TrainingBatches(setup.dataset, setup.frames, run.data, setup.tokenizer, seed=run.seed,
-                              batch_per_device=batch_per_device or run.batch_per_device, rank=procs.rank,
-                              world=procs.world, start=start, stop=stop, noise_width=setup.config.max_action_dim)
+    batches = batches_of(setup, start, stop, batch_per_device)
     workers = run.workers
     cpus = rank_cpus(procs) if workers and run.pin_workers else None
     return torch.utils.data.DataLoader(batches, batch_size=None, num_workers=workers,
@@ -302,6 +352,22 @@ def to_device(batch: dict, device: torch.device) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ the loop
+
+
+@torch.no_grad()
+def held_out_loss(wrapped: torch.nn.Module, batches: list[dict], setup: Setup, bf16: bool) -> float:
+    """The flow-matching loss over the held-out frames: every rank's error sum over the global count of real
+    targets (the training loss's definition, over the whole held-out set at once)."""
+    procs = setup.procs
+    total = torch.zeros((), device=procs.device)
+    count = 0
+    one = torch.ones((), device=procs.device)
+    for batch in batches:
+        inputs = to_device(batch, procs.device)
+        count += int(inputs.pop("real_steps"))
+        with torch.autocast(procs.device.type, dtype=torch.bfloat16, enabled=bf16 and not setup.run.fsdp):
+            total += wrapped(**inputs, denominator=one).float()   # the batch's error sum on this rank
+    return float(all_sum(total, procs)) / max(1, count * setup.config.action_dim)
 
 
 def train_step(step_fn, wrapped: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: dict, setup: Setup,
@@ -506,6 +572,7 @@ def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
     log = Metrics(output, procs, run, G, flops, peak_flops(procs.device))
     tracker = Tracker.open(output, run, procs.main)
     batches = iter(loader(setup, start, run.steps))
+    held_out = batches_of(setup, 0, 0).held_out(setup.val_rows) if setup.val_rows is not None else None
     with log.live(progress and procs.main, start) as tick:
         for step in range(start, run.steps):
             waited = time.perf_counter()
@@ -515,7 +582,12 @@ def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
             loss, grad_norm = train_step(step_fn, wrapped, optimizer, batch, setup, bf16, run.lr_at(step))
             if ema:
                 ema.update()
-            log.add(step, loss, grad_norm, run.lr_at(step), waited)
+            val_loss = None
+            if held_out and ((step + 1) % run.val_every == 0 or step + 1 == run.steps):
+                started = time.perf_counter()
+                val_loss = held_out_loss(wrapped, held_out, setup, bf16)
+                log.pause(time.perf_counter() - started)
+            log.add(step, loss, grad_norm, run.lr_at(step), waited, val_loss)
             tick(step + 1, log)
             tracker.sync(log.rows)
             if run.save_every and ((step + 1) % run.save_every == 0 or step + 1 == run.steps):
@@ -529,7 +601,7 @@ def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
                             "params": model.num_params(), "rank": procs.rank, "world_size": procs.world,
                             "global_batch": G, "max_token_len": run.data.max_token_len,
                             "weights": str(setup.weights) if setup.weights else None,
-                            "cameras": list(run.data.cameras)}
+                            "cameras": list(run.data.cameras), "held_out": list(run.held_out)}
 
 
 class Metrics:
@@ -540,18 +612,23 @@ class Metrics:
                  peak: float | None):
         self.output, self.procs, self.run, self.global_batch = output, procs, run, global_batch
         self.flops, self.peak = flops, peak
-        self.pending: list[tuple[int, torch.Tensor, torch.Tensor, float, float, float]] = []
+        self.pending: list[tuple[int, torch.Tensor, torch.Tensor, float, float, float, float | None]] = []
         self.last_time = time.perf_counter()
         self.window_wait = 0.0
         self.rows: list[dict] = []
         self.latest: dict = {}
 
-    def add(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor, lr: float, waited: float) -> None:
+    def add(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor, lr: float, waited: float,
+            val_loss: float | None = None) -> None:
         now = time.perf_counter()
-        self.pending.append((step, loss, grad_norm, lr, waited, now - self.last_time))
+        self.pending.append((step, loss, grad_norm, lr, waited, now - self.last_time, val_loss))
         self.last_time = now
         if len(self.pending) >= self.run.log_every:
             self.flush()
+
+    def pause(self, seconds: float) -> None:
+        """Leave `seconds` (a held-out evaluation) out of the step times and samples/s."""
+        self.last_time += seconds
 
     def flush(self) -> None:
         if not self.pending:
@@ -564,9 +641,10 @@ class Metrics:
         wall = sum(p[5] for p in self.pending) + (now - self.last_time)
         self.last_time = now
         rows = []
-        for (step, _, _, lr, waited, seconds), loss, norm in zip(self.pending, losses, norms):
+        for (step, _, _, lr, waited, seconds, val_loss), loss, norm in zip(self.pending, losses, norms):
             rows.append({"step": step + 1, "loss": loss, "grad_norm": norm, "lr": lr, "step_s": seconds,
-                         "data_wait_s": waited} | ({} if math.isfinite(norm) else {"skipped": True}))
+                         "data_wait_s": waited} | ({} if math.isfinite(norm) else {"skipped": True})
+                        | ({} if val_loss is None else {"val_loss": val_loss}))
         samples_per_s = self.global_batch * len(rows) / wall
         window = {"samples_per_s": samples_per_s, "data_wait": sum(r["data_wait_s"] for r in rows) / wall,
                   "mfu": samples_per_s * self.flops / self.procs.world / self.peak if self.peak else None}
@@ -580,7 +658,9 @@ class Metrics:
             last = rows[-1]
             render.detail(f"step {last['step']}/{self.run.steps}: loss {last['loss']:.4f}, grad norm "
                           f"{last['grad_norm']:.3g}, lr {last['lr']:.3g}, {samples_per_s:.1f} samples/s, data wait "
-                          f"{100 * window['data_wait']:.0f}%")
+                          f"{100 * window['data_wait']:.0f}%"
+                          + "".join(f"; held-out loss {r['val_loss']:.4f} at step {r['step']}"
+                                    for r in rows if "val_loss" in r))
         if all("skipped" in r for r in rows):
             raise LerodocError(f"diverged: the loss or gradient was not finite at every step from {rows[0]['step']} "
                                f"to {rows[-1]['step']} (loss {rows[-1]['loss']}); those updates were skipped",
@@ -591,7 +671,9 @@ class Metrics:
     def summary(self) -> dict:
         windows = [r for r in self.rows if "samples_per_s" in r]
         later = windows[1:] or windows   # the first window holds the warm-up (and compilation)
+        held_out = [r["val_loss"] for r in self.rows if "val_loss" in r]
         return {"steps": len(self.rows), "final_loss": self.rows[-1]["loss"] if self.rows else None,
+                "val_loss": held_out[-1] if held_out else None,
                 "first_loss": self.rows[0]["loss"] if self.rows else None,
                 "samples_per_s": float(np.mean([w["samples_per_s"] for w in later])) if later else None,
                 "data_wait": float(np.mean([w["data_wait"] for w in later])) if later else None,
