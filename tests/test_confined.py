@@ -24,7 +24,7 @@ from lerodoc.errors import ExitCode, LerodocError
 from lerodoc.execution import staging
 from tests.fixtures.factory import make_dataset
 from tests.helpers import run_cli, run_here
-from tests.test_layout import PACKAGE, _package, modules
+from tests.test_layout import PACKAGE, _package, calls_outside
 from tests.test_untrusted import listing
 
 SMALL = dict(episodes=2, lengths=6, height=32, width=48, cameras=("observation.images.top",))
@@ -273,21 +273,15 @@ def _read_call(call: ast.Call) -> bool:
 
 
 def direct_reads(root: Path) -> dict[str, int]:
+    """'module.function' -> line of each call outside the file layer that opens a file by name."""
     found = {}
-    for name, path in modules(root).items():
-        short = name.partition(".")[2]
-        if short in READ_HOME:
-            continue
-        tree = ast.parse(path.read_text())
-        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and _read_call(node):
-                where, up = [], node
-                while up in parents:
-                    up = parents[up]
-                    if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                        where.insert(0, up.name)
-                found.setdefault(".".join([short, *where]), node.lineno)
+    for short, node, parents in calls_outside(root, READ_HOME, _read_call):
+        where, up = [], node
+        while up in parents:
+            up = parents[up]
+            if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                where.insert(0, up.name)
+        found.setdefault(".".join([short, *where]), node.lineno)
     return found
 
 

@@ -364,31 +364,37 @@ def _write_call(call: ast.Call) -> bool:
         name == "save" and text.startswith(("torch.", "np.", "numpy.")))
 
 
-def direct_writes(root: Path) -> dict[str, int]:
-    """'module.function' -> line of each direct write outside the write home that is not inside a
-    `with new_file(...)`/`with staged_output(...)` block or a function given to replace_file."""
-    found = {}
+def calls_outside(root: Path, home: set[str], wanted):
+    """(module's short name, call node, the tree's child -> parent map) for every call for which `wanted(call)` holds,
+    in every module of the package at `root` but those of `home`."""
     for name, path in modules(root).items():
         short = name.partition(".")[2]
-        if short in WRITE_HOME:
+        if short in home:
             continue
         tree = ast.parse(path.read_text())
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and _write_call(node)):
-                continue
-            where, up, safe = [], node, False
-            while up in parents and not safe:
-                up = parents[up]
-                if isinstance(up, ast.With):
-                    safe = any(k in ast.unparse(i.context_expr)
-                               for i in up.items for k in ("new_file", "staged_output"))
-                elif isinstance(up, ast.Call):
-                    safe = "replace_file" in ast.unparse(up.func)
-                elif isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    where.insert(0, up.name)
-            if not safe:
-                found.setdefault(".".join([short, *where]), node.lineno)
+            if isinstance(node, ast.Call) and wanted(node):
+                yield short, node, parents
+
+
+def direct_writes(root: Path) -> dict[str, int]:
+    """'module.function' -> line of each direct write outside the write home that is not inside a
+    `with new_file(...)`/`with staged_output(...)` block or a function given to replace_file."""
+    found = {}
+    for short, node, parents in calls_outside(root, WRITE_HOME, _write_call):
+        where, up, safe = [], node, False
+        while up in parents and not safe:
+            up = parents[up]
+            if isinstance(up, ast.With):
+                safe = any(k in ast.unparse(i.context_expr)
+                           for i in up.items for k in ("new_file", "staged_output"))
+            elif isinstance(up, ast.Call):
+                safe = "replace_file" in ast.unparse(up.func)
+            elif isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                where.insert(0, up.name)
+        if not safe:
+            found.setdefault(".".join([short, *where]), node.lineno)
     return found
 
 
