@@ -145,3 +145,16 @@ def test_merge_names_a_source_by_label_path_or_folder(tmp_path, monkeypatch):
         source_selections(["day2:4"], sources, "--exclude")
     with pytest.raises(UsageError, match="no source called 'data/day3'"):
         source_selections(["data/day3:4"], sources, "--exclude")
+
+
+def test_merge_names_a_source_by_its_repo_id(tmp_path, monkeypatch):
+    """A source given as a repo id (found under HF_LEROBOT_HOME, as DATASET finds it) is named by that id too."""
+    home = tmp_path / "home"
+    make_dataset(home / "lab/day2", version="v3.0", episodes=3, **SMALL)
+    make_dataset(tmp_path / "day1", version="v3.0", episodes=2, **SMALL)
+    monkeypatch.chdir(tmp_path)
+    proc = run_cli("merge", "day1", "lab/day2", "-o", "both", "--exclude", "lab/day2:1", "--dry-run", "--json",
+                   env={"HF_LEROBOT_HOME": str(home)})
+    import json
+    sources = json.loads(proc.stdout)["sources"]
+    assert [s["excluded"] for s in sources] == [[], [1]], sources

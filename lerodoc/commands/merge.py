@@ -44,9 +44,11 @@ def merge(
     """
     with render.progress(not json and not dry_run) as track:
         from lerodoc.execution.engine import make as make_engine
+        from lerodoc.hub import find_dataset
         from lerodoc.ops.merge import merge as merge_datasets, source_selections
-        report = merge_datasets(sources, output, exclude=source_selections(exclude, sources, "--exclude"),
-                                episodes=source_selections(episodes, sources, "--episodes"), to=to.value,
+        report = merge_datasets(sources, output,
+                                exclude=source_selections(exclude, sources, "--exclude", find_dataset),
+                                episodes=source_selections(episodes, sources, "--episodes", find_dataset), to=to.value,
                                 workers=workers, force=force, progress=track, dry_run=dry_run,
                                 engine=make_engine(engine.value, ray_address))
     if json:

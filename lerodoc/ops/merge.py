@@ -10,7 +10,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -67,10 +67,12 @@ def labels_for(paths: list[Path]) -> list[str]:
     return [chr(ord("A") + i) if i < 26 else f"S{i}" for i in range(len(paths))]
 
 
-def source_selections(values: list[str], sources: list[Path], option: str) -> dict[int, Selection]:
+def source_selections(values: list[str], sources: list[Path], option: str,
+                      find: Callable[[str], Path] | None = None) -> dict[int, Selection]:
     """`A:355`, `B:0-9`, `data/day2:[1, 4]`, `day2:4` (repeatable) -> {source position: its selection}. SOURCE is
-    a label (A, B, ...), the source as it was typed (a path, a repo id), or its folder name when only one source
-    has it; syntax errors and a SOURCE that names no source, or several, are usage errors naming `option`."""
+    a label (A, B, ...), the source as it was typed (a path; a repo id, which `find` resolves as DATASET does:
+    the command passes `hub.find_dataset`), or its folder name when only one source has it; syntax errors and a
+    SOURCE that names no source, or several, are usage errors naming `option`."""
     labels = labels_for(sources)
     specs: dict[int, list[str]] = {}
     for value in values:
@@ -78,18 +80,19 @@ def source_selections(values: list[str], sources: list[Path], option: str) -> di
         if not sep:
             raise UsageError(f"{option} {value!r}: expected SOURCE:EPISODES (SOURCE is {', '.join(labels)}, a "
                              "source's path or its folder name)", hint=f"e.g. {option} {labels[0]}:{value}")
-        specs.setdefault(_source_named(label, sources, labels, option, value), []).append(spec)
+        specs.setdefault(_source_named(label, sources, labels, option, value, find), []).append(spec)
     return {i: replace(parse(given, option), text=f"{labels[i]}:{','.join(s.strip() for s in given)}")
             for i, given in specs.items()}
 
 
-def _source_named(label: str, sources: list[Path], labels: list[str], option: str, value: str) -> int:
+def _source_named(label: str, sources: list[Path], labels: list[str], option: str, value: str,
+                  find: Callable[[str], Path] | None) -> int:
     """The position of the source `label` names: a label first, then the source itself (the same path as typed
     or written another way, `./data/day2/` or an absolute one; the same repo id or hub URL), then a folder name
     that only one source has. What the user sees in `--help` (`--exclude data/day2:4`) is what works."""
     if label in labels:
         return labels.index(label)
-    same = [i for i, source in enumerate(sources) if _same_source(label, source)]
+    same = [i for i, source in enumerate(sources) if _same_source(label, source, find)]
     if len(same) == 1:
         return same[0]
     named = [i for i, source in enumerate(sources) if access.path(source).name == label]
@@ -103,7 +106,7 @@ def _source_named(label: str, sources: list[Path], labels: list[str], option: st
                      "or its folder name)")
 
 
-def _same_source(label: str, source: Path) -> bool:
+def _same_source(label: str, source: Path, find: Callable[[str], Path] | None) -> bool:
     """Whether `label` names `source`: the same text, the same normalised path, the same folder on disk, or a
     repo id that resolves (as DATASET does, never by network) to that folder."""
     if not label or str(source).rstrip("/") == label.rstrip("/"):
@@ -119,10 +122,9 @@ def _same_source(label: str, source: Path) -> bool:
             return source.exists() and os.path.samefile(given, source)
         except OSError:
             return False
-    if label.count("/") == 1 and not label.startswith((".", "/")) and ".." not in label:   # owner/name
-        from lerodoc.hub import find_dataset
-        try:
-            return source.exists() and os.path.samefile(find_dataset(label), source)
+    if find is not None and label.count("/") == 1 and not label.startswith((".", "/")) and ".." not in label:
+        try:   # owner/name
+            return source.exists() and os.path.samefile(find(label), source)
         except (LerodocError, OSError, ValueError):
             return False
     return False
