@@ -316,16 +316,7 @@ def _struct(buf: bytes, pos: int, depth: int = 0, keep: frozenset = frozenset())
             value, pos = _varint(buf, pos)
             last = (value >> 1) ^ -(value & 1)
         if kind == 5 or kind == 6:             # i32, i64: a zigzag varint
-            value = shift = 0
-            while True:
-                byte = buf[pos]
-                pos += 1
-                value |= (byte & 0x7F) << shift
-                if byte < 0x80:
-                    break
-                shift += 7
-                if shift > 63:
-                    raise ValueError("thrift varint over 64 bits")
+            value, pos = _varint(buf, pos)
             if last in keep:
                 fields[last] = (value >> 1) ^ -(value & 1)
         elif kind == 1 or kind == 2:           # a bool field: its value is its type, no byte of its own
