@@ -88,7 +88,7 @@ def test_one_refusal_names_every_missing_prerequisite(broken, tmp_path):
     assert re.search(r"meta: (action, observation\.state|observation\.state, action): have no q01/q99", text), text
     assert f"lerodoc quantiles {broken}" in text
     assert "lerodoc download tokenizer paligemma" in text and "lerodoc download weights pi05_base" in text
-    assert "--skip-checks VID007" in text
+    assert "--skip-checks VID007" in text and "or pass --weights none" in text
     assert not (tmp_path / "run").exists()
 
 

@@ -91,8 +91,11 @@ def gather(dataset: Path, output: Path | None, resume: bool, tokenizer: str, wei
             return None
 
     attempt(locate, "tokenizer", tokenizer)
-    if weights is not None:
-        attempt(locate_weights, weights)
+    if weights is not None and attempt(locate_weights, weights) is None:   # its own way out: no weights at all
+        missing = problems.pop()
+        problems.append(type(missing)(missing.message, file=missing.file, field=missing.field,
+                                      hint=(f"{missing.hint}; " if missing.hint else "")
+                                      + "or pass --weights none to train from random initialisation"))
     if output is not None:
         attempt(check_run_folder, output, resume, dataset)
     ctx = attempt(open_checked, dataset)
