@@ -325,6 +325,7 @@ def push_dataset(root: Path, repo: str, *, revision: str | None = None, private:
     from lerodoc.ops.validate import validate
 
     files = regular_files(root)   # the dataset's own files: no link leading outside it, no FIFO or device
+    reach_hub(repo, "push")       # before the dataset is read through: an unreachable hub fails in seconds
     report = validate(root)
     if report.errors:
         raise LerodocError(f"has {report.errors} validation errors; nothing was pushed", file=root,
@@ -336,7 +337,6 @@ def push_dataset(root: Path, repo: str, *, revision: str | None = None, private:
         ops.append(CommitOperationAdd("README.md", text.encode()))
         card = "generated README.md"
     api = HfApi()
-    reach_hub(repo, "push")
     with hub_errors(repo, operation="push"):
         api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
         info = api.create_commit(repo, ops, repo_type="dataset", revision=revision,

@@ -52,14 +52,25 @@ CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def floor() -> float:
+    """Seconds a process takes to start and import what these commands import, before any request: on a loaded
+    machine that alone can take seconds, which the bound below must not count against the command."""
+    import subprocess
+    import sys
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import lerodoc.cli, lerodoc.hub, huggingface_hub"], check=True)
+    return time.perf_counter() - started
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_unreachable_hub_fails_fast_once_naming_the_operation(case, env, dataset, tmp_path):
+def test_unreachable_hub_fails_fast_once_naming_the_operation(case, env, dataset, tmp_path, floor):
     out = tmp_path / "out"
     started = time.perf_counter()
     proc = run_cli(*CASES[case](dataset, out), check=False, env=env)
     took = time.perf_counter() - started
     assert proc.returncode == ExitCode.NETWORK, proc.stderr
-    assert took < 5.0, (took, proc.stderr)
+    assert took < 5.0 or took - floor < 4.0, (took, floor, proc.stderr)   # the client's retries took 24 s
     text = " ".join(proc.stderr.split())
     operation = case.split()[0]
     assert f"{operation} failed" in text and "could not be reached" in text, text
