@@ -369,10 +369,40 @@ def _causes(exc: BaseException) -> None:
         seen = seen.__cause__ or seen.__context__
 
 
+GLOBAL_FLAGS = ("-q", "--quiet", "-v", "--verbose")   # the root's own options, taken after the command too
+
+
+def global_first(args: list[str]) -> list[str]:
+    """`args` with the root's flags (-q, -v) moved before the command wherever they were typed (`info DS -q`), as
+    no command has options of those names; what follows a `--` is left as it is."""
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in GLOBAL_FLAGS]
+    return flags + [a for a in args[:end] if a not in GLOBAL_FLAGS] + args[end:]
+
+
+def _closed_pipe() -> None:
+    """stdout's reader went away (`lerodoc info DS | head -1`): end quietly, as a program the SIGPIPE ended does
+    (exit 141), with stdout pointed at /dev/null so that Python's last flush does not fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    os._exit(128 + 13)
+
+
 def main() -> None:
     """Run the app; render an error once, as one paragraph, with its exit code; with --json, every outcome is
-    one JSON envelope on stdout (render.envelope), usage errors and bugs included."""
-    args = sys.argv[1:]
+    one JSON envelope on stdout (render.envelope), usage errors and bugs included. A closed stdout ends it quietly
+    (`_closed_pipe`)."""
+    try:
+        _main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _closed_pipe()
+
+
+def _main() -> None:
+    args = global_first(sys.argv[1:])
     as_json = "--json" in args
     started = time.perf_counter()
     sys.unraisablehook = _quiet_no_room(sys.unraisablehook)   # before any pool forks: its workers inherit it
@@ -386,6 +416,8 @@ def main() -> None:
         _fail(as_json, exc.exit_code, exc.to_json(), exc.render(), cause=exc)
     except KeyboardInterrupt:
         _fail(as_json, ExitCode.INTERRUPTED, _error("interrupted"), "interrupted")
+    except BrokenPipeError:
+        raise   # stdout's reader went away: main ends quietly
     except typer.Abort:
         _fail(as_json, ExitCode.INTERRUPTED, _error("aborted"), "aborted")
     except Exception as exc:

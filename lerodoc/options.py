@@ -13,14 +13,16 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc.conventions import INFO_PATH
+from lerodoc.errors import LerodocError
 from lerodoc.execution.parallel import default_workers
 
 
 def resolve_dataset(value: Optional[Path]) -> Path:
     """DATASET as typed, or the current folder when it is left out and holds meta/info.json (the card's commands
     are typed inside a dataset), or, when no such folder exists, a repo id (owner/name) found as lerobot finds it
-    (`hub.find_dataset`: HF_LEROBOT_HOME/owner/name, then the hub caches; a folder of that name here wins). A
-    usage error (exit 2) otherwise; a repo id found nowhere is exit 3 with the `lerodoc download dataset` hint.
+    (`hub.find_dataset`: HF_LEROBOT_HOME/owner/name, then the hub caches; a folder of that name here wins). Not
+    found, a folder or a repo id, is exit 3 (a repo id's with the `lerodoc download dataset` hint); a DATASET left
+    out where the current folder is no dataset, or a file, is a usage error (exit 2).
     `hf://datasets/OWNER/NAME[@REVISION]` is the hub dataset itself, read in place by range requests
     (`lerodoc.access`; exit 5 when the hub refuses or cannot be reached)."""
     if value is None:
@@ -40,7 +42,9 @@ def resolve_dataset(value: Optional[Path]) -> Path:
         if looks_like_repo_id(str(value)):
             from lerodoc.hub import find_dataset
             return find_dataset(str(value))
-        raise typer.BadParameter(f"{str(value)!r} does not exist", param_hint="DATASET")
+        raise LerodocError("does not exist: no such dataset folder", file=value, field="DATASET",
+                           hint="check the path (a repo id is written owner/name); not found is exit 3, a repo id "
+                                "or a path alike")
     if not value.is_dir():
         raise typer.BadParameter(f"{str(value)!r} is a file; give the dataset's root folder (the one holding meta/)",
                                  param_hint="DATASET")

@@ -38,6 +38,9 @@ def _console(stderr: bool):
         @size.setter
         def size(self, new_size) -> None:
             Console.size.fset(self, new_size)
+
+        def on_broken_pipe(self) -> None:   # rich would exit 1, the code for findings: cli.main ends quietly instead
+            raise BrokenPipeError
     return _Console(stderr=stderr, markup=False, highlight=False, emoji=False)
 
 

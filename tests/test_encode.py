@@ -186,10 +186,10 @@ def test_dry_run_writes_nothing_and_lists_the_plan(built):
     assert all("keyframe interval 30 -> 5" in f["why"] for f in case["report"]["files"])
 
 
-def test_files_already_as_asked_are_kept_and_nothing_to_do_is_refused(built, tmp_path):
+def test_files_already_as_asked_are_kept_and_nothing_to_do_is_said(built, tmp_path):
     g = built["gop"]["out"]
     proc = run_cli("encode", g, "-o", tmp_path / "again", "--reencode", "--gop", "5", "--crf", "18", check=False)
-    assert proc.returncode == 3 and "already has the settings" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 0 and "already has the settings" in proc.stdout and "Traceback" not in proc.stderr
     assert not (tmp_path / "again").exists()
     proc = run_cli("encode", g, "-o", tmp_path / "x", check=False)
     assert proc.returncode == 3 and "no image features" in proc.stderr and "--reencode" in proc.stderr

@@ -13,7 +13,7 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.ops.flatten import flatten
 from tests.fixtures.factory import make_dataset
-from tests.helpers import expect_from_fixture, rows_by_episode
+from tests.helpers import expect_from_fixture, rows_by_episode, run_cli
 from tests.lerobot_oracle import OracleFailure, check_with_lerobot
 
 
@@ -84,9 +84,12 @@ def test_one_ragged_row_anywhere_in_an_episode_is_found(tmp_path, version, row):
 
 
 def test_nothing_to_flatten_is_said(tmp_path):
+    """A no-op is a success that says so (exit 0, like convert's), and writes nothing."""
     fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=2)
-    with pytest.raises(LerodocError, match="no list column"):
-        flatten(fixture.root, tmp_path / "out")
+    report = flatten(fixture.root, tmp_path / "out")
+    assert report.unchanged and report.output is None and not (tmp_path / "out").exists()
+    proc = run_cli("flatten", fixture.root, "-o", tmp_path / "out")
+    assert "nothing to flatten" in proc.stdout and not (tmp_path / "out").exists()
 
 
 @pytest.mark.lerobot

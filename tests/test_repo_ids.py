@@ -123,7 +123,7 @@ def test_a_repo_id_found_nowhere_names_the_download_command(tmp_path, env):
         assert "run `lerodoc download dataset nobody/nothing` (it puts it at" in text
         assert str(tmp_path / "hf" / "lerobot" / "nobody" / "nothing") in text
     typo = cli(env, "info", "no/such/folder")
-    assert typo.returncode == 2 and "does not exist" in typo.stderr
+    assert typo.returncode == 3 and "does not exist" in typo.stderr   # not found: one code, path or repo id
 
 
 def test_download_never_writes_into_a_folder_it_did_not_make(tmp_path, hub, env):

@@ -33,6 +33,9 @@ def flatten(
     if w.json:
         render.print_json(report.to_json())
         return
+    if report.unchanged:
+        render.out.print(f"nothing to flatten: {report.dataset} has no list column; nothing written")
+        return
     render.out.print(render.table("flattened", ["column", "was", "now", "shape"],
                                   [[n, c["from"], c["to"], tuple(c["shape"])] for n, c in report.columns.items()]))
     if w.dry_run:

@@ -55,8 +55,14 @@ def _remove_leftovers(out: Path) -> None:
     could own them is alive. Only real folders are removed (without following a link in them): a link or file
     under such a name is no staging lerodoc made, and is left where it is (validate names it)."""
     for path in leftovers(out):
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-            shutil.rmtree(path, ignore_errors=True)
+        if _pid_of(path.name) != os.getpid() and stat.S_ISDIR(os.lstat(path).st_mode):   # not this command's own
+            shutil.rmtree(path, ignore_errors=True)                                    # (encode's live scratch)
+
+
+def _pid_of(name: str) -> int | None:
+    """The pid a staging name (`fresh_folder`, `.<name><mark>-<pid>-<random>`) carries, or None."""
+    match = re.search(r"-(\d+)-[0-9a-z_]+$", name)
+    return int(match.group(1)) if match else None
 
 
 def _remove(path: Path) -> None:

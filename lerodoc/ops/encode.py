@@ -347,10 +347,7 @@ def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: 
                 jobs.append((rel, FileJob(key, str(ds.path(rel)), "", ds.info.fps, frames, settings)))
     report.settings = {k: asdict(s) for k, s in plans.items()}
     report.encoded, report.unchanged = len(jobs), len(report.files) - len(jobs)
-    if dry_run or not jobs:
-        if not jobs and not dry_run:
-            raise LerodocError("nothing to re-encode: every file already has the settings asked for",
-                               file=ds.root / formats.INFO_PATH)
+    if dry_run or not jobs:   # nothing to re-encode is a success that says so, and writes nothing
         return
     changed = {rel for rel, _ in jobs}
     with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=changed | {formats.INFO_PATH},

@@ -10,7 +10,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.hf import dtype_name
@@ -26,6 +25,7 @@ class FlattenReport:
     columns: dict[str, dict] = field(default_factory=dict)   # column -> {"from": type, "to": type, "shape": [...]}
     seconds: float = 0.0
     plan: dict | None = None      # --dry-run: what a run would write (`derive.Plan.to_json`)
+    unchanged: bool = False       # no list column to flatten: nothing written, a success (like convert's no-op)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -108,9 +108,9 @@ def flatten(src: Path, out: Path | None = None, *, in_place: bool = False, colum
     ds = Dataset.open(src)
     transform, features, summary = plan(ds, columns, workers)
     report = FlattenReport(dataset=str(ds.root), output=None, columns=summary)
-    if not summary:
-        raise LerodocError("no list column to flatten", file=ds.root / formats.INFO_PATH)
-    if dry_run:
+    if not summary:   # nothing to do is a success that says so, and writes nothing
+        report.unchanged = True
+    elif dry_run:
         report.plan = derive.plan(ds, transform, features).to_json()
     else:
         report.output = str(derive.derive(ds, out, transform, features, in_place=in_place, force=force,
