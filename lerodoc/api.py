@@ -24,7 +24,7 @@ from lerodoc.conventions import TOLERANCE_S
 PathLike = str | Path
 
 __all__ = ["convert", "merge", "delete", "split", "select", "flatten", "quantiles", "validate", "repair", "report",
-           "LerodocError", "UsageError"]
+           "eval_pi05", "LerodocError", "UsageError"]
 
 
 def _selection(numbers: Iterable[int]):
@@ -124,3 +124,17 @@ def report(dataset: PathLike, output: PathLike, *, videos: bool = False, episode
     from lerodoc.report import build
     return build(Path(dataset), Path(output), videos=videos, sample=sample, workers=workers, force=force,
                  episodes=None if episodes is None else _selection(episodes)).to_json()
+
+
+def eval_pi05(source: PathLike, dataset: PathLike, *, episodes: Iterable[int] | None = None, stride: int = 1,
+              output: PathLike | None = None, force: bool = False, batch_size: int = 16, seed: int = 0,
+              device: str = "auto", progress=None) -> dict:
+    """`lerodoc eval pi05`: open-loop scores of the policy at `source` (a run, a checkpoint or a `lerodoc export
+    lerobot` folder) on `dataset`'s `episodes` (default: the run's held-out episodes on the dataset it trained on,
+    else all), every `stride`-th frame: `policy` and `baselines` (hold the last action, the mean action, the base
+    weights), each with MAE/MSE overall, per dimension, per horizon step and per episode; the HTML page at
+    `output` when given. `progress(label, total) -> tick(n)` reports progress."""
+    from lerodoc.pi05.evaluate import evaluate
+    return evaluate(Path(source), Path(dataset), episodes=None if episodes is None else _selection(episodes),
+                    stride=stride, batch_size=batch_size, seed=seed, device=device,
+                    output=None if output is None else Path(output), force=force, progress=progress).report

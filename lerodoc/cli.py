@@ -27,6 +27,7 @@ from typer.core import TyperCommand, TyperGroup
 from lerodoc import __version__, render
 from lerodoc.commands import (convert, delete, download, encode, features, flatten, info, merge, push, quantiles,
                               repair, select, split, tasks, train, validate)
+from lerodoc.commands import eval as evaluate
 from lerodoc.commands import export
 from lerodoc.commands import report
 from lerodoc.errors import ExitCode, LerodocError, no_room
@@ -141,10 +142,11 @@ app.command(rich_help_panel="Check")(validate.validate)
 app.command(rich_help_panel="Check")(repair.repair)
 app.command(rich_help_panel="Check")(report.report)
 app.add_typer(train.app, rich_help_panel="Train", cls=PlainGroup)
+app.add_typer(evaluate.app, rich_help_panel="Train", cls=PlainGroup)
 app.add_typer(export.app, rich_help_panel="Train", cls=PlainGroup)
 app.add_typer(download.app, name="download", rich_help_panel="Hub", cls=PlainGroup)
 app.command(rich_help_panel="Hub")(push.push)
-for _app in (app, train.app, export.app, download.app):
+for _app in (app, train.app, evaluate.app, export.app, download.app):
     for _info in _app.registered_commands:
         if _info.cls in (None, TyperCommand):
             _info.cls = PlainCommand

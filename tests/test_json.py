@@ -105,7 +105,7 @@ SUCCESS = {
     "report": lambda d, t: [d["v3"], "-o", t / "report.html"],
 }
 SUCCESS_ELSEWHERE = {"download dataset", "download tokenizer", "download weights", "push", "train pi05",
-                     "export lerobot"}
+                     "export lerobot", "eval pi05"}   # eval pi05: tests/test_eval.py
 
 
 @pytest.mark.parametrize("command", sorted(SUCCESS))
