@@ -253,7 +253,7 @@ def one_writer(stage):
         with output_lock(out):
             check_output(out, inputs, force=force, own=own)   # again: another writer may just have made it
             _remove_leftovers(out)
-            with stage(out, force=force, inputs=inputs, **options) as tmp, _said_of(tmp, out):
+            with stage(out, force=force, inputs=inputs, own=own, **options) as tmp, _said_of(tmp, out):
                 yield tmp
     return run
 
@@ -294,7 +294,7 @@ def _in_output(name, tmp: Path, out: Path) -> Path:
 @one_writer
 @contextmanager
 def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropped: set[str] = frozenset(),
-                  renamed: dict[str, str] | None = None, seen: tuple | None = None):
+                  renamed: dict[str, str] | None = None, seen: tuple | None = None, own: bool = False):
     """Yield a temp directory beside `out`; promote it to `out` only when the block succeeds.
 
     Any exception (Ctrl-C included) removes the temp directory, so no half-written dataset is left
@@ -319,7 +319,8 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
                                                        "lerodoc repair (or convert) fixes it, then run this command "
                                                        "on its output")
             require_kept(list(inputs if keep is None else keep), tmp, dropped=set(dropped), renamed=renamed)
-        require_unchanged(out, seen)
+        check_output(out, inputs, force=force, own=own)   # the swap verifies what it swaps: what took `out`'s
+        require_unchanged(out, seen)                       # place meanwhile is held to the same rule
         if os.path.lexists(out):
             exchange(tmp, out)   # one atomic step: `out` is the new tree, `tmp` holds the old one (or the file or
             _remove(tmp)         # link --force replaced, which is unlinked, never followed)
