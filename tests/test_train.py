@@ -159,8 +159,17 @@ def test_missing_tokenizer_file_is_named(dataset, tmp_path):
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
 
 
-def test_offline_without_tokenizer_fails_in_under_a_second_naming_the_download(dataset, tmp_path):
+def test_offline_without_tokenizer_fails_without_waiting_naming_the_download(dataset, tmp_path):
+    """The refusal comes as fast as reading the dataset allows: preflight now checks the dataset too (every missing
+    prerequisite in one refusal), so it is held to `validate --videos` of the same dataset plus one second, not to
+    a fixed second; what it must never do is wait on the network (the library's retries took 24 s)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "empty-hf"), HF_ENDPOINT="http://127.0.0.1:9")
+    baseline = []
+    for _ in range(3):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "lerodoc", "validate", str(dataset), "--videos"], capture_output=True,
+                       env=env)
+        baseline.append(time.perf_counter() - started)
     timings = []
     for _ in range(3):
         started = time.perf_counter()
@@ -169,7 +178,7 @@ def test_offline_without_tokenizer_fails_in_under_a_second_naming_the_download(d
         timings.append(time.perf_counter() - started)
         assert proc.returncode == 3, proc.stderr
         assert "lerodoc download tokenizer paligemma" in " ".join(proc.stderr.split())
-    assert min(timings) < 1.0, timings
+    assert min(timings) < min(baseline) + 1.0, (timings, baseline)
     assert not (tmp_path / "run").exists()
 
 
