@@ -6,7 +6,19 @@ fit its width by wrapping cells between whole names (a name is never cut); where
 row prints as a block of `column: value` lines. Output that is not a terminal (a pipe, a file) is plain full-width
 lines, one per row, so `lerodoc info DS | grep observation.state` finds it.
 
+Every string a dataset supplies is hostile (a `robot_type`, a task, a feature key or name, a path), and every
+string printed goes through `shown` on its way out: control characters (C0 but newline and tab, DEL, C1) and the
+bidirectional overrides and isolates (U+202A-202E, U+2066-2069) print as visible escapes (`\\x1b`, `\\u202e`), so
+no escape sequence a dataset holds reaches the terminal (OSC 52 would set the clipboard, CSI 2J clear the screen),
+and a run of more than WORD_LIMIT characters without a space, or a line of more than LINE_LIMIT, prints as its head
+and tail around the count of characters it holds (a 200 MB robot_type prints as a line). The consoles apply it to
+every string they print (and escape every Text), tables to every cell, and the messages, the error paragraph,
+headings and progress labels to their text, so no command has to.
+
 `--json` output is one envelope (docs/json.md): `{"command", "version", "ok", "exit_code", ...result, "error"?}`.
+It is escaped as JSON escapes (ASCII only: a control or bidi character is `\\u001b`, `\\u202e`) and not cut: it is
+for programs, which get every character; the readers' budgets bound what a dataset can make it hold (a meta JSON
+file, formats.jsonl.MAX_DOCUMENT_BYTES; one string in it, MAX_STRING).
 """
 
 from __future__ import annotations
@@ -22,11 +34,51 @@ if TYPE_CHECKING:
 
 PLAIN_WIDTH = 1 << 16      # the width of output that is not a terminal: lines are never wrapped
 
+# --- what a dataset says, made safe to show -------------------------------------------------------------------------
+
+WORD_LIMIT = 256    # characters of one run without a space shown whole: any feature name (255 bytes at most) fits
+LINE_LIMIT = 1000   # characters of one line shown whole (lerodoc's own longest lines, its check catalogue, are ~300)
+# C0 controls but tab and newline, DEL, C1, the bidi embeddings and overrides, the bidi isolates
+_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_LONG_WORD = re.compile(r"\S{%d,}" % (WORD_LIMIT + 1))
+_LONG_LINE = re.compile(r"[^\n]{%d,}" % (LINE_LIMIT + 1))
+_MARK = 40          # room for the cut's mark, "…(1,000,000,000,000 characters)…"
+
+
+def shown(text: object) -> str:
+    """`text` as it may reach a terminal: each run without a space longer than WORD_LIMIT, then each line longer
+    than LINE_LIMIT, cut to its head and tail around `…(N characters)…`; then each control or bidi character as a
+    visible escape (ESC as `\\x1b`, RLO as `\\u202e`). Cutting comes first, so that a 200 MB string costs a scan and
+    a copy of a thousand characters, not its escaped copy."""
+    text = text if isinstance(text, str) else str(text)
+    if len(text) > WORD_LIMIT:
+        text = _LONG_WORD.sub(lambda m: _cut(m.group(), WORD_LIMIT), text)
+    if len(text) > LINE_LIMIT:
+        text = _LONG_LINE.sub(lambda m: _cut(m.group(), LINE_LIMIT), text)
+    return _escaped(text)
+
+
+def _cut(text: str, limit: int) -> str:
+    keep = limit - _MARK
+    head = keep * 3 // 4
+    return f"{text[:head]}…({len(text):,} characters)…{text[len(text) - (keep - head):]}"
+
+
+def _escaped(text: str) -> str:
+    return _UNSAFE.sub(_escape, text)
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
 
 def _console(stderr: bool):
     """A console whose width is the terminal's, or unlimited when it writes to a pipe or a file (rich would take
-    the width of another stream's terminal, or 80, and cut piped lines there)."""
+    the width of another stream's terminal, or 80, and cut piped lines there), and that prints every string it is
+    given as `shown` makes it (a command's `render.out.print(f"... {task} ...")` included), every Text escaped."""
     from rich.console import Console, ConsoleDimensions
+    from rich.text import Text
 
     class _Console(Console):
         @property
@@ -39,9 +91,24 @@ def _console(stderr: bool):
         def size(self, new_size) -> None:
             Console.size.fset(self, new_size)
 
+        def print(self, *objects, **options) -> None:
+            super().print(*(_shown_renderable(o, Text) for o in objects), **options)
+
         def on_broken_pipe(self) -> None:   # rich would exit 1, the code for findings: cli.main ends quietly instead
             raise BrokenPipeError
     return _Console(stderr=stderr, markup=False, highlight=False, emoji=False)
+
+
+def _shown_renderable(renderable, text_type):
+    """A str as `shown` makes it; a Text (render.py makes its Texts of shown strings, already cut) with any control or
+    bidi character escaped, as a Text of its style (spans dropped); anything else as it is (a table shows its own
+    cells)."""
+    if isinstance(renderable, str):
+        return shown(renderable)
+    if isinstance(renderable, text_type) and _UNSAFE.search(renderable.plain):
+        return text_type(_escaped(renderable.plain), style=renderable.style, justify=renderable.justify,
+                         end=renderable.end)
+    return renderable
 
 
 def __getattr__(name: str):
@@ -103,7 +170,7 @@ def message(kind: str, text: str, *, style: str = "yellow") -> None:
     if level > QUIET:
         from rich.text import Text
         err = _stream("err")
-        err.print(Text.assemble((f"{kind}:", style), " ", text), soft_wrap=not err.is_terminal)
+        err.print(Text.assemble((f"{kind}:", style), " ", shown(text)), soft_wrap=not err.is_terminal)
 
 
 def warning(text: str) -> None:
@@ -115,7 +182,7 @@ def note(text: str) -> None:
     if level > QUIET:
         from rich.text import Text
         err = _stream("err")
-        err.print(Text(text), soft_wrap=not err.is_terminal)
+        err.print(Text(shown(text)), soft_wrap=not err.is_terminal)
 
 
 def detail(text: str) -> None:
@@ -123,19 +190,19 @@ def detail(text: str) -> None:
     if level >= VERBOSE:
         from rich.text import Text
         err = _stream("err")
-        err.print(Text(text, style="dim"), soft_wrap=not err.is_terminal)
+        err.print(Text(shown(text), style="dim"), soft_wrap=not err.is_terminal)
 
 
 def error(text: str, *, prefix: str = "error:") -> None:
     """The one-paragraph error, always printed (-q keeps errors)."""
     from rich.text import Text
     err = _stream("err")
-    err.print(Text.assemble((prefix, "bold red"), " ", text), soft_wrap=not err.is_terminal)
+    err.print(Text.assemble((prefix, "bold red"), " ", shown(text)), soft_wrap=not err.is_terminal)
 
 
 def heading(text: str) -> None:
     from rich.text import Text
-    _stream("out").print(Text(text, style="bold"))
+    _stream("out").print(Text(shown(text), style="bold"))
 
 
 # --- JSON ---------------------------------------------------------------------------------------------------------
@@ -182,7 +249,9 @@ def held_json():
 
 
 def write_json(body: dict) -> None:
-    sys.stdout.write(json.dumps(body, indent=2, default=str) + "\n")
+    """`body` as JSON on stdout, ASCII only: every control, bidi or other non-ASCII character a dataset string holds is
+    a `\\uXXXX` escape, so no raw byte of one reaches a terminal that shows the JSON (see the module's docstring)."""
+    sys.stdout.write(json.dumps(body, indent=2, default=str, ensure_ascii=True) + "\n")
     sys.stdout.flush()
 
 
@@ -247,9 +316,9 @@ class _Table:
     """A table that fits its console (see `fit_widths`), or a block of `column: value` lines per row."""
 
     def __init__(self, title: str, columns: list[str], rows: list[list]):
-        self.title = title
-        self.columns = list(columns)
-        self.rows = [["" if v is None else str(v) for v in row] for row in rows]
+        self.title = shown(title)
+        self.columns = [shown(c) for c in columns]
+        self.rows = [["" if v is None else shown(v) for v in row] for row in rows]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         from rich import box
@@ -312,7 +381,7 @@ def progress(enabled: bool = True):
                    TimeElapsedColumn(), console=_stream("err"), transient=True)
 
     def track(label: str, total: int) -> Callable[[int], None]:
-        task = bar.add_task(escape(label), total=total)
+        task = bar.add_task(escape(shown(label)), total=total)
         return lambda n=1: bar.advance(task, n)
 
     with bar:

@@ -9,7 +9,11 @@ encoder tag that is not UTF-8. info.json also gets paths that lead outside the d
 data_path or video_path) and feature keys that are not path components (a camera key that climbs out of the
 dataset, its videos moved where it leads; a control character; a slash), and sizes its files do not hold
 (totals of 10^12, a shape of 10^9, chunks of 0 or 10^15, fps of 0 or 1e9); the episodes metadata a length of
-10^12, huge indices, a window ending at 1e12 s and file pointers that lead nowhere. Every command that reads a
+10^12, huge indices, a window ending at 1e12 s and file pointers that lead nowhere. Crafted metadata (issue 34)
+comes in four more families: path lengths (a data_path field 300 or 10^8 wide, a 300-byte folder, a 300-byte camera
+key, a 2 MB robot_type), integer sizes (10^300, 5000 digits, negative, fractional and boolean indices, lengths,
+counts, fps and shapes), nesting (info.json, a names list, stats.json and a line of each JSON-lines file nested
+10^5 deep; names 500 and 60 deep) and dtypes (complex128, object, datetime64, a number). Every command that reads a
 dataset (info, validate, validate --videos, convert, merge with a clean dataset, repair, flatten, quantiles,
 select, delete, split, tasks, features, encode --reencode, report --videos, and repair and quantiles
 --in-place) runs on every mutated dataset, and on the clean ones, where each must succeed; so does `train pi05`
@@ -140,6 +144,63 @@ EPISODE_EDITS = {  # the episodes metadata: column (v3.0) or key (v2.1) of the f
              "size-to-timestamp": (f"videos/{CAMERA}/to_timestamp", 1e12),
              "path-file-index": ("data/file_index", 10**9), "path-chunk-negative": ("data/chunk_index", -1)},
 }
+# Hostile sizes, lengths, nesting and dtypes (issue 34): crafted metadata must end in exit 3 (or, from validate, a
+# finding), never an internal error. Edits of a JSON-lines file's first record: kind -> mutation -> (key path, value).
+LINE_EDITS = {
+    "episodes.jsonl": {"int-episode-index-huge": (("episode_index",), 10**300),
+                       "int-episode-index-negative": (("episode_index",), -1),
+                       "int-episode-index-fraction": (("episode_index",), 0.5),
+                       "int-episode-index-bool": (("episode_index",), True),
+                       "int-length-negative": (("length",), -4),
+                       "int-length-fraction": (("length",), 4.5),
+                       "int-length-bool": (("length",), True)},
+    "tasks.jsonl": {"int-task-index-huge": (("task_index",), 10**300), "int-task-index-bool": (("task_index",), True)},
+    "episodes_stats.jsonl": {"int-stats-count-huge": (("stats", "action", "count"), [10**300]),
+                             "int-stats-episode-bool": (("episode_index",), True)},
+}
+# info.json, its parsed value edited: integers where they do not fit or are not integers, and dtypes no writer writes
+NUMBER_EDITS = {
+    "int-fps-bool": lambda i: i.update(fps=True),
+    "int-fps-negative": lambda i: i.update(fps=-30),
+    "int-total-frames-huge": lambda i: i.update(total_frames=10**300),
+    "int-chunks-fraction": lambda i: i.update(chunks_size=1000.5),
+    "int-shape-bool": lambda i: i["features"]["action"].update(shape=[True]),
+    "int-shape-huge": lambda i: i["features"]["action"].update(shape=[10**300]),
+    "int-shape-negative": lambda i: i["features"]["action"].update(shape=[-6]),
+    "dtype-complex128": lambda i: i["features"]["action"].update(dtype="complex128"),
+    "dtype-object": lambda i: i["features"]["action"].update(dtype="object"),
+    "dtype-datetime": lambda i: i["features"]["observation.state"].update(dtype="datetime64[ns]"),
+    "dtype-number": lambda i: i["features"]["action"].update(dtype=32),
+}
+
+
+def _deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+# Edits of a file's text (what json.dumps cannot write: 10^5 levels, 5000-digit numbers): kind -> mutation -> edit
+TEXT_EDITS = {
+    "info.json": {
+        "length-data-path-wide": lambda t: re.sub(r'("data_path": "[^"]*?):0?\d+d}', r"\1:0300d}", t, count=1),
+        "length-data-path-huge": lambda t: re.sub(r'("data_path": "[^"]*?):0?\d+d}', r"\1:0100000000d}", t,
+                                                      count=1),
+        "length-data-path-nested": lambda t: re.sub(r'("data_path": "[^"]*?):0?\d+d}', r"\1:{file_index}}", t,
+                                                    count=1),
+        "length-video-path-folder": lambda t: t.replace('"videos/', '"' + "v" * 300 + "/", 1),
+        "length-robot-type": lambda t: re.sub(r'"robot_type": "[^"]*"', '"robot_type": "' + "R" * (2 << 20) + '"', t,
+                                              count=1),
+        "length-camera-key": lambda t: t.replace(f'"{CAMERA}": {{', f'"{CAMERA}{"x" * 300}": {{', 1),
+        "int-total-frames-digits": lambda t: re.sub(r'"total_frames": \d+', '"total_frames": ' + "9" * 5000, t,
+                                                    count=1),
+        "depth-info": lambda t: '{"a": ' * 100_000 + "1" + "}" * 100_000,
+        "depth-names": lambda t: re.sub(r'"names": \[\s*"', f'"names": [{_deep(500)}, "', t, count=1),
+        "depth-names-within": lambda t: re.sub(r'"names": \[\s*"', f'"names": [{_deep(60)}, "', t, count=1),
+    },
+    "episodes.jsonl": {"depth-line": lambda t: t.replace('"tasks": [', f'"tasks": [{_deep(100_000)}, ', 1)},
+    "episodes_stats.jsonl": {"depth-stats-line": lambda t: t.replace('"min": [', f'"min": [{_deep(100_000)}, ', 1)},
+    "tasks.jsonl": {"depth-task": lambda t: t.replace('"task": ', f'"task": {_deep(100_000)}, "was": ', 1)},
+    "stats.json": {"depth-stats": lambda t: '{"action": {"min": ' + _deep(100_000) + "}}"},
+}
 UNIQUE_NAMES = {"info.json", "episodes.jsonl", "tasks.jsonl", "episodes_stats.jsonl", "stats.json",
                 "tasks.parquet"}   # a file of the dataset that no other file's name equals
 MUST_REFUSE = set(PATH_EDITS)   # a read outside the root can only be refused (or, by validate, reported)
@@ -184,8 +245,9 @@ def mutations_of(version: str, kind: str) -> tuple[str, ...]:
     rel = FILE_KINDS[version][kind]
     return (BYTE_MUTATIONS + (JSON_MUTATIONS if rel.endswith((".json", ".jsonl")) else ())
             + (MP4_MUTATIONS if rel.endswith(".mp4") else ())
-            + ((*INFO_EDITS, *PATH_EDITS, *SIZE_EDITS) if kind == "info.json" else ())
-            + (tuple(EPISODE_EDITS[version]) if kind in ("episodes.jsonl", "episodes.parquet") else ()))
+            + ((*INFO_EDITS, *PATH_EDITS, *SIZE_EDITS, *NUMBER_EDITS) if kind == "info.json" else ())
+            + (tuple(EPISODE_EDITS[version]) if kind in ("episodes.jsonl", "episodes.parquet") else ())
+            + tuple(LINE_EDITS.get(kind, ())) + tuple(TEXT_EDITS.get(kind, ())))
 
 
 def mutate(path: Path, mutation: str, rng: random.Random, root: Path | None = None,
@@ -196,10 +258,21 @@ def mutate(path: Path, mutation: str, rng: random.Random, root: Path | None = No
     n = len(data)
     if mutation == "none":
         return
-    if mutation in INFO_EDITS or mutation in SIZE_EDITS:
+    if mutation in INFO_EDITS or mutation in SIZE_EDITS or mutation in NUMBER_EDITS:
         info = json.loads(data)
-        (INFO_EDITS.get(mutation) or SIZE_EDITS[mutation])(info)
+        (INFO_EDITS.get(mutation) or SIZE_EDITS.get(mutation) or NUMBER_EDITS[mutation])(info)
         path.write_text(json.dumps(info, indent=4))
+        return
+    if mutation in TEXT_EDITS.get(path.name, {}):
+        text = data.decode()
+        path.write_text(TEXT_EDITS[path.name][mutation](text))
+        assert path.read_text() != text, f"{mutation} did not change {path.name}"
+        return
+    if mutation in LINE_EDITS.get(path.name, {}):
+        keys, value = LINE_EDITS[path.name][mutation]
+        lines = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+        lines[0] = _replace(lines[0], keys, lambda _: value)
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
         return
     if mutation in PATH_EDITS:
         _path_edit(root, clean, mutation)
@@ -925,7 +998,7 @@ def problems(result: dict) -> list[str]:
         if left:
             found.append(f"staging left behind: {left}")
     verdicts = result.get("content")   # exit 0: one per reading of the input (as made, as mutated)
-    if verdicts and all(verdicts):
+    if verdicts and all(verdicts) and not nothing_to_flatten:   # flatten's no-op has no output to read
         found += [f"exit 0 but {problem}" for problem in verdicts[0]]
     return found
 

@@ -18,7 +18,7 @@ from lerodoc import access
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
-from lerodoc.formats.info import INDEX_FEATURES, NON_NUMERIC_DTYPES
+from lerodoc.formats.info import DTYPES, INDEX_FEATURES
 from lerodoc.conventions import TOLERANCE_S
 from lerodoc.execution.parallel import pmap
 from lerodoc.tables.parquet_io import Unreadable, column_matrix, read_row_groups
@@ -161,11 +161,6 @@ def valid_spec(spec: dict) -> bool:
 
 
 def is_dtype(dtype: object) -> bool:
-    """A dtype info.json may name: video, image, string or one numpy knows by a string name."""
-    if dtype in NON_NUMERIC_DTYPES:
-        return True
-    try:
-        np.dtype(dtype)
-        return isinstance(dtype, str)
-    except (TypeError, ValueError):
-        return False
+    """A dtype info.json may name (formats.info.DTYPES: video, image, string or a numeric one a parquet column holds;
+    numpy's `complex128` is none)."""
+    return isinstance(dtype, str) and dtype in DTYPES

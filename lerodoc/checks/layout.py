@@ -6,7 +6,6 @@ What the families share (`finding_factory`, `data_files`, ...) lives in lerodoc.
 
 from __future__ import annotations
 
-import json
 import string
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +20,7 @@ from lerodoc.execution.staging import leftovers
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import schema_problems
 from lerodoc.formats.info import INDEX_FEATURES
+from lerodoc.formats.jsonl import parse
 from lerodoc.formats.paths import UnsafePath
 from lerodoc.formats.model import Episode
 from lerodoc.kept import undeclared_cameras
@@ -301,8 +301,8 @@ def _uses_list_type(schema: pa.Schema) -> bool:
     if not raw:
         return False
     try:
-        described = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        described = parse(raw, "its huggingface metadata")   # bounded: 10^5 levels would end in RecursionError
+    except LerodocError:
         return False
 
     def walk(node: object) -> bool:

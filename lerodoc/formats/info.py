@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+import string
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -32,8 +34,15 @@ DEFAULT_FEATURE_SPECS = {
     "task_index": {"dtype": "int64", "shape": [1], "names": None},
 }
 NON_NUMERIC_DTYPES = ("video", "image", "string")
+# The dtypes a feature may name: lerobot's numpy names that a parquet column holds (formats.hf.ARROW gives each its
+# Arrow type), and the three above. Every writer writes these and no other (`complex128` has no Arrow type).
+NUMERIC_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                  "uint64", "bool")
+DTYPES = (*NUMERIC_DTYPES, *NON_NUMERIC_DTYPES)
 # what the versions' data_path / video_path templates may name
 TEMPLATE_KEYS = {"episode_chunk": 0, "episode_index": 0, "video_key": "camera", "chunk_index": 0, "file_index": 0}
+NAME_MAX = 255       # bytes of one file or folder name (Linux, macOS, Windows): a longer one cannot be opened
+TEMPLATE_MAX = 1024  # bytes of a filled-in path template (lerobot's are ~70): room left for the dataset's own path
 
 
 @dataclass
@@ -63,7 +72,8 @@ class Info:
             raise LerodocError(f"lacks required field(s) {', '.join(missing)}", file=source, field=missing[0])
         values = {k: v for k, v in raw.items() if k in known}
         fps = values["fps"]
-        if not isinstance(fps, (int, float)) or not 0 < fps <= MAX_FPS or float(fps) != int(fps):
+        if not isinstance(fps, (int, float)) or isinstance(fps, bool) or not 0 < fps <= MAX_FPS \
+                or float(fps) != int(fps):
             raise LerodocError(f"fps must be a positive whole number up to {MAX_FPS}, got {fps!r}", file=source,
                                field="fps")
         values["fps"] = int(fps)
@@ -110,13 +120,15 @@ class Info:
                                    hint="a damaged or crafted info.json: restore it from a good copy")
         for name in ("data_path", "video_path"):
             if values.get(name) is not None:
-                try:   # every placeholder one of the versions' keys, the braces balanced
+                try:   # every placeholder one of the versions' keys, the braces balanced, no field ever too wide
+                    _narrow(values[name])
                     values[name].format(**TEMPLATE_KEYS)
                 except (KeyError, ValueError, IndexError, AttributeError) as exc:
                     raise LerodocError(f"is not a path template lerobot fills ({type(exc).__name__}: {exc}; "
                                        f"keys: {', '.join(TEMPLATE_KEYS)})", file=source, field=name) from None
-                template(values[name], field=name, file=source, fill=TEMPLATE_KEYS,
-                         keys=[k for k, f in values["features"].items() if f["dtype"] == "video"])
+                cameras = [k for k, f in values["features"].items() if f["dtype"] == "video"]
+                template(values[name], field=name, file=source, fill=TEMPLATE_KEYS, keys=cameras)
+                _openable(values[name], cameras, field=name, file=source)
         extra = {k: v for k, v in raw.items() if k not in known}
         return cls(**values, extra=extra)
 
@@ -168,6 +180,33 @@ class Info:
 
 
 _KINDS = {int: "a whole number", float: "a number", str: "a string", dict: "an object"}
+
+
+def _narrow(path_template: str) -> None:
+    """ValueError when a placeholder of `path_template` asks for a field wider than NAME_MAX (`{episode_index:0300d}`
+    fills a 300-character name, `{episode_index:0999999999d}` a gigabyte) or takes its format from another field
+    (`{episode_index:{file_index}}` is as wide as a file index, which a crafted episodes table sets), before anything
+    is filled in."""
+    for _, _, spec, _ in string.Formatter().parse(path_template):
+        if "{" in (spec or ""):
+            raise ValueError(f"the format {spec!r} holds a placeholder")
+        if any(int(width) > NAME_MAX for width in re.findall(r"[0-9]+", spec or "")):
+            raise ValueError(f"the format {spec!r} is wider than a file name ({NAME_MAX} bytes)")
+
+
+def _openable(path_template: str, cameras: list[str], *, field: str, file: object) -> None:
+    """Refuse a template that, filled in with the largest numbers info.json may claim and each camera, names a file
+    or folder longer than NAME_MAX bytes or a path longer than TEMPLATE_MAX: such a file could never be opened."""
+    largest = {**TEMPLATE_KEYS, **dict.fromkeys(("episode_chunk", "episode_index", "chunk_index", "file_index"),
+                                               max(LIMITS.values()))}
+    for camera in cameras or ["camera"]:
+        filled = path_template.format(**{**largest, "video_key": camera}).encode()
+        longest = max(len(name) for name in filled.split(b"/"))
+        if longest > NAME_MAX or len(filled) > TEMPLATE_MAX:
+            problem = (f"a file or folder name of {longest:,} bytes (names hold at most {NAME_MAX})"
+                       if longest > NAME_MAX else
+                       f"a path of {len(filled):,} bytes (lerodoc reads templates of up to {TEMPLATE_MAX})")
+            raise LerodocError(f"fills in to {problem}, which no file system opens", file=file, field=field)
 
 
 def _whole(value) -> bool:

@@ -2,6 +2,14 @@
 
 Every meta file is written to a temporary name and renamed over its target, so a file that is a hard
 link into another dataset (see staging.staged_edit) is replaced, never written through.
+
+Every meta file read is untrusted input (docs/security.md), held to bounds before it is parsed: what parsing its
+size and lines would take, against the memory budget (lerodoc.budget), the size of each JSON document in it, the
+length of each string and how deep lists and objects nest (`check_json`, on the bytes: nothing is built from a
+file over them, and neither json.loads' RecursionError nor pyarrow's JSON reader, which crashes the process on
+10^5 levels, is ever reached). What is parsed is then held to its fields' types, a whole number to int64's range
+(an index of 10^300 makes no path). Going over any is a LerodocError (exit 3) naming the file, the line and the
+bound.
 """
 
 from __future__ import annotations
@@ -11,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lerodoc import access
+from lerodoc import access, budget
 from lerodoc.errors import LerodocError
 from lerodoc.execution.files import new_file
 
@@ -43,42 +51,193 @@ class Row(dict):
         raise LerodocError(f"line {self.lineno} lacks the key {key!r}", file=self.path, field=str(key))
 
 
+# What parsing a meta file costs, held to the memory budget (lerodoc.budget) before it is read: Python objects take
+# several times the JSON text they come from, and each record of a JSON-lines file some hundreds of bytes however
+# short its line (`{}`).
+PARSED_PER_BYTE = 4
+PARSED_PER_LINE = 400
+# Bounds on a dataset's meta JSON, far past any real dataset: lerobot's largest v2.1 episodes files hold ~10^5 lines
+# of ~100 bytes (their per-episode stats a few KB each), its deepest nesting is 7 levels (an image's per-episode
+# stats: line, stats, feature, stat, then 3x1x1), its longest strings are task texts of a sentence.
+MAX_DOCUMENT_BYTES = 16 << 20   # one JSON document: a .json file, or one line of a JSON-lines file
+MAX_DEPTH = 64                  # lists and objects nested in one document
+MAX_STRING = 1 << 20            # the bytes of one string (a task, a robot_type, a name), as the file spells it
+MAX_WHOLE = 2 ** 63 - 1         # the largest whole number a typed field holds (an index, a length): int64, as parquet
+
+
 def read_json(path: Path) -> dict:
-    """Parse a JSON file, turning a missing or malformed file into a clear error."""
+    """Parse a JSON file, turning a missing, malformed or over-budget file into a clear error."""
     if not path.is_file():
         raise LerodocError("file is missing", file=path,
                            hint="is this the root of a LeRobot dataset (the folder holding meta/)?")
-    try:
-        return json.loads(read_text(path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise LerodocError(f"is not valid JSON ({exc})", file=path) from None
+    data = read_bytes(path)
+    text = _decoded(data, path)
+    check_json(data, path)
+    return loads(text, path)
 
 
-def read_text(path: Path) -> str:
-    """A meta file's text; bytes that are not UTF-8 (a flipped bit) are a LerodocError naming the offset."""
+def loads(text: str, path: object, line: int | None = None):
+    """json.loads of a document `check_json` passed (or one that is small), each way it can fail a LerodocError
+    naming `path` and `line`: malformed JSON, an integer of more than 4300 digits (Python's own limit), and nesting
+    past the interpreter's recursion limit."""
+    where = f"line {line} " if line is not None else ""
     try:
-        return access.read_bytes(path).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = exc.object[:exc.start].count(b"\n") + 1
-        raise LerodocError(f"line {line} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} "
-                           f"at offset {exc.start})", file=path) from None
+        return json.loads(text)
+    except RecursionError:
+        raise LerodocError(f"{where}nests lists and objects deeper than Python parses (lerodoc reads up to "
+                           f"{MAX_DEPTH} levels)", file=path) from None
+    except (ValueError, UnicodeDecodeError) as exc:   # JSONDecodeError, and an integer past int's digit limit
+        raise LerodocError(f"{where}is not valid JSON ({' '.join(str(exc).split())[:200]})", file=path) from None
+
+
+def parse(data: bytes, path: object):
+    """A JSON document a dataset file holds inside it (a parquet schema's pandas or huggingface metadata), held to
+    `check_json`'s bounds before it is parsed: anything it cannot be is a LerodocError naming `path`."""
+    text = _decoded(data, path)
+    check_json(data, path)
+    return loads(text, path)
+
+
+def read_bytes(path: Path) -> bytes:
+    """A meta file's bytes, refused before it is read when parsing them would go over the memory budget (its size as
+    stat says, PARSED_PER_BYTE times: a sparse file of 10 GB takes no room on disk but would take 10 GB to read)."""
+    try:
+        size = path.stat().st_size
+        budget.check(size * PARSED_PER_BYTE, f"reading and parsing its {size:,} bytes of JSON", file=path)
+        return access.read_bytes(path)
     except OSError as exc:
         raise LerodocError(f"cannot be read ({exc.strerror or exc})", file=path) from None
 
 
+def _decoded(data: bytes, path: Path) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise LerodocError(f"line {line} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} "
+                           f"at offset {exc.start})", file=path) from None
+
+
+def read_text(path: Path) -> str:
+    """A meta file's text; bytes that are not UTF-8 (a flipped bit) are a LerodocError naming the offset."""
+    return _decoded(read_bytes(path), path)
+
+
+_STEP = np.zeros(256, np.int8)   # how a byte changes the nesting, outside strings
+_STEP[[ord("["), ord("{")]], _STEP[[ord("]"), ord("}")]] = 1, -1
+_QUOTE, _NEWLINE = ord('"'), ord("\n")
+_CHUNK = 1 << 20   # bytes scanned at once (whole lines of JSON lines): some 20 bytes of numpy arrays each
+NEWLINE = b"\n"
+
+
+def check_json(data: bytes, path: object, lines: bool = False) -> None:
+    """Refuse `data`, a JSON document (with `lines`, JSON lines), before it is parsed, when it breaks a bound: more
+    than MAX_DOCUMENT_BYTES in a document, more lines than the memory budget parses (PARSED_PER_LINE each), a string
+    longer than MAX_STRING bytes, or lists and objects nested deeper than MAX_DEPTH. One pass of numpy over the
+    bytes (`_scan`); a malformed document is left to the parser to name."""
+    if lines:
+        count = data.count(NEWLINE) + (not data.endswith(NEWLINE))
+        budget.check(count * PARSED_PER_LINE, f"parsing its {count:,} lines of JSON", file=path)
+    if len(data) > MAX_DOCUMENT_BYTES:
+        long = _longest_line(data) if lines else 0
+        if not lines or long[1] > MAX_DOCUMENT_BYTES:
+            raise LerodocError(f"{_line(data, long[0]) if lines else ''}holds more than {MAX_DOCUMENT_BYTES:,} bytes "
+                               f"of JSON, the most lerodoc reads in one {'line' if lines else 'file'}", file=path)
+    # an escaped backslash, then an escaped quote, as two plain bytes: each string keeps its length and its quotes
+    plain = data.replace(b"\\\\", b"__").replace(b'\\"', b"__") if b"\\" in data else data
+    found = _scan(plain, lines)
+    if found is None:
+        return
+    kind, offset, size = found
+    line = _line(data, offset) if lines else ""
+    if kind == "string":
+        raise LerodocError(f"{line}holds a string of {size:,} bytes; lerodoc reads strings of up to {MAX_STRING:,}",
+                           file=path)
+    raise LerodocError(f"{line}nests lists and objects deeper than {MAX_DEPTH} levels, the most lerodoc reads",
+                       file=path)
+
+
+def _longest_line(data: bytes) -> tuple[int, int]:
+    """(offset, bytes) of the longest line of `data`."""
+    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == _NEWLINE)
+    starts = np.concatenate(([0], ends + 1))
+    sizes = np.append(ends, len(data)) - starts
+    longest = int(np.argmax(sizes))
+    return int(starts[longest]), int(sizes[longest])
+
+
+def _line(data: bytes, offset: int) -> str:
+    return f"line {data.count(NEWLINE, 0, offset) + 1} "
+
+
+def _scan(plain: bytes, lines: bool) -> tuple[str, int, int] | None:
+    """("string", offset, bytes) of the first string longer than MAX_STRING, or ("depth", offset, 0) where lists
+    and objects first nest deeper than MAX_DEPTH, in `plain` (JSON whose escaped backslashes and quotes are plain
+    bytes, so every quote begins or ends a string); else None. A byte is inside a string when an odd number of quotes
+    precede it (on its line, for JSON lines, each line counting from its start). A line with an odd number of quotes
+    is malformed (the parser names it): its opening brackets count, wherever they are, its closing ones do not, so
+    that no line reaches a parser nested deeper (pyarrow's reader, v21's per-episode stats, crashes at 10^5 levels)."""
+    carry_quotes = carry_level = opened = 0   # a document's state where the previous chunk ended (not JSON lines)
+    for start, end in _chunks(plain, lines):
+        a = np.frombuffer(plain, np.uint8, count=end - start, offset=start)
+        is_quote = a == _QUOTE
+        ends = np.flatnonzero(a == _NEWLINE) if lines else np.empty(0, np.intp)
+        line = np.zeros(len(a), np.int32)   # each byte's line in the chunk (whole lines, for JSON lines)
+        line[ends[ends + 1 < len(a)] + 1] = 1
+        line = np.cumsum(line, dtype=np.int32)
+        quotes = np.cumsum(is_quote, dtype=np.int32) + carry_quotes
+        before = np.concatenate(([0], quotes[ends]))[:line[-1] + 1]   # quotes before each line (JSON lines)
+        after = np.append(quotes[ends], quotes[-1])[:line[-1] + 1]
+        bad = ((after - before) & 1).astype(bool) if lines else np.zeros(len(before), bool)
+        ok = ~bad[line]
+        inside = ((quotes - before[line]) & 1).astype(bool) & ok
+        at = np.flatnonzero(is_quote & ok) + start
+        if carry_quotes & 1:   # a string of the document opened in an earlier chunk
+            at = np.concatenate(([opened], at))
+        if len(at) % 2:
+            opened, at = int(at[-1]), at[:-1]
+        if len(at):
+            sizes = at[1::2] - at[0::2] - 1
+            over = np.flatnonzero(sizes > MAX_STRING)
+            if len(over):
+                return "string", int(at[2 * over[0]]), int(sizes[over[0]])
+        step = _STEP[a]
+        step[inside | ~ok & (step < 0)] = 0   # a malformed line: its opening brackets bound how deep it nests
+        running = np.cumsum(step, dtype=np.int32) + carry_level
+        level = np.concatenate(([0], running[ends]))[:line[-1] + 1]
+        over = np.flatnonzero(running - level[line] > MAX_DEPTH)
+        if len(over):
+            return "depth", start + int(over[0]), 0
+        if not lines:
+            carry_quotes, carry_level = int(quotes[-1]), int(running[-1])
+    return None
+
+
+def _chunks(data: bytes, lines: bool):
+    """(start, end) of each chunk of about _CHUNK bytes, JSON lines cut only after a newline."""
+    start = 0
+    while start < len(data):
+        end = min(start + _CHUNK, len(data))
+        if lines and end < len(data):
+            newline = data.find(NEWLINE, end - 1)
+            end = len(data) if newline < 0 else newline + 1
+        yield start, end
+        start = end
+
+
 def read_jsonl(path: Path, fields: dict[str, type] | None = None) -> list[dict]:
     """The file's records in order; each must be a JSON object, and each of `fields` present must have its
-    type (int: a whole number; float: any number)."""
+    type (int: a whole number in int64's range; float: any number)."""
     if not path.is_file():
         raise LerodocError("file is missing", file=path)
+    data = read_bytes(path)
+    text = _decoded(data, path)
+    check_json(data, path, lines=True)
     rows = []
-    for lineno, line in enumerate(read_text(path).splitlines(), 1):
+    for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LerodocError(f"line {lineno} is not valid JSON ({exc})", file=path) from None
+        value = loads(line, path, lineno)
         if not isinstance(value, dict):
             raise LerodocError(f"line {lineno} is {_kind(value)}, not a JSON object", file=path)
         for key, kind in (fields or {}).items():
@@ -89,12 +248,15 @@ def read_jsonl(path: Path, fields: dict[str, type] | None = None) -> list[dict]:
     return rows
 
 
-_KINDS = {int: "a whole number", float: "a number", str: "a string", dict: "an object", list: "a list"}
+_KINDS = {int: "a whole number in int64's range", float: "a number", str: "a string", dict: "an object",
+          list: "a list"}
 
 
 def _is(value, kind: type) -> bool:
     if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
+        whole = isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and \
+            value.is_integer()
+        return whole and -MAX_WHOLE <= value <= MAX_WHOLE
     if kind is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     return isinstance(value, kind)

@@ -14,7 +14,8 @@ import numpy as np
 
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
-from lerodoc.formats.jsonl import read_json, read_jsonl, stats_from_json, stats_to_json, write_json, write_jsonl
+from lerodoc.formats.jsonl import (check_json, read_bytes, read_json, read_jsonl, stats_from_json, stats_to_json,
+                                   write_json, write_jsonl)
 from lerodoc.formats.model import Episode, VideoSpan
 
 VERSION = "v2.1"
@@ -54,6 +55,7 @@ def read_episode_stats(root: Path) -> dict[int, dict]:
     path = root / EPISODES_STATS_PATH
     if not path.is_file():
         return {}
+    check_json(read_bytes(path), path, lines=True)   # the budgets, before pyarrow's reader (10^5 levels crash it)
     regular = _regular_episode_stats(path)
     if regular is not None:
         return regular

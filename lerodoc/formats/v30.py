@@ -25,7 +25,7 @@ from lerodoc import access
 from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
-from lerodoc.formats.jsonl import read_json, replace_file, stats_from_json, stats_to_json, write_json
+from lerodoc.formats.jsonl import parse, read_json, replace_file, stats_from_json, stats_to_json, write_json
 from lerodoc.formats.model import Episode, VideoSpan
 from lerodoc.tables.parquet_io import arrow_array, null_free, open_parquet, read_parquet, read_schema, regular_rows
 
@@ -98,12 +98,12 @@ def _logical_columns(schema: pa.Schema) -> dict[str, str]:
     `__index_level_N__`; its schema metadata maps one to the other."""
     names = {c: c for c in schema.names}
     try:
-        meta = json.loads((schema.metadata or {}).get(b"pandas", b"{}"))
+        meta = parse((schema.metadata or {}).get(b"pandas", b"{}"), "its pandas metadata")   # bounded: crafted
         for entry in meta.get("columns") or []:
             field_name, name = entry.get("field_name"), entry.get("name")
             if field_name in schema.names and isinstance(name, str) and name not in names:
                 names[name] = field_name
-    except (ValueError, AttributeError, TypeError):
+    except (LerodocError, AttributeError, TypeError):
         pass   # unreadable pandas metadata: the column names are all there is
     return names
 
