@@ -150,7 +150,6 @@ def episode_figure(result, number: int):
     from matplotlib.figure import Figure
     from lerodoc.report.plots import COLUMNS
     r, frames = result.report, result.frames
-    numbers = r["episodes"]
     position = result.numbers.index(number)
     mine = np.flatnonzero(frames.episode == position)
     t = frames.timestamp[mine]
@@ -178,5 +177,5 @@ def episode_figure(result, number: int):
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"episode {number} ({len(numbers)} evaluated): {r['action_key']} against time (s)", fontsize=9)
+    fig.suptitle(f"episode {number}: {r['action_key']} against time (s), recorded and predicted chunks", fontsize=9)
     return fig

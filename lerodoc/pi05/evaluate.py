@@ -89,9 +89,16 @@ def load_source(path: Path) -> Source:
     folder = find_checkpoint(path)
     trainer = load_trainer(folder)
     run = trainer["run"]
+    try:
+        tokenizer = locate("tokenizer", run["tokenizer"])
+    except LerodocError:
+        # --tokenizer as typed, relative to where training ran: the run keeps a copy in RUN/tokenizer (written
+        # with each checkpoint's lerobot policy)
+        tokenizer = folder.parent.parent / "tokenizer" / "tokenizer.model"
+        if not tokenizer.is_file():
+            raise
     return Source(folder, "checkpoint", trainer.get("step"), trainer["model"], DataSpec.from_json(run["data"]),
-                  trainer["norm_stats"]["norm_stats"], folder / "model.safetensors",
-                  locate("tokenizer", run["tokenizer"]), run)
+                  trainer["norm_stats"]["norm_stats"], folder / "model.safetensors", tokenizer, run)
 
 
 def _export_source(folder: Path) -> Source:
@@ -252,8 +259,9 @@ def evaluate(source_path: Path, dataset_path: Path, *, episodes=None, stride: in
         check_output(Path(output), (Path(dataset_path), source.path), force=force, folder=False)
     ctx = preflight.open_checked(Path(dataset_path))
     dataset = ctx.dataset
+    # validate's checks first (crafted metadata is named there), then what this policy needs of the features
+    preflight.check_dataset(ctx, tuple(c for c in source.data.cameras if c in dataset.info.video_keys))
     check_features(dataset, source)
-    preflight.check_dataset(ctx, source.data.cameras)
     numbers = [ep.index for ep in dataset.episodes]
     default = _default_episodes(source, dataset)
     if episodes is not None:
