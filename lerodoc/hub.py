@@ -325,11 +325,11 @@ def push_dataset(root: Path, repo: str, *, revision: str | None = None, private:
     from lerodoc.ops.validate import validate
 
     files = regular_files(root)   # the dataset's own files: no link leading outside it, no FIFO or device
-    reach_hub(repo, "push")       # before the dataset is read through: an unreachable hub fails in seconds
-    report = validate(root)
+    report = validate(root)       # the dataset's own problems first: they stop the push whatever the network
     if report.errors:
         raise LerodocError(f"has {report.errors} validation errors; nothing was pushed", file=root,
                            hint=f"see `lerodoc validate {root}`; `lerodoc repair` fixes most")
+    reach_hub(repo, "push")       # then one try, in seconds: an unreachable hub is said without the client's retries
     ops = [CommitOperationAdd(rel, str(root / rel)) for rel in files]
     card = "kept the dataset's own README.md"
     if "README.md" not in files:

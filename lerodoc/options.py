@@ -51,6 +51,16 @@ def resolve_dataset(value: Optional[Path]) -> Path:
     return value
 
 
+def existing_folder(value: Path) -> Path:
+    """A folder argument that must be there (a run, a checkpoint, an export): not found is exit 3, as for DATASET
+    (docs/exit-codes.md: one code for not found); a file where a folder goes is a usage error (exit 2)."""
+    if not value.exists():
+        raise LerodocError("does not exist", file=value, hint="check the path")
+    if not value.is_dir():
+        raise typer.BadParameter(f"{str(value)!r} is a file; give a folder")
+    return value
+
+
 def looks_like_repo_id(text: str) -> bool:
     """owner/name as the hub spells repo ids (one slash, no leading dot or slash): what DATASET may be instead of a
     folder."""

@@ -135,6 +135,16 @@ def test_bad_input_is_the_envelope_with_exit_3_naming_the_file(command, args, da
 
 @pytest.mark.parametrize("command, args", [
     ("info", ["MISSING"]), ("validate", ["MISSING"]), ("train pi05", ["MISSING"]), ("export lerobot", ["MISSING", "-o", "OUT"]),
+    ("eval pi05", ["MISSING", "v3"]),
+])
+def test_not_found_is_exit_3(command, args, data, tmp_path):
+    """A folder that is not there is bad input, one code with a repo id found nowhere (docs/exit-codes.md)."""
+    args = [data[a] if a in data else tmp_path / a if a in ("MISSING", "OUT") else a for a in args]
+    body = run(command, *args)
+    assert body["exit_code"] == 3 and body["error"]["file"] == str(tmp_path / "MISSING"), body
+
+
+@pytest.mark.parametrize("command, args", [
     ("download dataset", ["lab/x", "--source", "nowhere"]), ("tasks", ["v3", "-o", "OUT", "--set", "nope=x"]),
     ("features", ["v3", "-o", "OUT", "--drop", "nope"]), ("validate", ["v3", "--tolerance-s", "x"]),
     ("flatten", ["v21", "-o", "OUT", "--columns", "nope"]), ("features", ["v3", "--drop", "action"]),

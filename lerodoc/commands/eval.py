@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
-from lerodoc.options import DatasetArg, ForceOpt, JsonOpt
+from lerodoc.options import DatasetArg, ForceOpt, JsonOpt, existing_folder
 
 app = typer.Typer(name="eval", no_args_is_help=True, help="Evaluate trained policies on recorded episodes.")
 
@@ -16,8 +16,7 @@ app = typer.Typer(name="eval", no_args_is_help=True, help="Evaluate trained poli
 @app.command("pi05")
 def pi05(
     source: Annotated[Path, typer.Argument(help="A run folder (its newest checkpoint), RUN/checkpoints/step-N, or a "
-                                           "folder of `lerodoc export lerobot`.", exists=True, file_okay=False,
-                                           dir_okay=True)],
+                                           "folder of `lerodoc export lerobot`.", callback=existing_folder)],
     dataset: DatasetArg = None,
     episodes: Annotated[Optional[list[str]], typer.Option("--episodes", "-e", help="Episodes to evaluate: N, N-M, "
                                                           "N,M-K or a JSON list [N, M] (repeatable).",

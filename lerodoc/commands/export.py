@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from lerodoc import render
-from lerodoc.options import JsonOpt
+from lerodoc.options import JsonOpt, existing_folder
 
 app = typer.Typer(name="export", no_args_is_help=True, help="Export trained policies for other tools.")
 
@@ -16,7 +16,7 @@ app = typer.Typer(name="export", no_args_is_help=True, help="Export trained poli
 @app.command("lerobot")
 def lerobot(
     source: Annotated[Path, typer.Argument(help="A run folder (its newest checkpoint) or RUN/checkpoints/step-N.",
-                                           exists=True, file_okay=False, dir_okay=True)],
+                                           callback=existing_folder)],
     output: Annotated[Path, typer.Option("--output", "-o", help="The policy directory to write (must not exist "
                                          "or be empty).", rich_help_panel="Output")],
     device: Annotated[str, typer.Option(help="Device of the policy and its processors (cuda, cpu, mps, ...), as "
