@@ -48,8 +48,11 @@ def train_tiny(work: Path) -> None:
     tokenizer = train_tokenizer(work / "tokenizer")
     lerodoc("train", "pi05", work / "merged_selected", "-o", work / "run_tiny", "--preset", "tiny", "--tokenizer",
             tokenizer, "--steps", "40", "--batch-per-device", "8", "--lr", "1e-3", "--save-every", "20",
-            "--workers", "2")
+            "--workers", "2", "--val-episodes", "0", "--val-every", "20")
     lerodoc("export", "lerobot", work / "run_tiny", "-o", work / "policy_tiny", "--device", "cpu")
+    # open-loop scores on the held-out episode against the baselines (40 steps learn little: the page says so)
+    lerodoc("eval", "pi05", work / "run_tiny", work / "merged_selected", "--stride", "2", "-o",
+            work / "eval_tiny.html")
 
 
 def main() -> None:
@@ -96,9 +99,11 @@ def main() -> None:
           f"\n                               episode 0 deleted; split 80/20; a task text edited; the wrist camera"
           f"\n                               dropped and the top one renamed (all by stream copy)"
           f"\n  merged_wrist_gop10           the wrist camera re-encoded with a keyframe every 10 frames"
-          f"\n  run_tiny, policy_tiny        pi0.5 (tiny preset) trained on merged_selected: checkpoints,"
-          f"\n                               metrics.jsonl, loss.png; exported as a lerobot PI05 policy"
-          f"\n                               (skipped without torch)"
+          f"\n  run_tiny, policy_tiny        pi0.5 (tiny preset) trained on merged_selected, episode 0 held"
+          f"\n                               out: checkpoints, metrics.jsonl (with the held-out loss), loss.png;"
+          f"\n                               exported as a lerobot PI05 policy (skipped without torch)"
+          f"\n  eval_tiny.html               lerodoc eval pi05 of run_tiny on its held-out episode, against the"
+          f"\n                               baselines"
           f"\n  not run here (they need the network): lerodoc download dataset|tokenizer|weights, lerodoc push")
     lerodoc("report", work / "merged_v30", "-o", work / "report.html", "--videos")
     print(f"\nthe report of the merged sample, one self-contained page to open in a browser: {work / 'report.html'}")
