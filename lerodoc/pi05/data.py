@@ -284,10 +284,10 @@ class TrainingBatches(torch.utils.data.IterableDataset):
                 part = rows[start:start + G]
                 fill = G - len(part)
                 padding = np.arange(G) >= len(part)
+                first = slice(start, start + 1)
                 batches.append(self.sample(-1, np.concatenate([part, np.repeat(part[:1], fill)]),
-                                           torch.cat([noise[start:start + G], noise[start:start + 1].expand(fill, -1, -1)]),
-                                           torch.cat([time[start:start + G], time[start:start + 1].expand(fill)]),
-                                           padding))
+                                           torch.cat([noise[start:start + G], noise[first].expand(fill, -1, -1)]),
+                                           torch.cat([time[start:start + G], time[first].expand(fill)]), padding))
         finally:
             self.reader.close()
         return batches

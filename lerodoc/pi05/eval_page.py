@@ -19,11 +19,12 @@ from lerodoc.report import data as report_data, page
 SAMPLED = 3             # episodes drawn per joint
 CHUNKS_PER_EPISODE = 12  # predicted chunks drawn over each episode's recorded actions
 COLORS = {"policy": "#1f4e9c", "hold_last_action": "#e76f51", "mean_action": "#2a9d8f", "base_weights": "#6a4c93"}
+BASELINES = {"hold_last_action": "hold the last recorded action", "mean_action": "the dataset's mean action",
+             "base_weights": "the weights the run started from"}   # the report's baseline keys, as the page says them
 
 
 def write_page(out: Path, result, dataset, progress=None) -> None:
     """Draw `result` (evaluate.Evaluation) and write it to `out` whole."""
-    from lerodoc.pi05.evaluate import BASELINES
     from lerodoc.report.plots import png
     r = result.report
     sampled = _sampled(r["episodes"])
@@ -85,7 +86,8 @@ def _detail_html(r: dict) -> str:
                                                          for _, m in methods)]
                            for i, e in enumerate(r["policy"]["per_episode"])],
                           numeric=set(range(1, len(methods) + 2)))
-    return f"<h3>MAE per action dimension ({escape(r['action_key'])}, its units)</h3>{dims}<h3>Per episode</h3>{episodes}"
+    return (f"<h3>MAE per action dimension ({escape(r['action_key'])}, its units)</h3>{dims}"
+            f"<h3>Per episode</h3>{episodes}")
 
 
 def _cameras_html(dataset, result, sampled: list[int], progress) -> str:

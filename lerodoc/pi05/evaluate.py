@@ -15,8 +15,8 @@ the chunk with the actions the robot then took.
   run's q01..q99 range of each dimension (error / (q99 - q01), squared for MSE: dimensions of different units
   then weigh alike); the error at each horizon step; the error of each episode.
 - Baselines, scored the same way on the same frames: holding the last recorded action (the action of the frame
-  before; the frame's own on an episode's first frame), the dataset's mean action over all its frames, and the
-  weights the run started from (with the same noise), when it started from any.
+  before; the frame's own on an episode's first frame), the dataset's mean action over all its frames (from its
+  stats), and the weights the run started from (with the same noise), when it started from any.
 
 Sources: a checkpoint or run folder of `lerodoc train pi05`, or a lerobot policy folder that `lerodoc export
 lerobot` wrote (config, weights, quantile stats and tokenizer; lerodoc.json says the model's shapes and data).
@@ -42,8 +42,6 @@ from lerodoc.pi05.policy import model_config, unnormalise
 
 Progress = Callable[[str, int], Callable[[int], None]]
 HOLD, MEAN, BASE = "hold_last_action", "mean_action", "base_weights"
-BASELINES = {HOLD: "hold the last recorded action", MEAN: "the dataset's mean action",
-             BASE: "the weights the run started from"}
 LATENCY_RUNS = 10
 
 
@@ -213,7 +211,7 @@ def scores(pred: np.ndarray, recorded: np.ndarray, valid: np.ndarray, span: np.n
     steps = valid.sum()
     per_dim = four((0, 1), max(1, steps))
     horizon = four((0, 2), np.maximum(1, valid.sum(0) * A))
-    overall = {k: float(v.mean()) for k, v in per_dim.items()}
+    overall = {k: float(v) for k, v in four((0, 1, 2), max(1, steps * A)).items()}
     episodes = []
     for n in numbers:
         mine = episode == n
@@ -306,7 +304,7 @@ def evaluate(source_path: Path, dataset_path: Path, *, episodes=None, stride: in
     first = frames.episode_end[rows] - np.bincount(frames.episode)[frames.episode[rows]]   # each row's episode start
     held = frames.raw_action[np.where(rows > first, rows - 1, rows)]
     baselines = {HOLD: score(np.repeat(held[:, None], H, axis=1)),
-                 MEAN: score(np.broadcast_to(frames.raw_action.astype(np.float64).mean(0), recorded.shape))}
+                 MEAN: score(np.broadcast_to(_mean_action(dataset, spec.action_key, A), recorded.shape))}
     base_path, missing = source.base_weights()
     if base_path is not None:
         try:
@@ -335,6 +333,16 @@ def evaluate(source_path: Path, dataset_path: Path, *, episodes=None, stride: in
         report["output"] = str(Path(output).absolute())
     report["seconds"] = round(time.perf_counter() - started, 3)
     return result
+
+
+def _mean_action(dataset, key: str, dims: int) -> np.ndarray:
+    """The dataset's mean action over all its frames, from its stats (meta/stats.json: the stats home computes it,
+    validate checks it against the data)."""
+    mean = dataset.stats.get(key, {}).get("mean")
+    if mean is None or np.size(mean) != dims:
+        raise LerodocError(f"has no mean of {key} in its stats", file=dataset.root / "meta" / "stats.json",
+                           field=key, hint=f"lerodoc quantiles {dataset.root}")
+    return np.ravel(np.asarray(mean, np.float64))
 
 
 def _default_episodes(source: Source, dataset) -> list[int]:
