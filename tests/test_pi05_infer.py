@@ -107,26 +107,3 @@ def test_bf16_weights_sample_float32_actions_near_the_float32_model():
     assert 0 < error < 3e-2
     drawn = model.sample_actions(**{k: v for k, v in x.items() if k != "noise"})
     assert drawn.dtype == torch.float32 and not torch.equal(drawn, half)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device (run on the GPU machine)")
-@torch.no_grad()
-def test_recorded_graph_gives_the_eager_actions_and_falls_back_for_other_shapes():
-    model = make_model().cuda().to(torch.bfloat16)
-    x = make_inputs(model.config, device="cuda")
-    eager = model.sample_actions(**x)
-    model.capture_sampling(x["images"], x["image_masks"], x["tokens"], x["token_masks"])
-    with Passes(model) as counts:
-        replayed = model.sample_actions(**x)
-    assert counts == dict(siglip=0, vlm=0, expert=0)   # replayed, not run in Python
-    torch.testing.assert_close(replayed, eager, atol=0, rtol=0)   # the same kernels, the same order
-    y = make_inputs(model.config, seed=1, device="cuda")   # new values, same shapes: replayed on new inputs
-    torch.testing.assert_close(model.sample_actions(**y), model.euler(**y), atol=0, rtol=0)
-    assert not torch.equal(model.sample_actions(**y), replayed)
-    z = make_inputs(model.config, batch=3, device="cuda")   # another batch: the ordinary path
-    with Passes(model) as counts:
-        model.sample_actions(**z)
-    assert counts["vlm"] == 1
-    with pytest.raises(ValueError, match="image_masks of None"):
-        model.capture_sampling(x["images"], [torch.ones(2, dtype=torch.bool, device="cuda")] * 2, x["tokens"],
-                               x["token_masks"])
