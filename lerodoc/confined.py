@@ -16,8 +16,8 @@ someone else's file, or a FIFO or device that never ends. Every read of a local 
 - `meta_state`: what a dataset's `meta/` looked like when a command read it (Dataset.open notes it), for the swap
   that replaces it in place (`execution.staging`), which refuses to replace a `meta/` that changed meanwhile.
 
-Every refusal is an `UnsafePath` (exit 3) naming the file. `tests/test_layout.py` holds every other module to this:
-a module that opens a file by another way is listed there with its reason.
+Every refusal is an `UnsafePath` (exit 3) naming the file. `tests/test_confined.py` holds every other module to
+this: a module that opens a file by another way is listed there with its reason.
 """
 
 from __future__ import annotations
@@ -149,17 +149,6 @@ def source(path: Path | str) -> str:
         if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
             raise UnsafePath("changed while it was being opened", file=path, hint="run the command again")
         return real
-    finally:
-        os.close(fd)
-
-
-def size_on_disk(path: Path | str) -> tuple[int, int]:
-    """(apparent size, bytes allocated on disk) of the regular file `path`: a sparse file claims more than it
-    holds, so budgets compare what a file declares with what it really stores."""
-    fd = open_fd(path)
-    try:
-        st = os.fstat(fd)
-        return st.st_size, getattr(st, "st_blocks", (st.st_size + 511) // 512) * 512
     finally:
         os.close(fd)
 

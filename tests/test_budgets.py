@@ -22,12 +22,10 @@ the same length before and after), so the file claims 10^8 values that pyarrow r
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import resource
 import shutil
-import stat
 import struct
 import subprocess
 import sys
@@ -44,6 +42,7 @@ from lerodoc.media import mp4
 from lerodoc.tables.parquet_io import decoded_claims, read_parquet
 from tests.fixtures.factory import make_dataset
 from tests.helpers import require
+from tests.test_untrusted import listing
 
 CAP = 3 << 30                 # RLIMIT_AS of the attacked command: the old code failed under it, or went past PEAK
 PEAK = 1_500_000_000          # the issue's bar: peak resident memory of an attacked command
@@ -69,25 +68,6 @@ def attacked(tmp_path: Path, *args, env: dict | None = None) -> tuple[subprocess
     proc = subprocess.run([sys.executable, "-c", MEASURE, str(peak), str(CAP), *map(str, args)], capture_output=True,
                           text=True, timeout=300, env={**os.environ, **(env or {})})
     return proc, int(peak.read_text())
-
-
-def listing(root: Path) -> dict[str, tuple]:
-    """Every entry under `root`, links not followed: kind, bytes digest (read a MiB at a time: the sparse mp4s
-    claim a GB), mode and mtime (ns)."""
-    out = {}
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = Path(folder) / name
-            st = path.lstat()
-            if stat.S_ISDIR(st.st_mode):
-                out[path.relative_to(root).as_posix()] = ("dir",)
-                continue
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-            out[path.relative_to(root).as_posix()] = ("file", digest.hexdigest(), st.st_mode, st.st_mtime_ns)
-    return out
 
 
 def refusal(proc: subprocess.CompletedProcess, file: Path, field: str, hint: bool = True) -> str:

@@ -33,8 +33,17 @@ SMALL = dict(episodes=2, lengths=4, height=32, width=48)
 TOP = "observation.images.top"
 
 
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def listing(root: Path) -> dict[str, tuple]:
-    """Every entry under `root`, links not followed: kind, bytes digest, mode and mtime (ns)."""
+    """Every entry under `root`, links not followed: kind, bytes digest (read a MiB at a time: tests/test_budgets'
+    sparse mp4s claim a GB), mode and mtime (ns)."""
     out = {}
     for folder, dirs, files in os.walk(root):
         for name in dirs + files:
@@ -45,7 +54,7 @@ def listing(root: Path) -> dict[str, tuple]:
             elif stat.S_ISDIR(st.st_mode):
                 out[path.relative_to(root).as_posix()] = ("dir",)
             else:
-                digest = hashlib.sha256(path.read_bytes()).hexdigest() if stat.S_ISREG(st.st_mode) else None
+                digest = _digest(path) if stat.S_ISREG(st.st_mode) else None
                 out[path.relative_to(root).as_posix()] = ("file", digest, st.st_mode, st.st_mtime_ns)
     return out
 

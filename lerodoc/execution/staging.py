@@ -395,7 +395,7 @@ def _staged_meta(root: Path, rewrite: set[str], seen: tuple | None):
     outside = sorted(p for p in rewrite if not p.startswith(f"{formats.META_DIR}/"))
     if outside:
         raise ValueError(f"staged_meta rewrites meta/ only, not {outside}")
-    tmp = Path(tempfile.mkdtemp(prefix=f".lerodoc-meta{TEMP_SUFFIX}-{os.getpid()}-", dir=root))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{META_STAGING}{os.getpid()}-", dir=root))
     try:
         link_tree(root / formats.META_DIR, tmp / formats.META_DIR,
                   {p[len(formats.META_DIR) + 1:] for p in rewrite})
