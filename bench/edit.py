@@ -41,7 +41,7 @@ from lerodoc.media import frames
 from lerodoc.dataset import Dataset
 from lerodoc.formats import v30
 from lerodoc.formats.hf import schema_for
-from lerodoc.execution.parallel import default_workers, pmap
+from lerodoc.run.parallel import default_workers, pmap
 from lerodoc.tables.parquet_io import read_parquet
 from tests.fixtures.factory import make_dataset
 from bench.results import provenance

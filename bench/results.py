@@ -27,7 +27,7 @@ def provenance(command: str, **versions) -> dict:
     import numpy as np
     import pyarrow
 
-    from lerodoc.execution.parallel import default_workers
+    from lerodoc.run.parallel import default_workers
     return {"git_commit": git_commit(), "python": platform.python_version(), "pyarrow": pyarrow.__version__,
             "numpy": np.__version__, **versions, "cpus_available": default_workers(),
             "load_average_at_start": os.getloadavg(),

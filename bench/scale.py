@@ -36,7 +36,7 @@ import numpy as np
 from bench.dataset import numeric_v30
 from bench.results import provenance
 from lerodoc.dataset import Dataset
-from lerodoc.execution.engine import RayEngine
+from lerodoc.run.engine import RayEngine
 from lerodoc.ops.convert import convert
 from lerodoc.ops.quantiles import quantiles
 

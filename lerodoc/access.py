@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 
 from lerodoc import confined
-from lerodoc.execution.files import new_file, write_bytes
+from lerodoc.files import new_file, write_bytes
 
 SCHEME = "hf://"
 _URL = re.compile(r"hf://datasets/(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_][A-Za-z0-9_.-]*)"

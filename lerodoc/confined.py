@@ -14,7 +14,7 @@ someone else's file, or a FIFO or device that never ends. Every read of a local 
 - `files_under` lists a folder of a dataset the same way: regular files only, links neither listed nor followed
   (bar the cache's), for the readers that search a tree (repair's stray data files, the misplaced-file search).
 - `meta_state`: what a dataset's `meta/` looked like when a command read it (Dataset.open notes it), for the swap
-  that replaces it in place (`execution.staging`), which refuses to replace a `meta/` that changed meanwhile.
+  that replaces it in place (`promote.staging`), which refuses to replace a `meta/` that changed meanwhile.
 
 Every refusal is an `UnsafePath` (exit 3) naming the file. `tests/test_confined.py` holds every other module to
 this: a module that opens a file by another way is listed there with its reason.

@@ -29,7 +29,7 @@ class Dataset:
     tasks: list[str]                     # position == task_index
     stats: Stats | None = None
     meta_seen: tuple = ()                # confined.meta_state of a local root as it was read: an in-place swap
-                                         # refuses to replace a meta/ that changed since (execution.staging)
+                                         # refuses to replace a meta/ that changed since (promote.staging)
 
     @classmethod
     def open(cls, root: Path | str) -> Dataset:

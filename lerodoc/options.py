@@ -14,7 +14,7 @@ import typer
 
 from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
-from lerodoc.execution.parallel import default_workers
+from lerodoc.run.parallel import default_workers
 
 
 def resolve_dataset(value: Optional[Path]) -> Path:
@@ -220,7 +220,7 @@ def pushes(command):
         from lerodoc import render
         from lerodoc.errors import LerodocError
         from lerodoc.hub import push_outputs
-        from lerodoc.execution.staging import recording_outputs
+        from lerodoc.promote.staging import recording_outputs
         with render.held_json() as bodies, recording_outputs() as written:
             try:
                 command(*args, **kwargs)

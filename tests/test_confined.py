@@ -21,7 +21,7 @@ import pytest
 
 from lerodoc import confined
 from lerodoc.errors import ExitCode, LerodocError
-from lerodoc.execution import staging
+from lerodoc.promote import staging
 from tests.fixtures.factory import make_dataset
 from tests.helpers import run_cli, run_here
 from tests.test_layout import PACKAGE, _package, calls_outside

@@ -251,7 +251,7 @@ def output_rule_sites(root: Path) -> list[str]:
             if isinstance(node, ast.Compare) and "in_place" in ast.unparse(node) and (
                     "is not None" in ast.unparse(node) or "is None" in ast.unparse(node)):
                 sites.append(f"{name}:{node.lineno}")
-    return [s for s in sites if not s.startswith(f"{root.name}.execution.staging:")]
+    return [s for s in sites if not s.startswith(f"{root.name}.promote.staging:")]
 
 
 def test_the_output_or_in_place_rule_is_written_once():
@@ -331,7 +331,7 @@ def test_a_stats_computation_outside_the_home_is_found(tmp_path):
 # replace_file/write_text/write_json on top of it), or writes inside a tree that staging.staged_output is building.
 # The home of those primitives may write directly; anything else that writes a file is listed here with its reason,
 # and the list must match the code exactly (a new direct write fails, so does an entry whose write has gone).
-WRITE_HOME = {"execution.files", "execution.staging", "execution.links", "execution.locks"}
+WRITE_HOME = {"files", "promote.staging", "promote.links", "promote.locks"}
 DIRECT_WRITES = {
     "ops.rewrite.write_rows": "ParquetWriters opened on new_file names that an ExitStack holds open",
     "pi05.export.write_policy": "into a checkpoint or export folder that staged_output is building",

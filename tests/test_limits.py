@@ -29,7 +29,7 @@ import pytest
 from lerodoc.media import mp4
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
-from lerodoc.execution.locks import lock_path
+from lerodoc.promote.locks import lock_path
 from lerodoc.tables.parquet_io import leaf_values
 from tests.fixtures.factory import make_dataset
 from tests.helpers import require

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lerodoc.execution.engine import RayEngine, make
+from lerodoc.run.engine import RayEngine, make
 from lerodoc.errors import LerodocError
 from lerodoc.ops.convert import convert
 from lerodoc.ops.merge import merge, source_selections

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lerodoc.dataset import Dataset
-from lerodoc.kept import undeclared_cameras
+from lerodoc.promote.kept import undeclared_cameras
 from lerodoc.ops.validate import validate
 from tests.fixtures.factory import make_dataset
 from tests.lerobot_oracle import check_with_lerobot

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from lerodoc.errors import ExitCode
-from lerodoc.execution import files
+from lerodoc import files
 from lerodoc.formats import paths
-from lerodoc.execution.links import link_or_copy
+from lerodoc.promote.links import link_or_copy
 from tests.fixtures.factory import make_dataset
 from tests.helpers import run_cli
 from tests.hubserver import HubServer

@@ -20,7 +20,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import DTYPES, INDEX_FEATURES
 from lerodoc.conventions import TOLERANCE_S
-from lerodoc.execution.parallel import pmap
+from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import Unreadable, column_matrix, read_row_groups
 
 ERROR, WARNING = "error", "warning"
@@ -54,7 +54,7 @@ class Context:
     deep: bool = False            # --deep: decode the first and last frame of each episode span
     tolerance_s: float = TOLERANCE_S
     cache: dict = field(default_factory=dict)   # families share parsed files here
-    engine: object = None         # lerodoc.execution.engine: the per-file reads run on a cluster (None: here)
+    engine: object = None         # lerodoc.run.engine: the per-file reads run on a cluster (None: here)
 
 
 def finding_factory(codes: dict) -> Callable[..., Finding]:

@@ -16,14 +16,14 @@ from lerodoc import access, formats
 from lerodoc.checks.common import (ERROR, WARNING, Context, DataFile, Finding, data_files, finding_factory, relative,
                                     valid_spec)
 from lerodoc.errors import LerodocError
-from lerodoc.execution.staging import leftovers
+from lerodoc.promote.staging import leftovers
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import schema_problems
 from lerodoc.formats.info import INDEX_FEATURES
 from lerodoc.formats.jsonl import parse
 from lerodoc.formats.paths import UnsafePath
 from lerodoc.formats.model import Episode
-from lerodoc.kept import undeclared_cameras
+from lerodoc.promote.kept import undeclared_cameras
 
 CODES = {
     "LAY001": (ERROR, "a metadata file (or the dataset folder) is missing",

@@ -22,7 +22,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
 from lerodoc.formats.stats import is_placeholder, is_shaped, stat_shape
-from lerodoc.execution.parallel import pmap
+from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
 from lerodoc.tables.stats import (BASIC, EXTREME, NEAR_CONSTANT, aggregate, channel_flags, column_stats, dataset_stats,
                                    normalised)

@@ -40,7 +40,7 @@ def convert(
     Example: lerodoc convert data/pusht_v21 -o data/pusht_v30 --to v3.0
     """
     with render.progress(not json and not dry_run) as track:
-        from lerodoc.execution.engine import make as make_engine
+        from lerodoc.run.engine import make as make_engine
         from lerodoc.ops.convert import convert as convert_dataset
         report = convert_dataset(dataset, output, to=to.value if to else None, workers=workers, force=force,
                                  data_file_size_mb=data_file_size_mb or None,

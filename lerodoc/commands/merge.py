@@ -43,7 +43,7 @@ def merge(
     Example: lerodoc merge data/day1 data/day2 -o data/both --exclude data/day2:4
     """
     with render.progress(not json and not dry_run) as track:
-        from lerodoc.execution.engine import make as make_engine
+        from lerodoc.run.engine import make as make_engine
         from lerodoc.hub import find_dataset
         from lerodoc.ops.merge import merge as merge_datasets, source_selections
         report = merge_datasets(sources, output,

@@ -50,12 +50,12 @@ def quantiles(
 
     Example: lerodoc quantiles data/pusht
     """
-    from lerodoc.execution.staging import output_target
+    from lerodoc.promote.staging import output_target
     output_target(dataset, output, in_place or output is None)   # -o or (--in-place, the default): not both
     if dry_run and openpi_norm_stats is not None:
         raise typer.BadParameter("--dry-run writes nothing; drop --openpi-norm-stats or --dry-run",
                                  param_hint="--dry-run")
-    from lerodoc.execution.engine import make as make_engine
+    from lerodoc.run.engine import make as make_engine
     from lerodoc.ops.quantiles import quantiles as compute_quantiles
     report = compute_quantiles(dataset, output, in_place=output is None and not dry_run, features=features or None,
                                workers=workers, budget=budget_mb << 17, openpi_path=openpi_norm_stats,

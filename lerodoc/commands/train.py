@@ -10,7 +10,7 @@ import typer
 
 from lerodoc import render
 from lerodoc.options import DatasetArg, JsonOpt, working_in
-from lerodoc.execution.parallel import data_workers
+from lerodoc.run.parallel import data_workers
 
 app = typer.Typer(name="train", no_args_is_help=True, help="Train policies on a dataset.")
 

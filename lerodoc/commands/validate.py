@@ -48,7 +48,7 @@ def validate(
                                             "yes" if r["repair"] else "-"] for r in rows]))
         return
     dataset = resolve_dataset(dataset)
-    from lerodoc.execution.engine import make as make_engine
+    from lerodoc.run.engine import make as make_engine
     report = validate_dataset(dataset, videos=videos, deep=deep, tolerance_s=tolerance_s,
                               engine=make_engine(engine.value, ray_address))
     failed = report.errors or (strict and report.warnings)

@@ -21,7 +21,7 @@ import numpy as np
 
 from lerodoc import access, budget
 from lerodoc.errors import LerodocError
-from lerodoc.execution.files import new_file
+from lerodoc.files import new_file
 
 
 def replace_file(path: Path, write) -> None:

@@ -15,8 +15,8 @@ Datasets are untrusted: their info.json decides file names (feature keys become 
   links into its repository's `blobs/` folder), and its folders, links followed, still lie inside it: the names
   metadata gives are checked here, with the field at fault, before `lerodoc.confined` opens each file the same
   way.
-- writers never write into a file that exists (it may be a hard link to an input, see `lerodoc.execution.links`):
-  they create a new file under a temporary name beside the target and rename it over (`lerodoc.execution.files`).
+- writers never write into a file that exists (it may be a hard link to an input, see `lerodoc.promote.links`):
+  they create a new file under a temporary name beside the target and rename it over (`lerodoc.files`).
 
 Every refusal is an `UnsafePath` (exit 3) naming the file and the field.
 """

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import av
 
-from lerodoc.execution.files import new_file
+from lerodoc.files import new_file
 
 ENCODERS = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265", "mpeg4": "mpeg4"}
 # Re-encoded clips are lossless in the decoded (YUV) domain, so a cut changes no pixel.

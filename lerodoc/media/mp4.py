@@ -30,7 +30,7 @@ from lerodoc import access, budget
 from lerodoc.media import clips
 from lerodoc.media.clips import Clip, NotOnKeyframe, Written, fits_grid, reason, window_ticks
 from lerodoc.errors import LerodocError
-from lerodoc.execution.files import new_file
+from lerodoc.files import new_file
 
 
 class Unsupported(Exception):

@@ -21,7 +21,7 @@ from lerodoc.media.clips import (READ_ERRORS, Clip, NotOnKeyframe, Written, fits
                            reason, window_ticks)
 from lerodoc.media.encoding import ENCODERS, LOSSLESS, mux_encoded
 from lerodoc.errors import LerodocError
-from lerodoc.execution.files import new_file
+from lerodoc.files import new_file
 from lerodoc.media.frames import decode_checked, demux_checked, open_stream, probe, strict_tags
 
 

@@ -15,7 +15,7 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.ops import rewrite
-from lerodoc.execution.staging import check_output, staged_output
+from lerodoc.promote.staging import check_output, staged_output
 from lerodoc.tables.stats import dataset_stats
 
 
@@ -51,7 +51,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
             data_file_size_mb: float | None = None, video_file_size_mb: float | None = None,
             progress: rewrite.Progress | None = None, engine=None, dry_run: bool = False) -> ConvertReport:
     """Convert the dataset at `src` to version `to` (v3.0, or v2.1 for a v3.0 input) into `out`; `engine`
-    (`lerodoc.execution.engine`) runs the file jobs on a cluster. `dry_run` returns the report with the plan
+    (`lerodoc.run.engine`) runs the file jobs on a cluster. `dry_run` returns the report with the plan
     (`rewrite.Plan.to_json`), writing nothing."""
     started = time.perf_counter()
     ds = Dataset.open(src)

@@ -14,7 +14,7 @@ from lerodoc.errors import UsageError
 from lerodoc.ops import rewrite
 from lerodoc.ops.merge import MergeReport, merge
 from lerodoc.selection import Selection, format_ranges
-from lerodoc.execution.staging import output_target
+from lerodoc.promote.staging import output_target
 
 
 def output_version(root: Path) -> str:

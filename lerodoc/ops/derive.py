@@ -20,11 +20,11 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats.hf import schema_for
-from lerodoc.execution.files import new_file
+from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
-from lerodoc.execution.parallel import pmap
+from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema
-from lerodoc.execution.staging import link_or_copy, staged_edit
+from lerodoc.promote.staging import link_or_copy, staged_edit
 from lerodoc.tables.stats import block_stats, dataset_quantiles, dataset_stats
 
 

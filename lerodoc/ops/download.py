@@ -24,7 +24,7 @@ from lerodoc.errors import UsageError
 from lerodoc.ops import rewrite
 from lerodoc.ops.merge import merge
 from lerodoc.selection import Selection
-from lerodoc.execution.staging import check_output
+from lerodoc.promote.staging import check_output
 
 CACHE_SUFFIX = ".lerodoc-download"
 

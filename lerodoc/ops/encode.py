@@ -39,8 +39,8 @@ from lerodoc.media.frames import decode_frames, keyframe_gap, probe as probe_vid
 from lerodoc.ops import rewrite
 from lerodoc.ops.derive import derive
 from lerodoc.ops.features import FeatureEdit
-from lerodoc.execution.parallel import pmap
-from lerodoc.execution.staging import output_target, scratch_beside, staged_edit
+from lerodoc.run.parallel import pmap
+from lerodoc.promote.staging import output_target, scratch_beside, staged_edit
 
 SAMPLES = 3            # frames per file compared with the source for the PSNR report
 IMAGE_CODECS = {b"\x89PNG": "png", b"\xff\xd8\xff": "mjpeg"}

@@ -14,7 +14,7 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.hf import dtype_name
 from lerodoc.ops import derive
-from lerodoc.execution.parallel import pmap
+from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import is_list_type, read_parquet, read_schema, to_numpy
 
 

@@ -22,7 +22,7 @@ from lerodoc.formats.stats import normalise_stats
 from lerodoc.ops import rewrite
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
 from lerodoc.selection import Selection, parse
-from lerodoc.execution.staging import check_output, staged_output
+from lerodoc.promote.staging import check_output, staged_output
 from lerodoc.tables.stats import dataset_quantiles, dataset_stats
 
 STREAM_KEYS = ("video.height", "video.width", "video.pix_fmt", "video.channels")
@@ -213,7 +213,7 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
     `episodes` map a source's position to the episodes it leaves out or keeps only (`source_selections` reads
     them from the command line). A source that loses episodes keeps only the tasks its kept frames use, as
     lerobot's delete and split do. `dry_run` returns the plan's report, writing nothing; `in_place` (one source,
-    `out` its root) lets `out` be that source. The plan is made here; `engine` (`lerodoc.execution.engine`) runs the
+    `out` its root) lets `out` be that source. The plan is made here; `engine` (`lerodoc.run.engine`) runs the
     copies
     and the quantile passes on a cluster."""
     started = time.perf_counter()

@@ -20,7 +20,7 @@ from lerodoc.dataset import Dataset, Stats
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import ACTION_FEATURES, INDEX_FEATURES, STATE_FEATURES, flat_names
 from lerodoc.formats.jsonl import write_text
-from lerodoc.execution.staging import check_output, in_place_root, staged_edit, staged_meta
+from lerodoc.promote.staging import check_output, in_place_root, staged_edit, staged_meta
 from lerodoc.tables.stats import channel_flags, exact_stats, merge_dataset_stats
 
 # openpi's norm_stats.json keys, and the dataset features each is found in when not named

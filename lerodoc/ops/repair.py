@@ -26,11 +26,11 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature
 from lerodoc.formats.stats import normalise_stats, stat_size
-from lerodoc.kept import undeclared_cameras
+from lerodoc.promote.kept import undeclared_cameras
 from lerodoc.ops import rewrite
 from lerodoc.ops.validate import validate
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
-from lerodoc.execution.staging import output_target, staged_output
+from lerodoc.promote.staging import output_target, staged_output
 from lerodoc.tables.stats import dataset_stats, exact_stats
 
 CAMERA_NAMES = ["height", "width", "channels"]

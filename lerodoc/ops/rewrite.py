@@ -25,12 +25,12 @@ from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
-from lerodoc.execution.files import new_file
+from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
-from lerodoc.execution.parallel import pmap
+from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import (column_digests, column_matrix, conform, from_numpy, is_list_type, iter_batches,
                                 numpy_dtype, open_parquet, read_parquet, read_schema)
-from lerodoc.execution.links import link_or_copy
+from lerodoc.promote.links import link_or_copy
 from lerodoc.tables.stats import column_stats
 
 if TYPE_CHECKING:   # lerodoc.media.video (PyAV) is imported where clips are handled: no rewrite without videos loads it
@@ -626,7 +626,7 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     """Write a plan's rows and videos into the staging folder `tmp`.
 
     Returns the new episodes (files, windows, per-episode stats); the caller writes the metadata with
-    `formats.module(to).write_meta` and then calls `verify`. `engine` (`lerodoc.execution.engine`) runs the jobs on a
+    `formats.module(to).write_meta` and then calls `verify`. `engine` (`lerodoc.run.engine`) runs the jobs on a
     cluster instead of `workers` processes.
     """
     info, picks = plan_.info, plan_.picks

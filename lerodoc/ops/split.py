@@ -20,7 +20,7 @@ from lerodoc.ops import rewrite
 from lerodoc.ops.delete import output_version
 from lerodoc.ops.merge import MergeReport, merge
 from lerodoc.selection import Selection, items, parse
-from lerodoc.execution.staging import SPLIT_MARK, check_output, staged_output
+from lerodoc.promote.staging import SPLIT_MARK, check_output, staged_output
 from lerodoc.formats.jsonl import write_json
 
 _PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")

@@ -37,7 +37,7 @@ class ValidateReport:
 
 def validate(root: Path, *, videos: bool = False, deep: bool = False, tolerance_s: float = TOLERANCE_S,
              engine=None, dataset: Dataset | None = None) -> ValidateReport:
-    """Run every check family on the dataset at `root`; `engine` (`lerodoc.execution.engine`) reads the data files on a
+    """Run every check family on the dataset at `root`; `engine` (`lerodoc.run.engine`) reads the data files on a
     cluster (their bookkeeping columns and per-episode stats come back, not the feature values). `dataset` is
     `root` already opened by the caller, used as it is rather than opened again."""
     started = time.perf_counter()

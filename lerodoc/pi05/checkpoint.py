@@ -31,7 +31,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json, write_text
 from lerodoc.pi05 import export, weights as layout
 from lerodoc.pi05.runs import complete, path_of
-from lerodoc.execution.staging import staged_output
+from lerodoc.promote.staging import staged_output
 
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 

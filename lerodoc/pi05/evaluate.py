@@ -247,7 +247,7 @@ def evaluate(source_path: Path, dataset_path: Path, *, episodes=None, stride: in
     episodes when this is the dataset it trained on and it held any out, else every episode), every `stride`-th
     frame; write the HTML page to `output` when given. Bad input raises LerodocError (a feature the policy needs
     that the dataset lacks or shapes differently: exit 3 naming it)."""
-    from lerodoc.execution.staging import check_output
+    from lerodoc.promote.staging import check_output
     from lerodoc.pi05 import preflight
     started = time.perf_counter()
     if stride < 1:

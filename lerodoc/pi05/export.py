@@ -32,9 +32,9 @@ import numpy as np
 
 from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json
-from lerodoc.execution.links import link_or_copy
+from lerodoc.promote.links import link_or_copy
 from lerodoc.pi05 import runs
-from lerodoc.execution.staging import staged_output
+from lerodoc.promote.staging import staged_output
 
 PALIGEMMA = "google/paligemma-3b-pt-224"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")

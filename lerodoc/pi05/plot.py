@@ -10,7 +10,7 @@ from pathlib import Path
 
 def plot_losses(metrics: Path, out: Path) -> None:
     """Draw `metrics` (one JSON object per step) into the PNG `out`."""
-    from lerodoc.execution.files import new_file
+    from lerodoc.files import new_file
     from lerodoc.report.plots import png, training_curves
     rows = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
     fig = training_curves(rows)

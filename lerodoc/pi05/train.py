@@ -29,7 +29,7 @@ from lerodoc import render
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.jsonl import write_json
-from lerodoc.execution.parallel import data_workers
+from lerodoc.run.parallel import data_workers
 from lerodoc.pi05 import checkpoint, launch, preflight, runs
 from lerodoc.pi05.distributed import Processes, all_sum, parallelise, shutdown, start_processes
 from lerodoc.pi05.data import (DataSpec, Frames, Tokenizer, TrainingBatches, held_out_rows, load_frames,

@@ -24,7 +24,7 @@ from lerodoc.ops.validate import catalogue, validate
 from lerodoc.report import data, page
 from lerodoc.conventions import TOLERANCE_S
 from lerodoc.selection import Selection
-from lerodoc.execution.staging import check_output
+from lerodoc.promote.staging import check_output
 
 Progress = Callable[[str, int], Callable[[int], None]]
 SHOWN_FINDINGS = 100   # per family; the JSON and `lerodoc validate` hold all of them

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc.dataset import Dataset, Stats
-from lerodoc.execution.engine import TASKS_PER_CPU
+from lerodoc.run.engine import TASKS_PER_CPU
 from lerodoc.errors import LerodocError
-from lerodoc.execution.parallel import pmap
+from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, iter_batches, leaf_values, open_parquet, read_parquet
 from lerodoc.tables.quantiles import (Selection, Tally, key_slices, row_quantiles, selected_quantiles, sorted_quantiles,
                                transpose_into)
@@ -312,7 +312,7 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
 
     When every value fits the budget the data is read once into memory and episodes are sliced out of
     it (threads); otherwise episodes are done per file in worker processes and the dataset quantiles by
-    channel blocks or radix selection over the files. With an `engine` (`lerodoc.execution.engine`) the rows never
+    channel blocks or radix selection over the files. With an `engine` (`lerodoc.run.engine`) the rows never
     leave the workers: episodes per file and the dataset quantiles by tally passes on the cluster.
     """
     by_file = ds.row_spans(absolute=True)

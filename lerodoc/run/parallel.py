@@ -31,7 +31,7 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
          progress: Callable[[int], None] | None = None, engine=None) -> list[R]:
     """[fn(item) for item in items], across `workers` processes; the first error stops the rest.
 
-    `engine` (a `lerodoc.execution.engine.RayEngine`) runs the same units on a cluster instead."""
+    `engine` (a `lerodoc.run.engine.RayEngine`) runs the same units on a cluster instead."""
     items = list(items)
     if engine is not None:
         return engine.map(fn, items, progress)

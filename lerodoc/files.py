@@ -1,6 +1,6 @@
 """The one way lerodoc writes a file: a new file under a temporary name beside the target, renamed over it.
 
-A name in an output may be a hard link to an input's file (`lerodoc.execution.links`), or a link an untrusted dataset
+A name in an output may be a hard link to an input's file (`lerodoc.promote.links`), or a link an untrusted dataset
 planted: writing into it would change the input. So no writer opens an existing file for writing; it creates a
 file no one else can have (hidden, this process's, random, created exclusively, links not followed), writes it,
 and renames it over the target, which replaces the name and leaves whatever it pointed at untouched. A failed

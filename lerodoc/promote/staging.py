@@ -21,9 +21,10 @@ from pathlib import Path
 
 from lerodoc import access, confined, formats
 from lerodoc.errors import LerodocError, UsageError, VerificationError, no_room
-from lerodoc.kept import require_kept
-from lerodoc.execution.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
-from lerodoc.execution.locks import output_lock
+from lerodoc.promote import load
+from lerodoc.promote.kept import require_kept
+from lerodoc.promote.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
+from lerodoc.promote.locks import output_lock
 
 TEMP_SUFFIX = ".lerodoc-tmp"
 
@@ -299,7 +300,7 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
 
     Any exception (Ctrl-C included) removes the temp directory, so no half-written dataset is left
     under the name the user asked for. A dataset that LeRobotDataset 0.6.1 could not load
-    (`formats.load_problems`: a data column its `datasets` cast refuses, a video off the k/fps grid or with
+    (`load.problems`: a data column its `datasets` cast refuses, a video off the k/fps grid or with
     tags that are not UTF-8) is not promoted either: that is a VerificationError. Nor is one that lost a
     feature, data column or camera (undeclared ones included) of the datasets in `keep` (default `inputs`; paths,
     or datasets the command opened) the command was not asked to drop or rename (`kept.require_kept`).
@@ -311,7 +312,7 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
     try:
         yield tmp
         if (tmp / formats.INFO_PATH).is_file():
-            problems = formats.load_problems(tmp)
+            problems = load.problems(tmp)
             if problems:
                 raise VerificationError("the output would not load in LeRobotDataset: " + "; ".join(problems[:3])
                                         + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""),

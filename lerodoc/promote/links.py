@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from lerodoc import access
-from lerodoc.execution.files import fresh_name
+from lerodoc.files import fresh_name
 from lerodoc.formats.paths import check_links, inside
 
 
