@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from lerodoc.media.clips import READ_ERRORS, reason, window, window_frames
+from lerodoc.media.clips import read_errors, reason, window, window_frames
 from lerodoc.checks.common import ERROR, WARNING, Context, Finding, finding_factory
 from lerodoc.checks.timestamps import Rows, episode_rows, tolerance_advice
 from lerodoc.dataset import Episode
@@ -396,7 +396,7 @@ def _deep(ctx: Context, group: Episodes, stream: Index) -> list[Finding]:
                     out.append(_finding("VID012", f"episode {ep.index} {group.key}: the {which} frame "
                                                   f"({float(tick * stream.time_base):.4f} s) of {group.file} {problem}",
                                         file=group.file, episode=ep.index, feature=group.key))
-    except READ_ERRORS as exc:
+    except read_errors() as exc:
         out.append(_finding("VID012", f"{group.file} cannot be opened for decoding ({_reason(exc)})",
                             file=group.file, feature=group.key))
     return out
@@ -411,6 +411,6 @@ def _decode_at(container, tick: int) -> str | None:
             if frame.pts is not None and frame.pts >= tick:
                 return None if frame.pts == tick else (
                     f"does not decode: the decoder's next frame is at {float(frame.pts * stream.time_base):.4f} s")
-    except READ_ERRORS + (ValueError,) as exc:
+    except read_errors() + (ValueError,) as exc:
         return f"does not decode ({_reason(exc)})"
     return "does not decode: the decoder returned no frame at or after it"

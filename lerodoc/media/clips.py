@@ -1,10 +1,11 @@
 """Clips of video files and the rules that place frames in them: the half-frame window, the k/fps grid,
 and what a read of a damaged file raises. Shared by frames.py and video.py (PyAV) and mp4.py (box level);
-imports none of them, nor PyAV until READ_ERRORS is asked for (`lerodoc info` reads mp4 headers without it).
+imports none of them, nor PyAV until read_errors() is called (`lerodoc info` reads mp4 headers without it).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -81,15 +82,13 @@ def grid_time_base(fps: int) -> Fraction:
     return Fraction(1, GRID_TIME_BASE) if GRID_TIME_BASE % fps == 0 else Fraction(1, 512 * fps)
 
 
-def __getattr__(name: str):
-    """`READ_ERRORS`: what PyAV raises on a damaged or hostile file: FFmpeg's errors, the OS's, and
-    UnicodeDecodeError where a string it converts (a codec or format name, say) is not UTF-8. Every place that
-    reads a video catches these. Made on first use, which imports PyAV."""
-    if name == "READ_ERRORS":
-        import av
-        globals()[name] = (av.FFmpegError, OSError, UnicodeDecodeError)
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+@functools.cache
+def read_errors() -> tuple[type[BaseException], ...]:
+    """What PyAV raises on a damaged or hostile file: FFmpeg's errors, the OS's, and UnicodeDecodeError where a
+    string it converts (a codec or format name, say) is not UTF-8. Every place that reads a video catches these.
+    A function, so that importing this module does not import PyAV (a dataset without videos never loads it)."""
+    import av
+    return (av.FFmpegError, OSError, UnicodeDecodeError)
 
 
 def reason(exc: BaseException) -> str:

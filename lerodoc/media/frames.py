@@ -51,7 +51,7 @@ def strict_tags(path: Path | str) -> bool:
             return True
     except UnicodeDecodeError:
         return False
-    except clips.READ_ERRORS:
+    except clips.read_errors():
         return True
 
 
@@ -59,7 +59,7 @@ def open_stream(path: Path, episode: int | None = None):
     """The open container of a file with a video stream whose codec FFmpeg knows; a LerodocError otherwise."""
     try:
         container = open_video(path)
-    except clips.READ_ERRORS as exc:
+    except clips.read_errors() as exc:
         raise LerodocError(f"cannot open video ({reason(exc)})", file=path, episode=episode) from None
     if not container.streams.video:
         container.close()
@@ -74,7 +74,7 @@ def demux_checked(packets, path: Path, episode: int | None):
     """Pass packets through, turning a demuxer failure (truncated or corrupt file) into a clear error."""
     try:
         yield from packets
-    except clips.READ_ERRORS as exc:
+    except clips.read_errors() as exc:
         raise LerodocError(f"cannot read video packets ({reason(exc)})", file=path, episode=episode) from None
 
 
@@ -82,7 +82,7 @@ def decode_checked(packet, path: Path, episode: int | None) -> list:
     """The packet's frames, turning a decoder failure (a damaged packet) into a clear error."""
     try:
         return packet.decode()
-    except clips.READ_ERRORS as exc:
+    except clips.read_errors() as exc:
         raise LerodocError(f"cannot decode video frames ({reason(exc)})", file=path, episode=episode) from None
 
 
@@ -247,7 +247,7 @@ def _from_tables(path: Path) -> Index:
         try:
             with open_video(path) as container:
                 params = _params(container, path)
-        except clips.READ_ERRORS + (IndexError,):
+        except clips.read_errors() + (IndexError,):
             raise mp4.Unsupported("PyAV cannot open it") from None
         if len(_PARAMS) >= _PARAMS_KEPT:
             _PARAMS.clear()
@@ -291,7 +291,7 @@ def _from_demux(path: Path) -> Index:
             ends = pts + np.where(np.array(durations) > 0, durations, step)
             return Index(Fraction(stream.time_base), pts, ends, np.array(sync, bool), *_params(container, path),
                          from_tables=False)
-    except clips.READ_ERRORS as exc:
+    except clips.read_errors() as exc:
         raise Unreadable(f"cannot be opened as a video ({reason(exc)})", file=path) from None
 
 
@@ -308,7 +308,7 @@ class Cursor:
 
     Times asked between two seeks must not decrease. The caller decides when to `seek` (a new cursor must seek
     first), from the frame last `shown` and the one decoded `ahead` of it, and what it refuses; PyAV's errors
-    (clips.READ_ERRORS) reach it as they are, for it to word."""
+    (clips.read_errors()) reach it as they are, for it to word."""
 
     def __init__(self, container, stream, tolerance_s: float):
         self.container, self.stream, self.tolerance_s = container, stream, tolerance_s

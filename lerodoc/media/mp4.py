@@ -759,7 +759,7 @@ def verify(path: Path, parts: list[Part], out: Layout) -> None:
                 if packet is None or (packet.pts, packet.size, packet.is_keyframe) != \
                         (start, int(part.track.size[part.start]), True):
                     raise Unsupported(f"written file reads back a wrong clip start at tick {start}")
-    except (clips.READ_ERRORS + (IndexError,)) as exc:   # IndexError: no video stream
+    except (clips.read_errors() + (IndexError,)) as exc:   # IndexError: no video stream
         raise Unsupported(f"written file does not read back ({reason(exc)})") from None
 
 

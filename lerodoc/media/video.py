@@ -17,7 +17,7 @@ import av
 
 from lerodoc.media import mp4
 # re-exported: the clip primitives live in lerodoc.media.clips, which mp4 shares
-from lerodoc.media.clips import (READ_ERRORS, Clip, NotOnKeyframe, Written, fits_grid, grid_time_base,  # noqa: F401
+from lerodoc.media.clips import (read_errors, Clip, NotOnKeyframe, Written, fits_grid, grid_time_base,  # noqa: F401
                            reason, window_ticks)
 from lerodoc.media.encoding import ENCODERS, LOSSLESS, mux_encoded
 from lerodoc.errors import LerodocError
@@ -222,7 +222,7 @@ def reencode(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Wri
             if lo is not None and lo > 0:
                 try:
                     src.seek(lo, stream=stream, backward=True, any_frame=False)
-                except READ_ERRORS as exc:
+                except read_errors() as exc:
                     raise LerodocError(f"cannot seek in the video ({reason(exc)})", file=clip.path,
                                        episode=episode) from None
 

@@ -139,7 +139,7 @@ def decode_image(value, job: ImageJob, i: int) -> av.VideoFrame:
                            "stored by path only)"), file=job.data_file, episode=job.episode, field=job.key)
     try:
         frames = av.CodecContext.create(codec, "r").decode(av.Packet(data))
-    except clips.READ_ERRORS as exc:
+    except clips.read_errors() as exc:
         raise LerodocError(f"frame {i} does not decode ({clips.reason(exc)})", file=job.data_file,
                            episode=job.episode, field=job.key) from None
     if len(frames) != 1 or (frames[0].height, frames[0].width) != job.shape:

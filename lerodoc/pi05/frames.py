@@ -15,7 +15,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from lerodoc.media.clips import READ_ERRORS, reason
+from lerodoc.media.clips import read_errors, reason
 from lerodoc.errors import LerodocError
 from lerodoc.media.frames import Cursor, Unreadable, index, open_video
 
@@ -41,7 +41,7 @@ class _Open:
         try:
             self.container = open_video(path)
             stream = self.container.streams.video[0]
-        except READ_ERRORS + (IndexError,) as exc:
+        except read_errors() + (IndexError,) as exc:
             raise LerodocError(f"cannot open video for training ({reason(exc)})", file=path) from None
         stream.thread_type = "AUTO"
         self.cursor = Cursor(self.container, stream, tolerance_s)
@@ -101,7 +101,7 @@ class FrameReader:
     def _seek(f: _Open, target: float, path: Path) -> None:
         try:
             f.cursor.seek(target)
-        except READ_ERRORS as exc:
+        except read_errors() as exc:
             raise LerodocError(f"cannot seek to {target:.4f} s ({reason(exc)})", file=path,
                                hint="lerodoc validate --videos DATASET names the damage") from None
 
@@ -110,7 +110,7 @@ class FrameReader:
         none is, or it lies further from the target than the tolerance or 1.5 frames."""
         try:
             best = f.cursor.at(target)
-        except READ_ERRORS as exc:
+        except read_errors() as exc:
             raise LerodocError(f"cannot decode the frame at {target:.4f} s ({reason(exc)})", file=path) from None
         if best is None or abs(float(best.time) - target) > max(self.tolerance_s, 1.5 / self._fps(f)):
             raise LerodocError(f"no frame at {target:.4f} s (the nearest decoded one is at "

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from lerodoc.media.clips import READ_ERRORS, reason
+from lerodoc.media.clips import read_errors, reason
 from lerodoc.dataset import Dataset, Episode, read_rows
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import INDEX_FEATURES
@@ -249,7 +249,7 @@ def decode_thumbnails(ds: Dataset, thumbs: list[Thumb], tolerance_s: float, work
                     else:
                         t.pts = float(frame.time) - spans[(t.episode, t.camera)].from_timestamp
                         t.jpeg = _jpeg(frame)
-        except (READ_ERRORS + (IndexError,)) as exc:
+        except (read_errors() + (IndexError,)) as exc:
             for t in mine:
                 if t.jpeg is None:
                     t.error = f"cannot decode {relative} ({reason(exc)})"
