@@ -1,16 +1,14 @@
 """The `lerodoc` command line: one Typer app, one module per command, errors rendered once.
 
-Command modules import their core operation inside the command, so `lerodoc --help` and failures found
-before any work (a missing tokenizer, say) answer without loading numpy, pyarrow, PyAV, huggingface_hub or torch
-(tests/test_startup.py holds that). `main` builds only the command a command line runs (`command_for`), and help
-is click's plain text (`PlainCommand`, `PlainGroup`), so `--help` loads no rich: the start-up times are in
-bench/startup.py's results."""
+Built on Typer's and click's public API only (tests/test_layout.py holds that): `typer.Typer`, `typer.main.get_command`
+and click's `Command.format_options` / `Group.format_commands` for help. Command modules import their operation
+inside the command, so `lerodoc --help` and failures found before any work (a missing tokenizer, say) answer without
+loading numpy, pyarrow, PyAV, huggingface_hub, torch or rich (tests/test_startup.py holds that): help is click's plain
+text (`PlainCommand`, `PlainGroup`), render's consoles are made on first use."""
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import functools
+import inspect
 import os
 import re
 import sys
@@ -21,7 +19,6 @@ from typing import Annotated
 
 import typer
 import typer.main
-import typer.models
 from typer.core import TyperCommand, TyperGroup
 
 from lerodoc import __version__, render
@@ -70,9 +67,6 @@ class PlainCommand(TyperCommand):
     def format_options(self, ctx, formatter) -> None:
         _format_params(self, ctx, formatter)
 
-    def get_help_option(self, ctx):
-        return _quicken(super().get_help_option(ctx))   # made per context, after _coerce_quickly
-
 
 class PlainGroup(TyperGroup):
     """A command group whose --help is plain text too: its options, then its commands under their panels' headings
@@ -96,9 +90,6 @@ class PlainGroup(TyperGroup):
                 with formatter.section(panel):
                     formatter.write_dl([(name.ljust(width), text) for name, text in rows])
 
-    def get_help_option(self, ctx):
-        return _quicken(super().get_help_option(ctx))
-
 
 def _format_params(command, ctx, formatter) -> None:
     """`command`'s arguments, then its options, each under its panel's heading, the default panels (Arguments,
@@ -117,7 +108,6 @@ def _format_params(command, ctx, formatter) -> None:
 
 def _first_paragraph(text: str | None) -> str:
     """A command's line in its group's listing: the first paragraph of its help, on one line."""
-    import inspect
     first = inspect.cleandoc(text or "").split("\n\n")[0]
     return first.replace("\b\n", "") if first.startswith("\b") else " ".join(first.split())
 
@@ -188,148 +178,6 @@ def command_of(cli, args: list[str]) -> str | None:
         path.append(arg)
         cli = sub
     return " ".join(path) or None
-
-
-def _name(info) -> str | None:
-    """The command name a registered command or group of a Typer app gets, as Typer names it (None: unknown)."""
-    if isinstance(info, typer.models.CommandInfo):
-        return info.name or typer.main.get_command_name(info.callback.__name__)
-    for name in (info.name, info.typer_instance.info.name):
-        if isinstance(name, str):
-            return name
-    return None
-
-
-def _listing(typer_app: typer.Typer) -> typer.Typer:
-    """`typer_app` for a help listing: each command's callback replaced by one without parameters that keeps its
-    name and docstring, so Typer builds the same names, help and panels without reading ~300 parameters."""
-    listed = copy.copy(typer_app)
-    listed.registered_commands = []
-    for info in typer_app.registered_commands:
-        def callback() -> None:
-            raise AssertionError("a help listing's stand-in was run")
-        callback.__name__, callback.__doc__ = info.callback.__name__, info.callback.__doc__
-        stand_in = copy.copy(info)
-        stand_in.callback = callback
-        listed.registered_commands.append(stand_in)
-    listed.registered_groups = []
-    for info in typer_app.registered_groups:
-        stand_in = copy.copy(info)
-        stand_in.typer_instance = _listing(info.typer_instance)
-        listed.registered_groups.append(stand_in)
-    return listed
-
-
-def command_for(args: list[str]):
-    """The click command that runs `lerodoc ARGS`, built by Typer from `app` with only what the command line
-    needs: the command it names (with its subcommands), or, when it names none (`--help`, `--version`, no
-    arguments, a misspelt command), every command's name and help without their parameters. The output is the
-    one `typer.main.get_command(app)` gives (tests/test_startup.py compares them); shell completion gets the full
-    app."""
-    if any(key.startswith("_LERODOC_COMPLETE") for key in os.environ):
-        return typer.main.get_command(app)
-    word = next((arg for arg in args if not arg.startswith("-")), None)
-    entries = [*app.registered_commands, *app.registered_groups]
-    names = [_name(info) for info in entries]
-    if None in names:
-        return typer.main.get_command(app)
-    built = copy.copy(app)
-    if word in names:
-        chosen = entries[names.index(word)]
-        built.registered_commands = [chosen] if chosen in app.registered_commands else []
-        built.registered_groups = [chosen] if chosen in app.registered_groups else []
-    else:
-        built = _listing(app)
-    command = typer.main.get_command(built)
-    _coerce_quickly(command)
-    return command
-
-
-def _quick(descriptor, value, param, ctx):
-    """`value` coerced as Typer would for the common cases whose result is certain without pydantic (a str for a
-    str, a Path for a Path, a choice, an integer or decimal written plainly, a default already of its type, a
-    list of those), or `_quick` itself when not one of them: Typer 0.2x builds a pydantic TypeAdapter per
-    parameter, and importing pydantic costs more than the rest of a small command's start-up."""
-    info = descriptor.parameter_info
-    if info.parser is not None or descriptor.file_annotation is not None:
-        return _quick
-    return _quick_value(descriptor.annotation, info, value, param, ctx)
-
-
-def _quick_value(annotation, info, value, param, ctx):
-    from enum import Enum
-    from typing import get_args, get_origin
-
-    from typer._param_types import coerce_cli_choice, coerce_cli_path, routes_to_path
-    if get_origin(annotation) is list:   # Typer coerces each item by the same parameter's rules
-        items = [_quick_value(get_args(annotation)[0], info, item, param, ctx)
-                 for item in (value if isinstance(value, (list, tuple)) else [value])]
-        return _quick if any(item is _quick for item in items) else items
-    if annotation is str:
-        return value if isinstance(value, str) else _quick
-    if annotation in (int, float) and not getattr(info, "clamp", False):
-        if type(value) in (int, annotation) or (isinstance(value, str) and _PLAIN[annotation].fullmatch(value)):
-            number = annotation(value)
-            low, high = getattr(info, "min", None), getattr(info, "max", None)
-            if (low is None or number >= low) and (high is None or number <= high):
-                return number
-        return _quick
-    if isinstance(annotation, type) and issubclass(annotation, Enum):
-        try:
-            return coerce_cli_choice(value, choices=list(annotation), case_sensitive=info.case_sensitive, ctx=ctx)
-        except Exception:
-            return _quick   # Typer says why, in its words
-    if routes_to_path(annotation, info):
-        path_type = info.path_type or (annotation if isinstance(annotation, type) and issubclass(annotation, Path)
-                                       else None)
-        if path_type is not None and path_type not in (str, bytes) and isinstance(value, str):
-            value = path_type(value)   # what pydantic's Path validation makes of a str
-        try:
-            return coerce_cli_path(value, info, path_type=path_type, param=param, ctx=ctx)
-        except Exception:
-            return _quick
-    return _quick
-
-
-_PLAIN = {int: re.compile(r"-?[0-9]+"), float: re.compile(r"-?[0-9]+(\.[0-9]+)?")}
-
-
-def _quicken(param):
-    """`param` with `_quick` in front of Typer's own coercion, which still coerces (and words the error for)
-    anything `_quick` leaves; unchanged on a Typer without per-parameter runtime coercion."""
-    descriptor = getattr(param, "type_descriptor", None)
-    if descriptor is not None and getattr(param, "_runtime_param", None) is None and _Quick() is not None:
-        param._runtime_param = _Quick()(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation,
-                                        descriptor=descriptor)
-    return param
-
-
-@functools.cache
-def _Quick():
-    """The RuntimeParam class `_quicken` installs (None where this Typer has none)."""
-    try:
-        from typer._coercion import RuntimeParam, build_runtime_param
-    except ImportError:
-        return None
-
-    @dataclasses.dataclass(frozen=True)
-    class Quick(RuntimeParam):
-        descriptor: object
-
-        def _coerce_value(self, value, param, ctx):
-            done = _quick(self.descriptor, value, param, ctx)
-            if done is not _quick:
-                return done
-            return build_runtime_param(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
-    return Quick
-
-
-def _coerce_quickly(command) -> None:
-    """`_quicken` every parameter of `command` and of its subcommands."""
-    for param in command.params:
-        _quicken(param)
-    for sub in (getattr(command, "commands", None) or {}).values():
-        _coerce_quickly(sub)
 
 
 def _is_click_error(exc: BaseException) -> bool:
@@ -408,7 +256,7 @@ def _main() -> None:
     as_json = "--json" in args
     started = time.perf_counter()
     sys.unraisablehook = _quiet_no_room(sys.unraisablehook)   # before any pool forks: its workers inherit it
-    cli = command_for(args)
+    cli = typer.main.get_command(app)
     render.command = command_of(cli, args)
     try:
         code = cli.main(args=args, standalone_mode=False)
