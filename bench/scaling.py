@@ -82,6 +82,7 @@ def worker(spec: dict) -> None:
     priority = settings.pop("stream_priority", 0)
     from lerodoc.pi05 import train as T
     from lerodoc.pi05.data import DataSpec
+    from lerodoc.pi05.metrics import peak_flops
     from lerodoc.pi05.model import flops_per_sample
 
     if spec.get("dump_after_s"):
@@ -98,7 +99,7 @@ def worker(spec: dict) -> None:
     run, procs = setup.run, setup.procs
     parts = T.build(setup)
     flops = flops_per_sample(setup.config, run.data.max_token_len, len(run.data.cameras))
-    peak = T.peak_flops(procs.device)
+    peak = peak_flops(procs.device)
     total = spec["warmup"] + spec["steps"] + (spec["profile_steps"] if spec["profile"] else 0)
     stream = iter(T.loader(setup, 0, total))
     log = T.Metrics(Path(spec["work"]), procs, run, run.batch_per_device * procs.world, flops, peak)

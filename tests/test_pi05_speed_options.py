@@ -17,7 +17,8 @@ from lerodoc.pi05.data import DataSpec  # noqa: E402
 from lerodoc.pi05.distributed import Processes  # noqa: E402
 from lerodoc.pi05.model import PI05, float8_filter  # noqa: E402
 from lerodoc.pi05.presets import full, tiny  # noqa: E402
-from lerodoc.pi05.train import RunConfig, check_float8  # noqa: E402
+from lerodoc.pi05.config import RunConfig  # noqa: E402
+from lerodoc.pi05.float8 import check_float8  # noqa: E402
 
 
 def test_compiled_sampling_gives_the_eager_actions_in_one_graph_each():

@@ -147,7 +147,7 @@ def pi05(
     require(wandb, tensorboard)
     from lerodoc.pi05.data import DataSpec
     from lerodoc.pi05.preflight import AUTO
-    from lerodoc.pi05.train import RunConfig
+    from lerodoc.pi05.config import RunConfig
 
     if precision not in ("auto", "bf16", "fp32"):
         raise typer.BadParameter("auto, bf16 or fp32", param_hint="--precision")

@@ -19,7 +19,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,90 +29,18 @@ from lerodoc import render
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.jsonl import write_json
-from lerodoc.run.parallel import data_workers
 from lerodoc.pi05 import checkpoint, launch, preflight, runs
-from lerodoc.pi05.distributed import Processes, all_sum, parallelise, shutdown, start_processes
+from lerodoc.pi05.config import CURVE_OPTIONS, RunConfig
 from lerodoc.pi05.data import (DataSpec, Frames, Tokenizer, TrainingBatches, held_out_rows, load_frames,
                                 longest_prompt)
+from lerodoc.pi05.distributed import Processes, all_sum, parallelise, shutdown, start_processes
+from lerodoc.pi05.float8 import check_float8
+from lerodoc.pi05.metrics import peak_flops
 from lerodoc.pi05.model import PI05, PI05Config, flops_per_sample
 from lerodoc.pi05.plot import plot_losses
 from lerodoc.pi05.presets import PRESETS
 from lerodoc.pi05.tracking import Tracker
 from lerodoc.pi05.weights import check_policy, locate_assets
-
-# options that change the loss curve: a resume must use the values the run started with
-CURVE_OPTIONS = ("dataset", "preset", "steps", "lr", "min_lr", "warmup_steps", "weight_decay",
-                 "clip", "ema", "seed", "weights", "precision", "float8", "data", "val_episodes", "val_fraction")
-
-
-@dataclass
-class RunConfig:
-    dataset: str
-    output: str
-    tokenizer: str
-    preset: str = "full"
-    weights: str | None = None
-    steps: int = 1000
-    batch_per_device: int = 4
-    lr: float = 2.5e-5
-    min_lr: float = 2.5e-6
-    warmup_steps: int | None = None       # None: 10% of the steps, at most 1000
-    weight_decay: float = 0.01
-    clip: float = 1.0
-    ema: float | None = None
-    seed: int = 0
-    precision: str = "auto"               # bf16 autocast on GPU, fp32 on CPU
-    device: str = "auto"
-    compile: bool = False
-    # "layers": PI05.compile_layers, DDP eager around them (overlaps its all-reduce with backward layer by layer);
-    # "model": torch.compile(DDP(model)), which DDPOptimizer splits at bucket boundaries (4x longer compile)
-    compile_scope: str = "layers"
-    ddp_bucket_mb: int = 100              # DDP's gradient bucket size (torch's default is 25)
-    ddp_bucket_view: bool = True          # gradients are views into DDP's buckets (no copy into them)
-    ddp_static_graph: bool = False
-    ddp_reduce: str = "fp32"              # "bf16": sum bf16-rounded gradients (half the bytes, not exact)
-    fsdp_reshard: bool = True             # FSDP2 frees each layer's gathered parameters after forward (False: ZeRO-2)
-    pin_workers: bool = True              # each rank's data workers on its own share of the CPUs
-    gradient_checkpointing: bool = False
-    # "tensorwise": torchao float8 training of the large linears (PI05.convert_float8): 1.15x at batch 48 on an H200,
-    # and batch 64 fits (docs/train.md; rowwise scaling was no faster than bf16 and is not offered); needs torchao
-    # and a GPU with float8 matrix units
-    float8: str | None = None
-    fsdp: bool = False
-    workers: int = field(default_factory=data_workers)
-    save_every: int = 1000
-    keep: int = 2
-    log_every: int = 10
-    wandb_project: str | None = None      # --wandb: mirror metrics to this W&B project (lerodoc.pi05.tracking)
-    tensorboard: bool = False             # --tensorboard: event files in RUN/tensorboard
-    data: DataSpec | None = None
-    world_size: int = 1
-    skip_checks: tuple[str, ...] = ()     # validate codes the user overrides (--skip-checks)
-    val_episodes: str | None = None       # --val-episodes as typed (lerodoc.selection syntax)
-    val_fraction: float | None = None     # --val-fraction: that share of the episodes, drawn with `seed`
-    val_every: int = 100                  # steps between held-out evaluations (and one at the last step)
-    val_samples: int = 256                # held-out frames evaluated, evenly spaced over the held-out episodes
-    held_out: tuple[int, ...] = ()        # the held-out episode numbers, resolved when the run starts
-
-    def to_json(self) -> dict:
-        return asdict(self) | {"data": self.data.to_json() if self.data else None, "held_out": list(self.held_out)}
-
-    @classmethod
-    def from_json(cls, raw: dict) -> RunConfig:
-        return cls(**(raw | {"data": DataSpec.from_json(raw["data"]) if raw.get("data") else None,
-                             "skip_checks": tuple(raw.get("skip_checks", ())),
-                             "held_out": tuple(raw.get("held_out", ()))}))
-
-    @property
-    def warmup(self) -> int:
-        return self.warmup_steps if self.warmup_steps is not None else min(1000, self.steps // 10)
-
-    def lr_at(self, step: int) -> float:
-        """Linear warmup to `lr`, then cosine decay to `min_lr` at the last step."""
-        if step < self.warmup:
-            return self.lr * (step + 1) / self.warmup
-        progress = (step - self.warmup) / max(1, self.steps - self.warmup)
-        return self.min_lr + 0.5 * (self.lr - self.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 # ------------------------------------------------------------------------------------------------ the model
@@ -423,41 +351,6 @@ def build(setup: Setup) -> Parts:
     optimizer = make_optimizer(wrapped, run, procs.device)
     return Parts(model, ema, wrapped, optimizer, torch.compile(wrapped) if run.compile and not layers else wrapped,
                  bf16)
-
-
-def check_float8(run: RunConfig, config: PI05Config, procs: Processes) -> None:
-    """Float8 training runs on CUDA GPUs with float8 matrix units (compute capability 8.9+), without FSDP, with
-    torchao installed, and at a batch whose token counts are multiples of 16 (torch._scaled_mm's rule)."""
-    if run.float8 != "tensorwise":
-        raise LerodocError(f"float8 recipe {run.float8!r} is not offered (rowwise scaling was no faster than bf16)",
-                           hint="use tensorwise")
-    B, H = run.batch_per_device, config.action_horizon
-    prefix = len(run.data.cameras) * config.vision.num_patches + run.data.max_token_len
-    if (B * H) % 16 or (B * prefix) % 16:
-        good = [b for b in range(8, 129, 8) if not (b * H) % 16 and not (b * prefix) % 16][:4]
-        raise LerodocError(f"float8 training multiplies over the batch's tokens, which must be a multiple of 16: "
-                           f"batch {B} gives {B * H} action and {B * prefix} prefix tokens per device",
-                           hint=f"use a batch per device such as {', '.join(map(str, good))}")
-    if procs.device.type != "cuda" or torch.cuda.get_device_capability(procs.device) < (8, 9):
-        raise LerodocError(f"float8 training needs a GPU with float8 matrix units (H100, H200, L40S, ...); this run "
-                           f"is on {procs.device}", hint="drop the float8 option")
-    if run.fsdp:
-        raise UsageError("float8 training is not supported with --fsdp", hint="drop one of them")
-    try:
-        import torchao  # noqa: F401
-    except ImportError:
-        raise LerodocError("float8 training needs torchao, which is not installed",
-                           hint="pip install torchao (a release built for this torch)") from None
-
-
-PEAK_BF16_FLOPS = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12}   # dense tensor-core spec sheets
-
-
-def peak_flops(device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
 
 
 def sweep(run: RunConfig, batches: list[int], steps: int = 8, warmup: int = 3) -> list[dict]:
