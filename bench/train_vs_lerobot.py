@@ -95,6 +95,11 @@ def parser() -> argparse.ArgumentParser:
                    help="also run lerodoc's side with torchao float8 training of its large linears, one run per "
                         "recipe (torchao on the path: carried wheels)")
     p.add_argument("--float8-only", action="store_true", help="lerodoc's side only in its --float8 runs")
+    p.add_argument("--float8-batch", type=int, nargs="+", default=None,
+                   help="the batch sizes of lerodoc's --float8 runs (default: --batch); float8 fits larger ones")
+    p.add_argument("--lerobot-gc-batch", type=int, nargs="+", default=None,
+                   help="also run lerobot's side with its gradient checkpointing on, at these batch sizes (a "
+                        "compiled lerobot compiles again)")
     p.add_argument("--steps", type=int, default=8, help="timed steps per batch size (after 3 warm-up steps)")
     p.add_argument("--prompt", type=int, default=28, help="prompt tokens (lerobot: its tokenizer_max_length)")
     p.add_argument("--preset", choices=["full", "tiny"], default="full")
@@ -255,19 +260,24 @@ def side_env(side: str, site: str, torchao_site: str, expandable: bool = True) -
 
 
 def plan(args) -> list[tuple[str, str, str | None]]:
-    """(name, side, float8 recipe) of each subprocess, in order."""
+    """(name, side, float8 recipe) of each subprocess, in order; "lerobot-gc" is lerobot with its gradient
+    checkpointing (--lerobot-gc-batch)."""
     runs = []
     for side in args.sides:
         if not (side == "lerodoc" and args.float8_only):
             runs.append((side, side, None))
         if side == "lerodoc":
             runs += [(f"lerodoc-float8-{recipe}", side, recipe) for recipe in args.float8]
+        if side == "lerobot" and args.lerobot_gc_batch:
+            runs.append(("lerobot-gc", side, None))
     return runs
 
 
-def child_args(args, side: str, out: Path, float8: str | None = None) -> list[str]:
+def child_args(args, side: str, out: Path, float8: str | None = None, name: str | None = None) -> list[str]:
     python = args.lerobot_python if side == "lerobot" else sys.executable
+    gc = name == "lerobot-gc"
     batches = args.lerobot_batch if side == "lerobot" and args.lerobot_batch else args.batch
+    batches = (args.lerobot_gc_batch if gc else args.float8_batch if float8 and args.float8_batch else batches)
     cmd = [python, "-m", "bench.train_vs_lerobot", "--side", side, "--out", str(out), "--preset", args.preset,
            "--device", args.device, "--steps", str(args.steps), "--prompt", str(args.prompt),
            "--batch", *map(str, batches)]
@@ -275,7 +285,7 @@ def child_args(args, side: str, out: Path, float8: str | None = None) -> list[st
         cmd.append("--compile")
     if args.lerobot_compile_mode:
         cmd += ["--lerobot-compile-mode", args.lerobot_compile_mode]
-    if args.gradient_checkpointing:
+    if args.gradient_checkpointing or gc:
         cmd.append("--gradient-checkpointing")
     if float8:
         cmd += ["--side-float8", float8]
@@ -316,17 +326,19 @@ def comparisons(sides: dict) -> list[dict]:
     lerodoc's 2 x 256): the FLOPs counted for MFU are the work both must do, the same for both."""
     out = []
     theirs = speeds(sides.get("lerobot", {}))
+    lerobots = [(n, b, v) for n, r in sides.items() if n.startswith("lerobot") for b, v in speeds(r).items()]
     for name, result in sides.items():
-        if name == "lerobot":
+        if name.startswith("lerobot"):
             continue
         mine = speeds(result)
-        if mine and theirs:
-            b_ours, b_theirs = max(mine, key=mine.get), max(theirs, key=theirs.get)
+        if mine and lerobots:
+            b_ours = max(mine, key=mine.get)
+            n_theirs, b_theirs, v_theirs = max(lerobots, key=lambda x: x[2])
             out.append({"label": f"best vs best: {name} at its best batch measured ({b_ours}) / lerobot at its best "
-                                 f"batch measured ({b_theirs}), both as configured above, same call",
-                        "ours": name, "batch_ours": b_ours, "batch_lerobot": b_theirs,
-                        "samples_per_s_ours": mine[b_ours], "samples_per_s_lerobot": theirs[b_theirs],
-                        "ratio": mine[b_ours] / theirs[b_theirs]})
+                                 f"measured ({n_theirs}, batch {b_theirs}), both as configured above, same call",
+                        "ours": name, "batch_ours": b_ours, "lerobot_run": n_theirs, "batch_lerobot": b_theirs,
+                        "samples_per_s_ours": mine[b_ours], "samples_per_s_lerobot": v_theirs,
+                        "ratio": mine[b_ours] / v_theirs})
         for b, r in ratios(sides, name).items():
             out.append({"label": f"same batch {b}: {name} / lerobot (lerobot also encodes the camera no sample "
                                  "shows)", "ours": name, "batch_ours": b, "batch_lerobot": b,
@@ -364,7 +376,7 @@ def main() -> None:
             out = Path(tmp) / f"{name}.json"
             started = time.perf_counter()
             timeout = max(60.0, deadline - started - args.reserve * (len(runs) - 1 - i))
-            cmd = child_args(args, side, out, float8)
+            cmd = child_args(args, side, out, float8, name)
             print(f"=== {name} (at most {timeout:.0f} s): {' '.join(cmd)}", flush=True)
             try:
                 proc = subprocess.run(cmd, cwd=ROOT, env=side_env(side, args.site, args.torchao_site,
