@@ -24,8 +24,9 @@ from lerodoc.formats.info import INDEX_FEATURES, flat_names
 from lerodoc.formats.stats import is_placeholder, is_shaped, stat_shape
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
-from lerodoc.tables.stats import (BASIC, EXTREME, NEAR_CONSTANT, aggregate, channel_flags, column_stats, dataset_stats,
-                                   normalised)
+from lerodoc.tables.stats import (BASIC, EXTREME, NEAR_CONSTANT, aggregate, channel_flags, dataset_stats,
+                                   normalised, spans_order_statistics, spans_stats,
+                                   split_segments)
 
 CODES = {
     "STA001": (WARNING, "meta/stats.json is missing (training then has no normalisation stats)",
@@ -476,18 +477,19 @@ def _quantile_keys(by_stat: dict) -> dict[str, float]:
     return {k: int(k[1:]) / 100 for k in by_stat if k[:1] == "q" and k[1:].isdigit() and 0 < int(k[1:]) < 100}
 
 
-def _quantile_brackets(values: np.ndarray, keys: dict[str, float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per quantile key, the (low, high) order statistics that any interpolating estimator lands between:
-    numpy's linear q*(n-1) and lerobot's histogram ceil(q*n)-th value, one rank wider on each side."""
-    n = len(values)
-    ranks = {}
-    for key, q in keys.items():
-        linear, histogram = q * (n - 1), int(np.ceil(q * n)) - 1
-        ranks[key] = (max(0, min(int(np.floor(linear)), histogram) - 1),
-                      min(n - 1, max(int(np.ceil(linear)), histogram) + 1))
-    kth = sorted({r for pair in ranks.values() for r in pair})
-    part = np.partition(values, kth, axis=0)
-    return {key: (part[lo], part[hi]) for key, (lo, hi) in ranks.items()}
+def _quantile_brackets(values: np.ndarray, firsts: np.ndarray, lengths: np.ndarray, keys: dict[str, float]
+                       ) -> list[dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Per span [first, first + length) of the (channels, rows) `values` and per quantile key, the (low, high)
+    order statistics that any interpolating estimator lands between: numpy's linear q*(n-1) and lerobot's
+    histogram ceil(q*n)-th value, one rank wider on each side."""
+    n = lengths[:, None]
+    q = np.array(list(keys.values()), dtype=np.float64)
+    linear, histogram = q * (n - 1), np.ceil(q * n).astype(np.int64) - 1
+    low = np.maximum(0, np.minimum(np.floor(linear).astype(np.int64), histogram) - 1)
+    high = np.minimum(n - 1, np.maximum(np.ceil(linear).astype(np.int64), histogram) + 1)
+    found = spans_order_statistics(values, firsts, lengths, np.concatenate([low, high], axis=1))
+    k = len(keys)
+    return [{key: (found[:, e, j], found[:, e, k + j]) for j, key in enumerate(keys)} for e in range(len(lengths))]
 
 
 @dataclass
@@ -572,14 +574,21 @@ def file_stats(args: tuple[str, str, dict[str, int], list[Run], dict]) -> DataSt
             result.incomplete.add(feature)
             continue
         result.dtypes.setdefault(feature, values.dtype)
-        values = values.astype(np.float64)
-        _non_finite(values, runs, feature, result)
-        for run in runs:
-            stats = column_stats(values[run.start:run.stop])
-            result.per_episode.setdefault(run.episode, {}).setdefault(feature, []).append(stats)
+        values = values.astype(np.float64).T          # (channels, rows)
+        _non_finite(values.T, runs, feature, result)
+        firsts = np.array([run.start for run in runs], dtype=np.int64)
+        lengths = np.array([run.stop - run.start for run in runs], dtype=np.int64)
+        stats = split_segments(spans_stats(values, firsts, lengths, quantiles=False), (feature,), (width,))
+        for run, by_feature in zip(runs, stats):
+            result.per_episode.setdefault(run.episode, {}).setdefault(feature, []).append(by_feature[feature])
+        by_keys: dict[tuple, list[int]] = {}   # runs whose stated quantiles are to be bracketed, by their keys
+        for i, run in enumerate(runs):
             keys = stated.get((run.episode, feature))
-            if keys and (run.episode, feature) not in result.dirty:
-                result.brackets[(run.episode, feature)] = _quantile_brackets(values[run.start:run.stop], keys)
+            if keys and (run.episode, feature) not in result.dirty and lengths[i]:
+                by_keys.setdefault(tuple(keys.items()), []).append(i)
+        for keys, chosen in by_keys.items():
+            brackets = _quantile_brackets(values, firsts[chosen], lengths[chosen], dict(keys))
+            result.brackets.update({(runs[i].episode, feature): found for i, found in zip(chosen, brackets)})
     return result
 
 

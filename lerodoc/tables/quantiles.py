@@ -37,7 +37,7 @@ def key_floats(keys: np.ndarray) -> np.ndarray:
     return np.where(positive, keys & ~np.uint64(1 << 63), ~keys).view(np.float64)
 
 
-def _interpolate(low: np.ndarray, high: np.ndarray, fraction: np.ndarray) -> np.ndarray:
+def interpolate(low: np.ndarray, high: np.ndarray, fraction: np.ndarray) -> np.ndarray:
     """numpy's linear interpolation between neighbouring order statistics (same formula, same rounding)."""
     diff = high - low
     return np.where(fraction >= 0.5, high - diff * (1 - fraction), low + diff * fraction)
@@ -81,13 +81,13 @@ def row_quantiles(rows: np.ndarray, levels: list[float], threads: int = 1, in_pl
     ranks = np.unique(np.concatenate([low, high]))
     found = _order_statistics(rows, ranks, threads, in_place).astype(np.float64)
     at = {r: i for i, r in enumerate(ranks)}
-    return _interpolate(found[[at[r] for r in low]], found[[at[r] for r in high]], fraction[:, None])
+    return interpolate(found[[at[r] for r in low]], found[[at[r] for r in high]], fraction[:, None])
 
 
 def sorted_quantiles(ordered: np.ndarray, levels: list[float]) -> np.ndarray:
     """(len(levels), D) quantiles of each row of a (D, N) array whose rows are sorted (numpy's linear method)."""
     low, high, fraction = _ranks(ordered.shape[1], levels)
-    return _interpolate(ordered[:, low].T.astype(np.float64), ordered[:, high].T.astype(np.float64),
+    return interpolate(ordered[:, low].T.astype(np.float64), ordered[:, high].T.astype(np.float64),
                         fraction[:, None])
 
 
@@ -145,7 +145,7 @@ def selected_quantiles(one_pass: Callable[["Selection"], "Tally"], levels: list[
         selection.narrow(one_pass(selection))
     at = {r: i for i, r in enumerate(ranks)}
     found = selection.result
-    return _interpolate(found[[at[r] for r in low]], found[[at[r] for r in high]], fraction[:, None]), selection.passes
+    return interpolate(found[[at[r] for r in low]], found[[at[r] for r in high]], fraction[:, None]), selection.passes
 
 
 def key_slices(matrices: Iterable[np.ndarray], rows: int = 1 << 17) -> Iterable[np.ndarray]:

@@ -1,12 +1,13 @@
-"""Feature statistics, the one place lerodoc computes them: the per-episode engine (`moments`: min, max,
-mean, std, count; `column_stats` for rows, `block_stats` for a (channels, frames) block, with its quantiles),
+"""Feature statistics, the one place lerodoc computes them: the per-episode engine (`segment_stats`: min,
+max, mean, std, count and quantiles of every episode of a matrix at once, by reduceat and one sort per length
+class; `column_stats` for rows, `block_stats` for one (channels, frames) block),
 the exact aggregation of per-episode stats and the one assembly of dataset stats (`dataset_stats`: the
 aggregate plus the quantiles over all rows), which merge, derive, repair, quantiles and validate use. The
 shape a stored stat has is `lerodoc.formats.stats.stat_shape`.
 
 Numeric features are held as groups (`Group`), one (channels, rows) matrix per dtype. When every value
 fits the memory budget, each data file is read once (all needed columns), its columns are transposed
-into the groups' matrices, episodes are sliced out of them (threads, scratch arrays reused), and the
+into the groups' matrices, the episodes' stats come from whole matrices at once (`segment_stats`), and the
 dataset quantiles come from sorting the matrices in place (threads over channel blocks). Otherwise the
 episodes are done per data file in worker processes and the dataset quantiles by `lerodoc.tables.quantiles`
 (channel blocks, or radix selection). Every path gives the same bits as numpy's min, max, mean, std
@@ -27,8 +28,8 @@ from lerodoc.run.engine import TASKS_PER_CPU
 from lerodoc.errors import LerodocError
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, iter_batches, leaf_values, open_parquet, read_parquet
-from lerodoc.tables.quantiles import (Selection, Tally, key_slices, row_quantiles, selected_quantiles, sorted_quantiles,
-                               transpose_into)
+from lerodoc.tables.quantiles import (Selection, Tally, interpolate, key_slices, row_quantiles, selected_quantiles,
+                                      transpose_into)
 from lerodoc.tables.quantiles import quantiles as exact_quantiles
 
 BASIC = ("min", "max", "mean", "std", "count")
@@ -36,60 +37,121 @@ QUANTILES = ("q01", "q10", "q50", "q90", "q99")
 LEVELS = [int(q[1:]) / 100 for q in QUANTILES]
 
 
-class Scratch:
-    """Arrays reused from one episode to the next: fresh temporaries of a few hundred KB cost more in page
-    faults than the arithmetic done on them."""
+def segment_stats(matrix: np.ndarray, lengths, *, quantiles: bool = True, chunk: int = 1 << 22
+                  ) -> dict[str, np.ndarray]:
+    """Per-segment stats of a (channels, frames) matrix whose frames are consecutive segments (episodes) of
+    `lengths` frames: min, max, mean, std (population) as (segments, channels) float64 arrays, count as
+    (segments,) int64 and, with `quantiles`, q01..q99 as (segments, channels). Whole columns at a time (reduceat,
+    one sort per length class), `chunk` values of float64 temporaries at most; each segment gets the bits of
+    numpy's min, max, mean, std and quantile (linear) of its rows as a C-contiguous float64 array (and its
+    quantiles from a sort in the matrix's dtype), the bits `block_stats` gives one block. An empty segment's
+    stats are NaN, its count 0."""
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+    channels, segments = matrix.shape[0], len(lengths)
+    if int(lengths.sum()) != matrix.shape[1]:
+        raise ValueError(f"segments of {int(lengths.sum())} frames over a matrix of {matrix.shape[1]}")
+    out = {k: np.full((segments, channels), np.nan) for k in ("min", "max", "mean", "std")}
+    out["count"] = lengths.copy()   # lerobot's order: count before the quantiles
+    out.update({k: np.full((segments, channels), np.nan) for k in (QUANTILES if quantiles else ())})
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    per = max(1, chunk // max(channels, 1))
+    first = 0
+    while first < segments:   # runs of whole segments of about `per` frames (at least one segment)
+        last = max(first + 1, int(np.searchsorted(ends, starts[first] + per, side="right")))
+        run = slice(first, last)
+        sizes = lengths[run]
+        keep = sizes > 0
+        if keep.any():
+            part = matrix[:, starts[first]:ends[last - 1]]
+            picked = np.flatnonzero(keep) + first
+            for key, values in _run_moments(part, sizes[keep]).items():
+                out[key][picked] = values.T
+            if quantiles:
+                for key, values in zip(QUANTILES, _run_quantiles(part, sizes[keep])):
+                    out[key][picked] = values.T
+        first = last
+    return out
 
-    def __init__(self):
-        self._flat: dict[str, np.ndarray] = {}
 
-    def array(self, name: str, shape: tuple[int, int], dtype) -> np.ndarray:
-        """A C-contiguous array of `shape` over the scratch buffer `name` (grown when too small)."""
-        size, flat = shape[0] * shape[1], self._flat.get(name)
-        if flat is None or flat.size < size or flat.dtype != dtype:
-            flat = self._flat[name] = np.empty(size, dtype=dtype)
-        return flat[:size].reshape(shape)
-
-
-def moments(values: np.ndarray, axis: int = 0, scratch: Scratch | None = None) -> dict[str, np.ndarray]:
-    """min, max, mean, std (population) and count of a 2-D array along `axis`, in float64: the per-episode
-    stats engine. numpy's own formula (the sums of np.mean and np.std, in the same order), so the bits are
-    numpy's min, max, mean and std of the same array as a C-contiguous float64 array: with axis 0, of an (N, D)
-    array of rows as lerobot holds a vector feature; with axis 1, of a (channels, frames) block. The sums
-    run in numpy's order along that axis, so the two layouts differ in the last bits. `scratch` keeps the
-    temporaries from one call to the next."""
-    scratch = scratch or Scratch()
-    n = values.shape[axis]
-    held = scratch.array("values", values.shape, np.float64)
-    np.copyto(held, values, casting="unsafe")
-    mean = np.add.reduce(held, axis=axis)
-    mean /= n
-    spread = scratch.array("spread", values.shape, np.float64)
-    np.subtract(held, np.expand_dims(mean, axis), out=spread)
+def _run_moments(part: np.ndarray, sizes: np.ndarray) -> dict[str, np.ndarray]:
+    """(channels, segments) min, max, mean, std of the non-empty segments tiling `part`. reduceat adds a
+    segment as its first value plus numpy's pairwise sum of the rest; each segment is led by a -0.0 (the
+    exact additive identity), so what it adds is the pairwise sum of all the segment's values: np.add.reduce's
+    bits."""
+    channels, frames = part.shape
+    segments = len(sizes)
+    led = np.cumsum(sizes + 1) - (sizes + 1)                   # where each led segment starts
+    at = np.arange(frames) + np.repeat(np.arange(1, segments + 1), sizes)   # each value's column in `held`
+    held = np.full((channels, frames + segments), -0.0)
+    held[:, at] = part
+    mean = np.add.reduceat(held, led, axis=1)
+    mean /= sizes
+    spread = held - np.repeat(mean, sizes + 1, axis=1)
     np.square(spread, out=spread)
-    variance = np.add.reduce(spread, axis=axis)
-    variance /= n
-    return {"min": held.min(axis=axis), "max": held.max(axis=axis), "mean": mean, "std": np.sqrt(variance),
-            "count": np.array([n], dtype=np.int64)}
+    spread[:, led] = -0.0
+    variance = np.add.reduceat(spread, led, axis=1)
+    variance /= sizes
+    starts = led - np.arange(segments)    # min and max commute with the exact, monotonic cast to float64
+    return {"min": np.minimum.reduceat(part, starts, axis=1).astype(np.float64),
+            "max": np.maximum.reduceat(part, starts, axis=1).astype(np.float64), "mean": mean, "std": np.sqrt(variance)}
+
+
+def order_statistics(part: np.ndarray, sizes: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """(channels, segments, k) values of the given (segments, k) 0-based ranks within each non-empty segment of
+    the `sizes` tiling a (channels, frames) `part`, in its dtype. Segments of a length class (lengths in
+    (2^(k-1), 2^k]) are sorted together, padded past their end with the dtype's greatest value (NaN for floats,
+    which numpy sorts last), so a segment's first n sorted values are its own."""
+    sizes, ranks = np.asarray(sizes, dtype=np.int64), np.asarray(ranks, dtype=np.int64)
+    channels = part.shape[0]
+    starts = np.cumsum(sizes) - sizes
+    out = np.empty((channels,) + ranks.shape, dtype=part.dtype)
+    classes = np.ceil(np.log2(sizes)).astype(np.int64)
+    kind = part.dtype
+    pad = np.nan if kind.kind == "f" else True if kind.kind == "b" else np.iinfo(kind).max
+    for k in np.unique(classes):
+        chosen = np.flatnonzero(classes == k)
+        width = 1 << int(k)
+        columns = starts[chosen, None] + np.arange(width)
+        padded = np.arange(width) >= sizes[chosen, None]
+        block = part[:, np.where(padded, 0, columns)]             # (channels, chosen, width)
+        block[:, padded] = pad
+        block.sort(axis=-1)
+        at = np.broadcast_to(ranks[chosen], (channels, len(chosen), ranks.shape[1]))
+        out[:, chosen] = np.take_along_axis(block, at, axis=-1)
+    return out
+
+
+def _run_quantiles(part: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+    """(channels, segments) q01..q99 of the non-empty segments tiling `part` (`order_statistics`, then numpy's
+    linear method as `tables.quantiles` computes it: `interpolate`)."""
+    last = (sizes - 1)[:, None]
+    virtual = last * np.asarray(LEVELS, dtype=np.float64)          # (segments, levels), as `_ranks`
+    low = np.clip(np.floor(virtual), 0, last).astype(np.int64)
+    high = np.minimum(low + 1, last)
+    picked = order_statistics(part, sizes, np.concatenate([low, high], axis=1)).astype(np.float64)
+    values = interpolate(picked[..., :len(LEVELS)], picked[..., len(LEVELS):], virtual - low)
+    return [values[..., i] for i in range(len(LEVELS))]
+
+
+def _one(stats: dict[str, np.ndarray], at: int = 0) -> dict[str, np.ndarray]:
+    """The stats of segment `at` of `segment_stats`' result, shaped as one episode's: (channels,) arrays and
+    count as a 1-element array."""
+    return {k: (np.array([v[at]], dtype=np.int64) if k == "count" else v[at]) for k, v in stats.items()}
 
 
 def column_stats(values: np.ndarray) -> dict[str, np.ndarray]:
-    """min, max, mean, std (population) and count over axis 0 of an (N,) or (N, D) array (`moments`)."""
+    """min, max, mean, std (population) and count over axis 0 of an (N,) or (N, D) array (`segment_stats` of one
+    segment: the bits of numpy's stats of each column as a contiguous float64 array)."""
     values = np.asarray(values)
-    return moments(values[:, None] if values.ndim == 1 else values, axis=0)
+    return _one(segment_stats((values[None, :] if values.ndim == 1 else values.T), [len(values)], quantiles=False))
 
 
-def block_stats(block: np.ndarray, scratch: Scratch | None = None) -> dict[str, np.ndarray]:
+def block_stats(block: np.ndarray) -> dict[str, np.ndarray]:
     """Exact min, max, mean, std, count and q01..q99 of each row of a (channels, frames) block: the bits of
-    numpy's min, max, mean, std and quantile on the rows as a C-contiguous float64 array (`moments`; the
-    temporaries live in `scratch`)."""
-    scratch = scratch or Scratch()
-    stats = moments(block, axis=1, scratch=scratch)
-    ordered = scratch.array("sorted", block.shape, block.dtype)
-    np.copyto(ordered, block)
-    ordered.sort(axis=1)
-    stats.update(zip(QUANTILES, sorted_quantiles(ordered, LEVELS)))
-    return stats
+    numpy's min, max, mean, std and quantile on the rows as a C-contiguous float64 array (`segment_stats` of
+    one segment)."""
+    return _one(segment_stats(block, [block.shape[1]]))
 
 
 def aggregate(per_episode: list[Stats]) -> Stats:
@@ -233,12 +295,62 @@ def check_finite(block: np.ndarray, group: Group, file: str, episode: int) -> No
                            hint="lerodoc validate names every one")
 
 
-def _finite_stats(block: np.ndarray, group: Group, file: str, episode: int, scratch: Scratch) -> Stats:
-    """Per-feature stats of one episode's block; NaN/inf (seen in min or max) is a clear error."""
-    stats = block_stats(block, scratch)
-    if not (np.isfinite(stats["min"]).all() and np.isfinite(stats["max"]).all()):
-        check_finite(block, group, file, episode)
-    return group.split(stats)
+def _tiled(matrix: np.ndarray, firsts, lengths) -> tuple[np.ndarray, np.ndarray]:
+    """(the frame spans [first, first + length) of a (channels, frames) matrix side by side, their lengths):
+    the matrix itself when they tile it in order, else the spans gathered."""
+    firsts, lengths = np.asarray(firsts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+    ends = firsts + lengths
+    if len(firsts) and firsts[0] == 0 and ends[-1] == matrix.shape[1] and np.array_equal(firsts[1:], ends[:-1]):
+        return matrix, lengths
+    offsets = np.cumsum(lengths) - lengths
+    return matrix[:, np.arange(int(lengths.sum())) + np.repeat(firsts - offsets, lengths)], lengths
+
+
+def spans_stats(matrix: np.ndarray, firsts, lengths, *, quantiles: bool = True) -> dict[str, np.ndarray]:
+    """`segment_stats` of the frame spans [first, first + length) of a (channels, frames) matrix, in any order."""
+    return segment_stats(*_tiled(matrix, firsts, lengths), quantiles=quantiles)
+
+
+def spans_order_statistics(matrix: np.ndarray, firsts, lengths, ranks) -> np.ndarray:
+    """`order_statistics` of the non-empty frame spans [first, first + length) of a (channels, frames) matrix, in
+    any order: (channels, spans, k) for (spans, k) ranks."""
+    return order_statistics(*_tiled(matrix, firsts, lengths), ranks)
+
+
+def split_segments(stats: dict[str, np.ndarray], names: tuple[str, ...], widths: tuple[int, ...]) -> list[Stats]:
+    """`segment_stats`' result (channels side by side) as one Stats per segment: {feature: {stat: value}}."""
+    bounds = np.cumsum((0,) + tuple(widths))
+    counts = stats["count"].reshape(-1, 1).astype(np.int64)
+    by_feature = {name: {k: (counts if k == "count" else v[:, lo:hi]) for k, v in stats.items()}
+                  for name, lo, hi in zip(names, bounds[:-1], bounds[1:])}
+    return [{name: {k: v[e] for k, v in by_stat.items()} for name, by_stat in by_feature.items()}
+            for e in range(len(counts))]
+
+
+def _episodes_of(matrix: np.ndarray, group: Group, episodes: list[tuple[int, int, int, str]]) -> list[Stats]:
+    """Stats of each (first column, length, index, file) episode of a group's matrix; NaN/inf (seen in an
+    episode's min or max) is a clear error naming the first such episode."""
+    firsts, lengths = (np.array([e[i] for e in episodes], dtype=np.int64) for i in (0, 1))
+    stats = spans_stats(matrix, firsts, lengths)
+    bad = ~(np.isfinite(stats["min"]).all(axis=1) & np.isfinite(stats["max"]).all(axis=1)) & (lengths > 0)
+    for e in np.flatnonzero(bad)[:1]:
+        first, length, index, path = episodes[e]
+        check_finite(matrix[:, first:first + length], group, path, index)
+    return split_segments(stats, group.names, group.widths)
+
+
+def _all_episodes(matrices: list[np.ndarray], groups: list[Group], episodes: list[tuple[int, int, int, str]],
+                  workers: int = 1, pool: ThreadPoolExecutor | None = None) -> dict[int, Stats]:
+    """{index: stats} of each (first column, length, index, file) episode of the groups' matrices: whole
+    matrices at a time, in `workers` runs of consecutive episodes (threads of `pool`)."""
+    size = -(-len(episodes) // max(1, workers)) or 1
+    runs = [(m, g, episodes[i:i + size]) for g, m in zip(groups, matrices) for i in range(0, len(episodes), size)]
+    parts = list((pool.map if pool else map)(lambda r: _episodes_of(*r), runs))
+    out: dict[int, Stats] = {}
+    for (_, _, run), part in zip(runs, parts):
+        for (_, _, index, _), stats in zip(run, part):
+            out.setdefault(index, {}).update(stats)
+    return out
 
 
 Target = tuple[Group, np.ndarray, int, int]   # a group, its (hi - lo, N) matrix, and the channels lo:hi it holds
@@ -260,26 +372,13 @@ def load(path: str, targets: list[Target], at: int, rows: int) -> None:
         at += batch.num_rows
 
 
-def _episodes_of(matrices: list[np.ndarray], groups: list[Group], episodes: list[tuple[int, int, int, str]],
-                 scratch: Scratch) -> list[tuple[int, Stats]]:
-    """(index, stats) of each (first column, length, index, file) episode of the groups' matrices."""
-    out = []
-    for first, length, index, path in episodes:
-        stats: Stats = {}
-        for group, matrix in zip(groups, matrices):
-            stats.update(_finite_stats(matrix[:, first:first + length], group, path, index, scratch))
-        out.append((index, stats))
-    return out
-
-
 def episode_stats(args: tuple[str, list[tuple[int, int, int]], list[Group]]) -> dict[int, Stats]:
     """Worker: exact stats of each (episode, first row, length) of one data file."""
     path, episodes, groups = args
     rows = sum(length for _, _, length in episodes)
     matrices = [np.empty((g.width, rows), dtype=g.dtype) for g in groups]
     load(path, [(g, m, 0, g.width) for g, m in zip(groups, matrices)], 0, rows)
-    return dict(_episodes_of(matrices, groups, [(start, length, index, path) for index, start, length in episodes],
-                             Scratch()))
+    return _all_episodes(matrices, groups, [(start, length, index, path) for index, start, length in episodes])
 
 
 def _in_memory(by_file: dict[str, list[tuple[int, int, int]]], groups: list[Group], workers: int
@@ -296,13 +395,11 @@ def _in_memory(by_file: dict[str, list[tuple[int, int, int]]], groups: list[Grou
         list(pool.map(lambda path: load(path, targets, starts[path], sum(e[2] for e in by_file[path])), by_file))
         episodes = [(starts[path] + row, length, index, path) for path, eps in by_file.items()
                     for index, row, length in eps]
-        runs = [episodes[i::max(1, workers)] for i in range(max(1, workers))]
-        per_episode = {index: stats for part in pool.map(lambda run: _episodes_of(matrices, groups, run, Scratch()),
-                                                         runs) for index, stats in part}
+        episode_stats = _all_episodes(matrices, groups, episodes, workers, pool)
     dataset: Stats = {}
     for group, matrix in zip(groups, matrices):
         dataset.update(group.split(dict(zip(QUANTILES, row_quantiles(matrix, LEVELS, workers, in_place=True)))))
-    return dataset, per_episode
+    return dataset, episode_stats
 
 
 def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: int = 64 << 20, engine=None
