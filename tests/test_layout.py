@@ -281,7 +281,7 @@ NOT_STATS = {   # module -> calls that look like stats but are not a feature's s
     "ops.encode": {"np.mean"},        # the mean PSNR of a re-encoded clip's sampled frames
     "media.encoding": {"np.mean"},       # PSNR's mean squared error between two frames
     "pi05.model": {"x.float().pow(2).mean"},   # RMSNorm inside the model
-    "pi05.train": {"np.mean"},        # throughput and MFU averaged over the benchmark's windows
+    "pi05.metrics": {"np.mean"},      # throughput and MFU averaged over the benchmark's windows
     "report.plots": {"np.max", "np.nanmin"},   # plot scaling and the loss curve's lowest point
 }
 
@@ -336,7 +336,7 @@ DIRECT_WRITES = {
     "ops.rewrite.write_rows": "ParquetWriters opened on new_file names that an ExitStack holds open",
     "pi05.export.write_policy": "into a checkpoint or export folder that staged_output is building",
     "pi05.weights.save_weights": "into a checkpoint or export folder that staged_output is building",
-    "pi05.train.Metrics.flush": "a run's metrics.jsonl, appended as it trains (the run folder is train's own output)",
+    "pi05.metrics.Metrics.flush": "a run's metrics.jsonl, appended as it trains (the run folder is train's own output)",
     "report.plots.png": "matplotlib into an in-memory buffer, not a file",
     "hub.placed_download": "moves huggingface_hub's bookkeeping folder inside a download's own output",
 }

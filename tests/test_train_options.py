@@ -22,7 +22,7 @@ TRANSFORMED = {
 
 
 def test_train_options_default_as_runconfig():
-    from lerodoc.pi05.train import RunConfig
+    from lerodoc.pi05.config import RunConfig
     command = typer.main.get_command(app).commands["train"].commands["pi05"]
     cli = {p.name: p.default for p in command.params}
     fields = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()

@@ -18,7 +18,9 @@ import torch  # noqa: E402
 
 from lerodoc.errors import LerodocError  # noqa: E402
 from lerodoc.pi05.distributed import Processes, sum_hook  # noqa: E402
-from lerodoc.pi05.train import Metrics, RunConfig, clip_and_step  # noqa: E402
+from lerodoc.pi05.config import RunConfig  # noqa: E402
+from lerodoc.pi05.metrics import Metrics  # noqa: E402
+from lerodoc.pi05.train import clip_and_step  # noqa: E402
 
 
 def params_with_grads(seed: int, scale: float) -> list[torch.nn.Parameter]:

@@ -168,7 +168,7 @@ def pi05(
                     val_episodes=_held_out(val_episodes), val_fraction=val_fraction,
                     val_every=val_every, val_samples=val_samples,
                     skip_checks=tuple(c.strip().upper() for c in (skip_checks or "").split(",") if c.strip()))
-    from lerodoc.pi05.train import run_job
+    from lerodoc.pi05.launch import run_job
     result = run_job(run, resume=resume, progress=render.shows_progress(not json), nproc=nproc,
                      sweep_batches=_batches(sweep_batches) if sweep else None)
     if result is None:      # not the job's first process: rank 0's process reports

@@ -11,7 +11,8 @@ Three cases, decided from the environment before any process group exists:
 - **A plain command on one host:** `--nproc` processes (default: every GPU torch sees, or one on the CPU).
 
 Several processes are started through torch's own elastic launcher (the `torchrun` API), each running the same
-run; the caller gets rank 0's result.
+run; the caller gets rank 0's result. `run_job` is what `lerodoc train pi05` calls: train (lerodoc.pi05.train) or
+sweep (lerodoc.pi05.sweep) here, or in the processes it starts.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ import os
 import uuid
 from dataclasses import dataclass
 
+import torch
+
+from lerodoc import render
 from lerodoc.errors import LerodocError
+from lerodoc.pi05.config import RunConfig
+from lerodoc.pi05.sweep import sweep
+from lerodoc.pi05.train import check, train
 
 DEFAULT_MASTER_PORT = 29500
 
@@ -93,3 +100,28 @@ def start(launch: Launch, entrypoint, *args) -> object:
                            f"{failure.message or 'see the output above'}",
                            hint="the first error printed above names the cause") from None
     return results.get(0) if results else None
+
+
+def run_job(run: RunConfig, resume: bool = False, progress: bool = True, nproc: int | None = None,
+            sweep_batches: list[int] | None = None) -> dict | list[dict] | None:
+    """Train (or, with `sweep_batches`, sweep) as one process, or start the job's processes (`plan`: on this
+    host every GPU by default, `nproc` chooses) after one preflight here. Returns the first rank's summary (sweep:
+    its rows), None in the other ranks' processes."""
+    gpus = torch.cuda.device_count() if run.device in ("auto", "cuda") and torch.cuda.is_available() else 0
+    job = plan(dict(os.environ), nproc, gpus)
+    if job is None:
+        result = sweep(run, sweep_batches) if sweep_batches else train(run, resume=resume, progress=progress)
+        first = int(os.environ.get("RANK", "0")) == 0
+        return result if first else None
+    check(run, resume, writes=not sweep_batches)     # once, before any process starts: a bad dataset fails here
+    render.note(job.describe())
+    return start(job, _job_process, run.to_json(), resume, progress, sweep_batches, render.level)
+
+
+def _job_process(run_json: dict, resume: bool, progress: bool, sweep_batches: list[int] | None,
+                 level: int = render.NORMAL):
+    """One process of a launched job (module level: the launcher starts it by name), at the job's -q / -v."""
+    render.set_level(level == render.QUIET, level == render.VERBOSE)
+    run = RunConfig.from_json(run_json)
+    result = sweep(run, sweep_batches) if sweep_batches else train(run, resume=resume, progress=progress)
+    return result if int(os.environ.get("RANK", "0")) == 0 else None

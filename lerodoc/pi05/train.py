@@ -16,8 +16,6 @@ Only rank 0 writes (checkpoints, metrics.jsonl, loss.png); every rank reads the 
 from __future__ import annotations
 
 import json
-import math
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,16 +27,17 @@ from lerodoc import render
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.jsonl import write_json
-from lerodoc.pi05 import checkpoint, launch, preflight, runs
+from lerodoc.pi05 import checkpoint, preflight, runs
 from lerodoc.pi05.config import CURVE_OPTIONS, RunConfig
-from lerodoc.pi05.data import (DataSpec, Frames, Tokenizer, TrainingBatches, held_out_rows, load_frames,
-                                longest_prompt)
+from lerodoc.pi05.data import DataSpec, Tokenizer, held_out_rows, load_frames, longest_prompt
 from lerodoc.pi05.distributed import Processes, all_sum, parallelise, shutdown, start_processes
+from lerodoc.pi05.feed import Setup, batches_of, loader, to_device
 from lerodoc.pi05.float8 import check_float8
-from lerodoc.pi05.metrics import peak_flops
+from lerodoc.pi05.metrics import Metrics, peak_flops
 from lerodoc.pi05.model import PI05, PI05Config, flops_per_sample
 from lerodoc.pi05.plot import plot_losses
 from lerodoc.pi05.presets import PRESETS
+from lerodoc.pi05.progress import progress_line
 from lerodoc.pi05.tracking import Tracker
 from lerodoc.pi05.weights import check_policy, locate_assets
 
@@ -111,20 +110,6 @@ class EMA:
 
 
 # ------------------------------------------------------------------------------------------------ setup
-
-
-@dataclass
-class Setup:
-    """Everything the loop needs, made once before it."""
-    run: RunConfig
-    procs: Processes
-    dataset: Dataset
-    frames: Frames
-    tokenizer: Tokenizer
-    config: PI05Config
-    weights: Path | None
-    train_rows: np.ndarray | None = None   # the frames training samples from (None: all)
-    val_rows: np.ndarray | None = None     # the held-out frames the held-out loss is measured on (None: no loss)
 
 
 def held_out_episodes(run: RunConfig, dataset: Dataset) -> tuple[int, ...]:
@@ -229,56 +214,6 @@ def prepare(run: RunConfig, resume: bool, writes: bool = True) -> Setup:
                  train_rows, val_rows)
 
 
-def batches_of(setup: Setup, start: int, stop: int, batch_per_device: int | None = None) -> TrainingBatches:
-    run, procs = setup.run, setup.procs
-    return TrainingBatches(setup.dataset, setup.frames, run.data, setup.tokenizer, seed=run.seed,
-                           batch_per_device=batch_per_device or run.batch_per_device, rank=procs.rank,
-                           world=procs.world, start=start, stop=stop, noise_width=setup.config.max_action_dim,
-                           rows=setup.train_rows)
-
-
-def loader(setup: Setup, start: int, stop: int, batch_per_device: int | None = None) -> torch.utils.data.DataLoader:
-    run, procs = setup.run, setup.procs
-    batches = batches_of(setup, start, stop, batch_per_device)
-    workers = run.workers
-    cpus = rank_cpus(procs) if workers and run.pin_workers else None
-    return torch.utils.data.DataLoader(batches, batch_size=None, num_workers=workers,
-                                       pin_memory=procs.device.type == "cuda",
-                                       prefetch_factor=4 if workers else None, persistent_workers=False,
-                                       multiprocessing_context="fork" if workers else None,
-                                       worker_init_fn=_Pin(cpus) if cpus else None)
-
-
-def rank_cpus(procs: Processes) -> list[int] | None:
-    """This rank's share of the CPUs this process may use, for its data workers, when several processes share a
-    node: ranks' workers then do not compete for the same cores. None with one process per node or no affinity."""
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    if local_world <= 1 or not hasattr(os, "sched_getaffinity"):
-        return None
-    cpus = sorted(os.sched_getaffinity(0))
-    share = len(cpus) // local_world
-    return cpus[procs.local_rank * share:(procs.local_rank + 1) * share] if share >= 2 else None
-
-
-class _Pin:
-    def __init__(self, cpus: list[int]):
-        self.cpus = cpus
-
-    def __call__(self, worker: int) -> None:
-        os.sched_setaffinity(0, self.cpus)
-
-
-def to_device(batch: dict, device: torch.device) -> dict:
-    """Model inputs from a loader batch: uint8 images to [-1, 1] float per camera, on the device."""
-    moved = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-    images = moved.pop("images").permute(1, 0, 4, 2, 3)  # (cameras, B, 3, S, S)
-    # every sample shows every camera the loader sends: masks of None (no mask.any() host sync in the step)
-    return dict(images=[im.float() / 127.5 - 1 for im in images], image_masks=[None] * len(images),
-                tokens=moved["tokens"], token_masks=moved["token_masks"], actions=moved["actions"],
-                action_is_pad=moved["action_is_pad"], noise=moved["noise"], time=moved["time"],
-                real_steps=moved["real_steps"])
-
-
 # ------------------------------------------------------------------------------------------------ the loop
 
 
@@ -327,9 +262,6 @@ class Parts:
     step_fn: object
     bf16: bool
 
-    def __iter__(self):
-        return iter((self.model, self.ema, self.wrapped, self.optimizer, self.step_fn, self.bf16))
-
 
 def build(setup: Setup) -> Parts:
     run, procs = setup.run, setup.procs
@@ -353,79 +285,6 @@ def build(setup: Setup) -> Parts:
                  bf16)
 
 
-def sweep(run: RunConfig, batches: list[int], steps: int = 8, warmup: int = 3) -> list[dict]:
-    """Increasing batches per device until one runs out of memory: median step time, samples/s, peak memory,
-    MFU and data wait of each (real data, no checkpoints). The model trains a few steps per batch size."""
-    try:
-        return _sweep(run, batches, steps, warmup)
-    finally:
-        shutdown()
-
-
-def _sweep(run: RunConfig, batches: list[int], steps: int, warmup: int) -> list[dict]:
-    setup = prepare(run, resume=False, writes=False)
-    procs = setup.procs
-    parts = build(setup)
-    flops = flops_per_sample(setup.config, setup.run.data.max_token_len, len(setup.run.data.cameras))
-    peak = peak_flops(procs.device)
-    cuda = procs.device.type == "cuda"
-    results = []
-    for batch_size in batches:
-        if cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats(procs.device)
-        times, waits = [], []
-        try:
-            stream = iter(loader(setup, 0, warmup + steps, batch_per_device=batch_size))
-            for i in range(warmup + steps):
-                started = time.perf_counter()
-                batch = next(stream)
-                waited = time.perf_counter() - started
-                train_step(parts.step_fn, parts.wrapped, parts.optimizer, batch, setup, parts.bf16, run.lr)
-                if cuda:
-                    torch.cuda.synchronize(procs.device)
-                if i >= warmup:
-                    times.append(time.perf_counter() - started)
-                    waits.append(waited)
-        except torch.OutOfMemoryError:
-            parts.optimizer.zero_grad(set_to_none=True)
-            results.append({"batch_per_device": batch_size, "oom": True})
-            break
-        step_s = float(np.median(times))
-        samples = batch_size * procs.world / step_s
-        results.append({"batch_per_device": batch_size, "step_s": step_s, "samples_per_s": samples,
-                        "samples_per_s_per_device": samples / procs.world,
-                        "peak_gib": torch.cuda.max_memory_allocated(procs.device) / 2**30 if cuda else None,
-                        "mfu": flops * samples / procs.world / peak if peak else None,
-                        "data_wait": sum(waits) / sum(times)})
-    return results
-
-
-def run_job(run: RunConfig, resume: bool = False, progress: bool = True, nproc: int | None = None,
-            sweep_batches: list[int] | None = None) -> dict | list[dict] | None:
-    """Train (or, with `sweep_batches`, sweep) as one process, or start the job's processes on this host
-    (lerodoc.pi05.launch: every GPU by default, `nproc` chooses) after one preflight here. Returns the first
-    rank's summary (sweep: its rows), None in the other ranks' processes."""
-    gpus = torch.cuda.device_count() if run.device in ("auto", "cuda") and torch.cuda.is_available() else 0
-    job = launch.plan(dict(os.environ), nproc, gpus)
-    if job is None:
-        result = sweep(run, sweep_batches) if sweep_batches else train(run, resume=resume, progress=progress)
-        first = int(os.environ.get("RANK", "0")) == 0
-        return result if first else None
-    check(run, resume, writes=not sweep_batches)     # once, before any process starts: a bad dataset fails here
-    render.note(job.describe())
-    return launch.start(job, _job_process, run.to_json(), resume, progress, sweep_batches, render.level)
-
-
-def _job_process(run_json: dict, resume: bool, progress: bool, sweep_batches: list[int] | None,
-                 level: int = render.NORMAL):
-    """One process of a launched job (module level: the launcher starts it by name), at the job's -q / -v."""
-    render.set_level(level == render.QUIET, level == render.VERBOSE)
-    run = RunConfig.from_json(run_json)
-    result = sweep(run, sweep_batches) if sweep_batches else train(run, resume=resume, progress=progress)
-    return result if int(os.environ.get("RANK", "0")) == 0 else None
-
-
 def train(run: RunConfig, resume: bool = False, progress: bool = True) -> dict:
     """Train to `run.steps`; returns a summary (final loss, samples/s, data-wait share, where things are)."""
     try:
@@ -438,10 +297,11 @@ def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
     setup = prepare(run, resume)
     run, procs = setup.run, setup.procs
     output = Path(run.output)
-    model, ema, wrapped, optimizer, step_fn, bf16 = build(setup)
+    parts = build(setup)
+    model, ema, wrapped, bf16 = parts.model, parts.ema, parts.wrapped, parts.bf16
     start = 0
     if resume:
-        start = checkpoint.load_latest(output, wrapped, optimizer, ema, procs.device)
+        start = checkpoint.load_latest(output, wrapped, parts.optimizer, ema, procs.device)
     elif procs.main:
         output.mkdir(parents=True, exist_ok=True)
         write_json(output / "config.json", run.to_json())
@@ -466,13 +326,13 @@ def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
     tracker = Tracker.open(output, run, procs.main)
     batches = iter(loader(setup, start, run.steps))
     held_out = batches_of(setup, 0, 0).held_out(setup.val_rows) if setup.val_rows is not None else None
-    with log.live(progress and procs.main, start) as tick:
+    with progress_line(progress and procs.main, start, run.steps) as tick:
         for step in range(start, run.steps):
             waited = time.perf_counter()
             batch = next(batches)
             waited = time.perf_counter() - waited
             assert int(batch["step"]) == step, (int(batch["step"]), step)
-            loss, grad_norm = train_step(step_fn, wrapped, optimizer, batch, setup, bf16, run.lr_at(step))
+            loss, grad_norm = train_step(parts.step_fn, wrapped, parts.optimizer, batch, setup, bf16, run.lr_at(step))
             if ema:
                 ema.update()
             val_loss = None
@@ -481,126 +341,18 @@ def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
                 val_loss = held_out_loss(wrapped, held_out, setup, bf16)
                 log.pause(time.perf_counter() - started)
             log.add(step, loss, grad_norm, run.lr_at(step), waited, val_loss)
-            tick(step + 1, log)
+            tick(step + 1, log.latest)
             tracker.sync(log.rows)
             if run.save_every and ((step + 1) % run.save_every == 0 or step + 1 == run.steps):
                 log.flush()
-                checkpoint.save(output, step + 1, wrapped, optimizer, ema, setup, keep=run.keep)
+                checkpoint.save(output, step + 1, wrapped, parts.optimizer, ema, setup, keep=run.keep)
     log.flush()
     tracker.close(log.rows)
     if procs.main:
         plot_losses(output / "metrics.jsonl", output / "loss.png")
-    return log.summary() | {"output": str(output), "checkpoint": str(runs.path_of(output, run.steps)) if run.save_every else None,
+    last = str(runs.path_of(output, run.steps)) if run.save_every else None
+    return log.summary() | {"output": str(output), "checkpoint": last,
                             "params": model.num_params(), "rank": procs.rank, "world_size": procs.world,
                             "global_batch": G, "max_token_len": run.data.max_token_len,
                             "weights": str(setup.weights) if setup.weights else None,
                             "cameras": list(run.data.cameras), "held_out": list(run.held_out)}
-
-
-class Metrics:
-    """Per-step losses kept on the device until `flush` (one sync per flush), written to metrics.jsonl by rank 0;
-    the live line shows loss, samples/s and the share of wall time spent waiting for data."""
-
-    def __init__(self, output: Path, procs: Processes, run: RunConfig, global_batch: int, flops: float,
-                 peak: float | None):
-        self.output, self.procs, self.run, self.global_batch = output, procs, run, global_batch
-        self.flops, self.peak = flops, peak
-        self.pending: list[tuple[int, torch.Tensor, torch.Tensor, float, float, float, float | None]] = []
-        self.last_time = time.perf_counter()
-        self.window_wait = 0.0
-        self.rows: list[dict] = []
-        self.latest: dict = {}
-
-    def add(self, step: int, loss: torch.Tensor, grad_norm: torch.Tensor, lr: float, waited: float,
-            val_loss: float | None = None) -> None:
-        now = time.perf_counter()
-        self.pending.append((step, loss, grad_norm, lr, waited, now - self.last_time, val_loss))
-        self.last_time = now
-        if len(self.pending) >= self.run.log_every:
-            self.flush()
-
-    def pause(self, seconds: float) -> None:
-        """Leave `seconds` (a held-out evaluation) out of the step times and samples/s."""
-        self.last_time += seconds
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        losses = all_sum(torch.stack([p[1] for p in self.pending]).float(), self.procs).tolist()
-        norms = torch.stack([p[2] for p in self.pending]).float().tolist()
-        if self.procs.device.type == "cuda":
-            torch.cuda.synchronize()
-        now = time.perf_counter()
-        wall = sum(p[5] for p in self.pending) + (now - self.last_time)
-        self.last_time = now
-        rows = []
-        for (step, _, _, lr, waited, seconds, val_loss), loss, norm in zip(self.pending, losses, norms):
-            rows.append({"step": step + 1, "loss": loss, "grad_norm": norm, "lr": lr, "step_s": seconds,
-                         "data_wait_s": waited} | ({} if math.isfinite(norm) else {"skipped": True})
-                        | ({} if val_loss is None else {"val_loss": val_loss}))
-        samples_per_s = self.global_batch * len(rows) / wall
-        window = {"samples_per_s": samples_per_s, "data_wait": sum(r["data_wait_s"] for r in rows) / wall,
-                  "mfu": samples_per_s * self.flops / self.procs.world / self.peak if self.peak else None}
-        rows[-1] |= window
-        self.rows.extend(rows)
-        self.latest = rows[-1] | window
-        self.pending = []
-        if self.procs.main:
-            with open(self.output / "metrics.jsonl", "a") as f:
-                f.writelines(json.dumps(r) + "\n" for r in rows)
-            last = rows[-1]
-            render.detail(f"step {last['step']}/{self.run.steps}: loss {last['loss']:.4f}, grad norm "
-                          f"{last['grad_norm']:.3g}, lr {last['lr']:.3g}, {samples_per_s:.1f} samples/s, data wait "
-                          f"{100 * window['data_wait']:.0f}%"
-                          + "".join(f"; held-out loss {r['val_loss']:.4f} at step {r['step']}"
-                                    for r in rows if "val_loss" in r))
-        if all("skipped" in r for r in rows):
-            raise LerodocError(f"diverged: the loss or gradient was not finite at every step from {rows[0]['step']} "
-                               f"to {rows[-1]['step']} (loss {rows[-1]['loss']}); those updates were skipped",
-                               file=self.output / "metrics.jsonl",
-                               hint="lower --lr, or check the dataset's stats and extreme channels (lerodoc "
-                                    "validate, lerodoc quantiles); resume from the last checkpoint")
-
-    def summary(self) -> dict:
-        windows = [r for r in self.rows if "samples_per_s" in r]
-        later = windows[1:] or windows   # the first window holds the warm-up (and compilation)
-        held_out = [r["val_loss"] for r in self.rows if "val_loss" in r]
-        return {"steps": len(self.rows), "final_loss": self.rows[-1]["loss"] if self.rows else None,
-                "val_loss": held_out[-1] if held_out else None,
-                "first_loss": self.rows[0]["loss"] if self.rows else None,
-                "samples_per_s": float(np.mean([w["samples_per_s"] for w in later])) if later else None,
-                "data_wait": float(np.mean([w["data_wait"] for w in later])) if later else None,
-                "mfu": float(np.mean([w["mfu"] for w in later])) if later and self.peak else None,
-                "skipped_steps": sum("skipped" in r for r in self.rows),   # non-finite: no update made
-                "flops_per_sample": self.flops}
-
-    def live(self, enabled: bool, start: int):
-        return _live(enabled, start, self.run.steps)
-
-
-class _live:
-    """A rich progress line (loss, samples/s, data wait) on stderr; a no-op tick when disabled."""
-
-    def __init__(self, enabled: bool, start: int, total: int):
-        self.enabled, self.start, self.total = enabled, start, total
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda step, log: None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-        self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                            TimeRemainingColumn(), console=render.err)
-        self.bar.__enter__()
-        task = self.bar.add_task("", total=self.total, completed=self.start)
-
-        def tick(step: int, log: Metrics) -> None:
-            r = log.latest
-            text = (f"loss {r['loss']:.4f}  {r['samples_per_s']:.1f} samples/s  data wait {100 * r['data_wait']:.0f}%"
-                    if r else "")
-            self.bar.update(task, completed=step, description=text)
-        return tick
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self.bar.__exit__(*exc)
-        return False
