@@ -325,3 +325,51 @@ def test_plans_report_and_quantiles_copy_of_a_hub_dataset(small, tmp_path):
     code, remote = lerodoc(hub, "quantiles", url, "-o", str(tmp_path / "remote"))
     assert code == 0 and remote["stored"]
     assert folder_files(tmp_path / "remote") == folder_files(tmp_path / "local")   # the whole copy, stats included
+
+
+@pytest.fixture(scope="session")
+def parquet_only(served, tmp_path_factory):
+    """A parquet-only dataset (no camera) of 500 episodes of 20 frames with 32-dim state and action, each data file
+    one row group as lerobot writes it, its info.json counting one frame too many (IDX030), served as me/tables
+    beside me/big."""
+    hub = served[0]
+    root = tmp_path_factory.mktemp("remote-tables") / "tables"
+    make_dataset(root, version="v3.0", episodes=500, lengths=20, episodes_per_file=250, cameras=(), state_dim=32,
+                 action_dim=32)
+    for path in sorted(root.glob("data/*/*.parquet")):
+        table = pq.read_table(path)
+        pq.write_table(table, path, row_group_size=table.num_rows)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["total_frames"] += 1
+    (root / "meta/info.json").write_text(json.dumps(info, indent=4))
+    hub.add("dataset", "me/tables", folder_files(root))
+    return hub, root, folder_files(root)
+
+
+def test_validate_remote_parquet_only_reads_a_tenth_and_says_stats_were_skipped(parquet_only):
+    """Issue 37 item 3: without --stats, validate hf:// reads the bookkeeping columns and footers, not every numeric
+    column (nor the episodes' stats columns): at most 10% of the bytes, the same findings as the local copy checked
+    without stats, and the output names what was skipped. With --stats it finds what the local default finds."""
+    hub, root, files = parquet_only
+    url = "hf://datasets/me/tables"
+    total = sum(len(d) for d in files.values())
+    _, local = lerodoc(hub, "validate", str(root), "--no-stats")
+    hub.reset_counts()
+    code, remote = lerodoc(hub, "validate", url)
+    served_bytes = hub.file_bytes
+    assert code == 1 and [f["code"] for f in remote["findings"]] == ["IDX030"]
+    assert remote["findings"] == local["findings"]
+    assert [s["run_with"] for s in remote["skipped"]] == ["--stats"] == [s["run_with"] for s in local["skipped"]]
+    assert served_bytes <= 0.10 * total, (served_bytes, total)
+    assert remote["transfer"]["file_bytes"] == served_bytes
+    done = subprocess.run([sys.executable, "-m", "lerodoc", "validate", url], capture_output=True, text=True,
+                          env={**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_TELEMETRY": "1"}, timeout=300)
+    assert "skipped: per-episode stats" in done.stdout and "--stats runs them" in done.stdout, done.stdout
+    _, local_default = lerodoc(hub, "validate", str(root))
+    assert local_default["skipped"] == []
+    hub.reset_counts()
+    code, remote_stats = lerodoc(hub, "validate", url, "--stats")
+    assert code == 1 and remote_stats["findings"] == local_default["findings"] and remote_stats["skipped"] == []
+    assert hub.file_bytes > 0.5 * total          # what the recomputation costs: why it is not the default
+    print(f"validate hf:// parquet-only: {served_bytes} of {total} bytes ({served_bytes / total:.1%}); "
+          f"with --stats {hub.file_bytes} ({hub.file_bytes / total:.1%})")

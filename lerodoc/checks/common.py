@@ -53,6 +53,8 @@ class Context:
     videos: bool = False          # --videos: container-level video checks
     deep: bool = False            # --deep: decode the first and last frame of each episode span
     tolerance_s: float = TOLERANCE_S
+    stats: bool = True            # the stats family reads the per-episode stats and recomputes them from every
+                                  # numeric column (else: stats.json alone; ops.validate says it was skipped)
     cache: dict = field(default_factory=dict)   # families share parsed files here
     engine: object = None         # lerodoc.run.engine: the per-file reads run on a cluster (None: here)
 
@@ -96,7 +98,8 @@ def read_data_file(root: Path, path: str) -> DataFile:
     if not full.is_file():
         return DataFile(path, error="missing")
     try:
-        parquet = pq.ParquetFile(access.source(full))
+        # a hub file: no pre-buffering, which coalesces the wanted column chunks with the feature columns between them
+        parquet = pq.ParquetFile(access.source(full), pre_buffer=not access.is_remote(full))
         schema = parquet.schema_arrow
         columns = [c for c in INDEX_FEATURES if c in schema.names]
         return DataFile(path, schema, read_row_groups(parquet, full, list(range(parquet.metadata.num_row_groups)),
@@ -135,6 +138,42 @@ def episode_meta_files(ctx: Context) -> list[str]:
             files = [v21.EPISODES_PATH]
         ctx.cache["episode_meta_files"] = (files + files[-1:] * len(ds.episodes))[:len(ds.episodes)]
     return ctx.cache["episode_meta_files"]
+
+
+@dataclass(frozen=True)
+class EpisodeColumns:
+    """The episodes metadata as columns (one entry per metadata position): what the families compare with the data
+    over whole arrays instead of episode by episode."""
+    index: np.ndarray        # episode_index, int64
+    length: np.ndarray       # int64
+    data_row: np.ndarray     # first row inside the data file, int64
+    from_index: np.ndarray   # dataset_from_index, int64
+    file: np.ndarray         # position of the episode's data file in `files`, int64
+    files: list[str]         # the data files, in first-mention order
+
+
+def episode_columns(ctx: Context) -> EpisodeColumns:
+    """ctx.dataset's episodes as columns, made once per context."""
+    if "episode_columns" not in ctx.cache:
+        eps = ctx.dataset.episodes
+        n = len(eps)
+        files = ctx.dataset.data_files()
+        code = {f: i for i, f in enumerate(files)}
+        ctx.cache["episode_columns"] = EpisodeColumns(
+            *(np.fromiter((getattr(ep, name) for ep in eps), dtype=np.int64, count=n)
+              for name in ("index", "length", "data_row", "from_index")),
+            np.fromiter((code[ep.data_file] for ep in eps), dtype=np.int64, count=n), files)
+    return ctx.cache["episode_columns"]
+
+
+def ragged_arange(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The concatenation of arange(s, s + n) over (starts, lengths), without a loop: the rows of many spans."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    return np.repeat(np.asarray(starts, dtype=np.int64) - (ends - lengths), lengths) + np.arange(total)
 
 
 def flat_column(table: pa.Table | None, name: str) -> np.ndarray | None:

@@ -8,14 +8,16 @@ episode's frame_index and global index columns against the rows' positions.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from lerodoc import formats
-from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_meta_files, finding_factory,
-                                   flat_column)
+from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_columns, episode_meta_files,
+                                   finding_factory, flat_column)
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.tables.parquet_io import read_parquet
@@ -67,12 +69,51 @@ class Run:
         return self.stop - self.start
 
 
-@dataclass
 class Placement:
-    """Where the data puts each episode's rows."""
-    runs: list[Run] = field(default_factory=list)          # in global row order
-    complete: bool = True          # every referenced file was read and placed: global positions hold
-    bad_files: dict[str, str] = field(default_factory=dict)   # file -> why its episode_index is unusable
+    """Where the data puts each episode's rows: its runs as columns (global row order), over the data files whose
+    episode_index column was usable, laid end to end (`rows` of them; a run's global_start is its row there).
+    `runs`, `by_episode` and `by_file` give them as Run records for callers that want one per run."""
+
+    def __init__(self, files: list[str] | None = None, file_rows: np.ndarray | None = None,
+                 episodes: np.ndarray | None = None, bad_files: dict[str, str] | None = None, complete: bool = True):
+        self.files = files or []                                  # the usable files, in row order
+        self.file_rows = np.zeros(0, np.int64) if file_rows is None else file_rows
+        self.file_start = np.r_[0, np.cumsum(self.file_rows)][:-1].astype(np.int64)
+        self.bad_files = bad_files or {}       # file -> why its episode_index is unusable
+        self.complete = complete               # every referenced file was read and placed: global positions hold
+        rows = np.zeros(0, np.int64) if episodes is None else episodes
+        self.rows = len(rows)
+        change = np.zeros(self.rows, bool)
+        change[self.file_start[self.file_rows > 0]] = True
+        if self.rows:
+            change[1:] |= rows[1:] != rows[:-1]
+        self.global_start = np.flatnonzero(change)                      # per run
+        self.global_stop = np.r_[self.global_start[1:], self.rows].astype(np.int64)
+        self.episode = rows[self.global_start]
+        self.file = np.searchsorted(self.file_start, self.global_start, side="right") - 1
+        self.start = self.global_start - self.file_start[self.file]     # first row inside its file
+        self.length = self.global_stop - self.global_start
+
+    @cached_property
+    def runs(self) -> list[Run]:
+        return [Run(int(e), self.files[f], int(a), int(a + n), int(g)) for e, f, a, n, g in
+                zip(self.episode, self.file, self.start, self.length, self.global_start)]
+
+    @cached_property
+    def _sorted(self) -> tuple[np.ndarray, np.ndarray]:
+        order = np.argsort(self.episode, kind="stable")
+        return order, self.episode[order]
+
+    def runs_of(self, episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each of `episodes`: where its runs sit in `run_order` ([lo, hi), in run order) — how many runs carry it
+        is hi - lo."""
+        _, values = self._sorted
+        return np.searchsorted(values, episodes, "left"), np.searchsorted(values, episodes, "right")
+
+    @property
+    def run_order(self) -> np.ndarray:
+        """Run ids sorted by episode (stable: each episode's runs in row order)."""
+        return self._sorted[0]
 
     def by_episode(self) -> dict[int, list[Run]]:
         out: dict[int, list[Run]] = {}
@@ -85,14 +126,6 @@ class Placement:
         for run in self.runs:
             out.setdefault(run.file, []).append(run)
         return out
-
-
-def _file_runs(path: str, episodes: np.ndarray, offset: int) -> list[Run]:
-    if not len(episodes):
-        return []
-    bounds = np.flatnonzero(episodes[1:] != episodes[:-1]) + 1
-    starts, stops = np.r_[0, bounds], np.r_[bounds, len(episodes)]
-    return [Run(int(episodes[a]), path, int(a), int(b), offset + int(a)) for a, b in zip(starts, stops)]
 
 
 def _episode_column(table) -> np.ndarray | str | None:
@@ -109,18 +142,36 @@ def placement(ctx: Context) -> Placement:
     """The runs of every episode in the data, read once per context (shared by tasks and stats)."""
     if "placement" in ctx.cache:
         return ctx.cache["placement"]
-    result, offset = Placement(), 0
+    files, columns, bad, complete = [], [], {}, True
     for path, data in data_files(ctx).items():
         episodes = _episode_column(data.columns) if data.ok else None
         if isinstance(episodes, str):
-            result.bad_files[path], episodes = episodes, None
+            bad[path], episodes = episodes, None
         if episodes is None:
-            result.complete = False
+            complete = False
             continue
-        result.runs += _file_runs(path, episodes, offset)
-        offset += len(episodes)
+        files.append(path)
+        columns.append(episodes)
+    result = Placement(files, np.array([len(c) for c in columns], np.int64),
+                       np.concatenate(columns).astype(np.int64) if columns else None, bad, complete)
     ctx.cache["placement"] = result
     return result
+
+
+def placed_column(ctx: Context, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The `name` column of the placed files laid end to end as Placement's rows, and per row whether its file has
+    it (a number column, one value per row); zeros where it has not."""
+    key = f"placed.{name}"
+    if key not in ctx.cache:
+        where, files = placement(ctx), data_files(ctx)
+        parts, has = [], []
+        for path, rows in zip(where.files, where.file_rows):
+            values = flat_column(files[path].columns, name)
+            has.append(values is not None and len(values) == rows)
+            parts.append(values if has[-1] else np.zeros(rows, np.int64))
+        values = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        ctx.cache[key] = values, np.repeat(np.array(has, bool), where.file_rows)
+    return ctx.cache[key]
 
 
 def check(ctx: Context) -> list[Finding]:
@@ -134,42 +185,77 @@ def check(ctx: Context) -> list[Finding]:
 
 def _metadata_order(ctx: Context) -> list[Finding]:
     """Row i of the episodes metadata must be episode i: report the first position where it is not."""
-    indices = [ep.index for ep in ctx.dataset.episodes]
-    for position, index in enumerate(indices):
-        if index != position:
-            seen = Counter(indices)
-            gaps = [i for i in range(len(indices)) if i not in seen]
-            duplicates = sorted(i for i, n in seen.items() if n > 1)
-            detail = "; ".join(filter(None, [f"missing {gaps[:5]}" if gaps else "",
-                                             f"duplicated {duplicates[:5]}" if duplicates else ""]))
-            return [_finding("IDX001", f"episode at metadata position {position} has episode_index {index}, "
-                                       f"expected {position} ({detail or 'out of order'})",
-                             file=episode_meta_files(ctx)[position], episode=index)]
-    return []
+    indices = episode_columns(ctx).index
+    wrong = np.flatnonzero(indices != np.arange(len(indices)))
+    if not len(wrong):
+        return []
+    position, index = int(wrong[0]), int(indices[wrong[0]])
+    values, counts = np.unique(indices, return_counts=True)
+    gaps = np.setdiff1d(np.arange(len(indices)), values)[:5].tolist()
+    duplicates = values[counts > 1][:5].tolist()
+    detail = "; ".join(filter(None, [f"missing {gaps}" if gaps else "",
+                                     f"duplicated {duplicates}" if duplicates else ""]))
+    return [_finding("IDX001", f"episode at metadata position {position} has episode_index {index}, "
+                               f"expected {position} ({detail or 'out of order'})",
+                     file=episode_meta_files(ctx)[position], episode=index)]
+
+
+RANGE_COLUMNS = ["episode_index", "length", "dataset_from_index", "dataset_to_index"]
 
 
 def _ranges(ctx: Context) -> list[Finding]:
-    """v3.0: to - from == length for each episode, and the ranges follow each other from 0."""
+    """v3.0: to - from == length for each episode, and the ranges follow each other from 0 (whole columns; a row is
+    looked at one by one only when it is wrong)."""
     if ctx.dataset.version != "v3.0":
         return []
     out, expected_from = [], 0
     for path in sorted(ctx.root.glob(v30.EPISODES_GLOB)):
         file = path.relative_to(ctx.root).as_posix()
         try:
-            table = read_parquet(path, ["episode_index", "length", "dataset_from_index", "dataset_to_index"])
+            table = read_parquet(path, RANGE_COLUMNS)
+            length, start, stop = (_int_column(table, c) for c in RANGE_COLUMNS[1:])
         except LerodocError as exc:
             out.append(_finding("IDX002", f"{file}: cannot read the ranges ({exc.message})", file=file))
             continue
-        for row in table.to_pylist():
-            episode, length = row.get("episode_index"), row.get("length")
-            start, stop = row.get("dataset_from_index"), row.get("dataset_to_index")
-            where = dict(file=file, episode=episode)
-            if stop is None or start is None or stop - start != length:
-                out.append(_finding("IDX002", f"episode {episode}: dataset_from_index {start}, dataset_to_index "
-                                              f"{stop}, but length {length}", **where))
-            if start != expected_from:
-                out.append(_finding("IDX003", f"episode {episode}: dataset_from_index {start}, but the previous "
-                                              f"episode ends at {expected_from}", **where))
+        except (pa.ArrowException, TypeError, ValueError):   # a column not of integers: the rows say how
+            out += _ranges_rows(table, file, np.arange(table.num_rows), expected_from)
+            continue
+        (length, no_length), (start, no_start), (stop, no_stop) = length, start, stop
+        ends = np.where(no_start, 0, start) + np.where(no_length, 0, length)
+        expected = np.r_[expected_from, ends[:-1]]
+        bad = no_stop | no_start | no_length | (stop - start != length) | (start != expected)
+        out += _ranges_rows(table, file, np.flatnonzero(bad), None, expected)
+        if len(ends):
+            expected_from = int(ends[-1])
+    return out
+
+
+def _int_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """An integer column as (int64 values, null mask)."""
+    column = table.column(name)
+    if not pa.types.is_integer(column.type):
+        raise TypeError(name)
+    nulls = column.is_null().to_numpy(zero_copy_only=False)
+    return pc.fill_null(column, 0).to_numpy().astype(np.int64), np.asarray(nulls, bool)
+
+
+def _ranges_rows(table: pa.Table, file: str, rows: np.ndarray, expected_from: int | None,
+                 expected: np.ndarray | None = None) -> list[Finding]:
+    """IDX002/IDX003 of the given rows, told from their values; `expected` gives each row's expected start (else
+    chained from `expected_from` over the rows, which are then all of the file's)."""
+    out = []
+    for position, row in zip(rows.tolist(), table.take(pa.array(rows, pa.int64())).to_pylist()):
+        episode, length = row.get("episode_index"), row.get("length")
+        start, stop = row.get("dataset_from_index"), row.get("dataset_to_index")
+        where = dict(file=file, episode=episode)
+        want = int(expected[position]) if expected is not None else expected_from
+        if stop is None or start is None or stop - start != length:
+            out.append(_finding("IDX002", f"episode {episode}: dataset_from_index {start}, dataset_to_index "
+                                          f"{stop}, but length {length}", **where))
+        if start != want:
+            out.append(_finding("IDX003", f"episode {episode}: dataset_from_index {start}, but the previous "
+                                          f"episode ends at {want}", **where))
+        if expected is None:
             expected_from = (start or 0) + (length or 0)
     return out
 
@@ -179,77 +265,99 @@ def _bad_episode_columns(where: Placement) -> list[Finding]:
 
 
 def _episode_rows(ctx: Context, where: Placement) -> list[Finding]:
-    """Each metadata episode against its runs in the data; runs of unknown episodes."""
-    ds, out = ctx.dataset, []
-    files, runs, meta_files = data_files(ctx), where.by_episode(), episode_meta_files(ctx)
-    for position, ep in enumerate(ds.episodes):
-        own = files.get(ep.data_file)
-        if own is None or not own.ok or ep.data_file in where.bad_files:
-            continue   # layout reports the file
-        found = runs.get(ep.index, [])
-        loc = dict(file=meta_files[position], episode=ep.index)
-        if not found:
-            if where.complete:
-                out.append(_finding("IDX010", f"episode {ep.index}: no row of any data file has episode_index "
-                                              f"{ep.index} (metadata points at {ep.data_file})", **loc))
+    """Each metadata episode against its runs in the data; runs of unknown episodes. Whole columns: the episodes
+    that a finding names are then told one by one, in metadata order."""
+    ds, meta = ctx.dataset, episode_columns(ctx)
+    files, meta_files = data_files(ctx), episode_meta_files(ctx)
+    usable = np.array([f in files and files[f].ok and f not in where.bad_files for f in meta.files], bool)
+    lo, hi = where.runs_of(meta.index)
+    count = hi - lo
+    first = where.run_order[np.minimum(lo, max(len(where.run_order) - 1, 0))] if len(where.run_order) \
+        else np.zeros(len(lo), np.int64)
+    placed = {f: i for i, f in enumerate(where.files)}
+    meta_placed = np.array([placed.get(f, -1) for f in meta.files], np.int64)[meta.file]
+    own = usable[meta.file]
+    one = own & (count == 1)
+    run_file, run_length = where.file[first] if len(first) else first, where.length[first] if len(first) else first
+    other_file = one & (run_file != meta_placed)
+    other_length = one & (run_length != meta.length)
+    other_start = one & (ds.version == "v3.0") & where.complete & (where.global_start[first] != meta.from_index) \
+        if len(where.global_start) else np.zeros(len(one), bool)
+    flagged = (own & (count == 0) & where.complete) | (own & (count > 1)) | other_file | other_length | other_start
+    out = []
+    for position in np.flatnonzero(flagged).tolist():
+        ep, loc = ds.episodes[position], dict(file=meta_files[position], episode=int(meta.index[position]))
+        if count[position] == 0:
+            out.append(_finding("IDX010", f"episode {ep.index}: no row of any data file has episode_index "
+                                          f"{ep.index} (metadata points at {ep.data_file})", **loc))
             continue
-        if len(found) > 1:
+        if count[position] > 1:
+            found = [where.runs[r] for r in where.run_order[lo[position]:hi[position]]]
             parts = ", ".join(f"{r.file} rows {r.start}..{r.stop - 1}" for r in found[:4])
             out.append(_finding("IDX012", f"episode {ep.index}: rows are split into {len(found)} runs ({parts})",
                                 file=found[0].file, episode=ep.index))
             continue
-        run = found[0]
-        if run.file != ep.data_file:
+        run = where.runs[first[position]]
+        if other_file[position]:
             out.append(_finding("IDX011", f"episode {ep.index}: the metadata points at {ep.data_file}, but its "
                                           f"{run.length} rows are in {run.file} (rows {run.start}..{run.stop - 1})",
                                 **loc))
-        if run.length != ep.length:
+        if other_length[position]:
             out.append(_finding("IDX005", f"episode {ep.index}: length {ep.length} in the metadata, "
                                           f"{run.length} rows in {run.file}", **loc))
-        if ds.version == "v3.0" and where.complete and run.global_start != ep.from_index:
+        if other_start[position]:
             out.append(_finding("IDX004", f"episode {ep.index}: dataset_from_index {ep.from_index}, but its rows "
                                           f"start at global row {run.global_start}", **loc))
-    known = {ep.index for ep in ds.episodes}
-    for episode, found in runs.items():
-        if episode not in known:
-            run = found[0]
+    unknown = ~np.isin(where.episode, meta.index)
+    if unknown.any():     # each unknown episode once, at its first run, in run order
+        _, first_run = np.unique(where.episode[unknown], return_index=True)
+        for r in np.sort(np.flatnonzero(unknown)[first_run]).tolist():
+            run = where.runs[r]
             out.append(_finding("IDX013", f"{run.file} rows {run.start}..{run.stop - 1} have episode_index "
-                                          f"{episode}, which the metadata does not list",
-                                file=run.file, episode=episode))
+                                          f"{run.episode}, which the metadata does not list",
+                                file=run.file, episode=run.episode))
     return out
 
 
-def _first_mismatch(values: np.ndarray | None, expected: np.ndarray) -> int | None:
-    if values is None:
-        return None
-    bad = np.flatnonzero(values != expected)
-    return int(bad[0]) if len(bad) else None
+def _first_per_run(bad: np.ndarray, run_of_row: np.ndarray, runs: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each run, its first flagged row (-1 when none) and how many rows are flagged."""
+    rows = np.flatnonzero(bad)
+    first = np.full(runs, -1, np.int64)
+    owners, at = np.unique(run_of_row[rows], return_index=True)
+    first[owners] = rows[at]
+    return first, np.bincount(run_of_row[rows], minlength=runs)
 
 
 def _row_columns(ctx: Context, where: Placement) -> list[Finding]:
-    """frame_index 0..n-1 within each episode; index equal to the global row position."""
-    files, out = data_files(ctx), []
-    for episode, found in where.by_episode().items():
-        if len(found) != 1:
-            continue
-        run = found[0]
-        table = files[run.file].columns
-        loc = dict(file=run.file, episode=episode)
-        frames = flat_column(table, "frame_index")
-        frames = None if frames is None else frames[run.start:run.stop]
-        k = _first_mismatch(frames, np.arange(run.length))
-        if k is not None:
-            out.append(_finding("IDX020", f"episode {episode}: row {k} of the episode has frame_index "
-                                          f"{frames[k]:g}, expected {k}", **loc))
-        if not where.complete:
-            continue
-        index = flat_column(table, "index")
-        index = None if index is None else index[run.start:run.stop]
-        k = _first_mismatch(index, np.arange(run.global_start, run.global_start + run.length))
-        if k is not None:
-            wrong = int(np.count_nonzero(index != np.arange(run.global_start, run.global_start + run.length)))
-            out.append(_finding("IDX021", f"episode {episode}: global row {run.global_start + k} has index "
-                                          f"{index[k]:g} ({wrong} of {run.length} rows wrong)", **loc))
+    """frame_index 0..n-1 within each episode; index equal to the global row position. Whole columns: per row the
+    value expected from its run, and per run its first wrong row; the episodes of a single run only."""
+    runs = len(where.episode)
+    if not runs:
+        return []
+    lo, hi = where.runs_of(where.episode)
+    single = (hi - lo) == 1
+    run_of_row = np.repeat(np.arange(runs), where.length)
+    position = np.arange(where.rows)
+    frames, has_frames = placed_column(ctx, "frame_index")
+    frame_first, _ = _first_per_run(has_frames & (frames != position - where.global_start[run_of_row]),
+                                    run_of_row, runs)
+    index_first, index_wrong = np.full(runs, -1), np.zeros(runs, np.int64)
+    if where.complete:
+        index, has_index = placed_column(ctx, "index")
+        index_first, index_wrong = _first_per_run(has_index & (index != position), run_of_row, runs)
+    out = []
+    for r in np.flatnonzero(single & ((frame_first >= 0) | (index_first >= 0))).tolist():
+        run = where.runs[r]
+        loc = dict(file=run.file, episode=run.episode)
+        if frame_first[r] >= 0:
+            k = int(frame_first[r]) - run.global_start
+            out.append(_finding("IDX020", f"episode {run.episode}: row {k} of the episode has frame_index "
+                                          f"{frames[frame_first[r]]:g}, expected {k}", **loc))
+        if index_first[r] >= 0:
+            k = int(index_first[r]) - run.global_start
+            out.append(_finding("IDX021", f"episode {run.episode}: global row {run.global_start + k} has index "
+                                          f"{index[index_first[r]]:g} ({int(index_wrong[r])} of {run.length} rows "
+                                          "wrong)", **loc))
     return out
 
 
@@ -261,7 +369,7 @@ def _totals(ctx: Context, where: Placement) -> list[Finding]:
     except LerodocError:
         return []
     n = len(ds.episodes)
-    frames = sum(r.length for r in where.runs) if where.complete else ds.total_frames
+    frames = where.rows if where.complete else ds.total_frames
     real = {"total_episodes": n, "total_frames": frames, "total_tasks": len(ds.tasks)}
     if ds.version != "v3.0":
         real.update(v21.derived_totals(ds.info, ds.episodes))

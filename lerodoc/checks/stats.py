@@ -116,13 +116,13 @@ def check(ctx: Context) -> list[Finding]:
         out += _well_formed(ds, source, clean)
     training = _training_stats(ds)
     out += _quantiles_present(ds, training) + _channels(ds, training)
-    return out + _agreement(ctx, sources)
+    return out + (_agreement(ctx, sources) if ctx.stats else [])
 
 
 def _sources(ctx: Context) -> list[Source]:
     ds = ctx.dataset
     sources = [Source(v30.STATS_PATH, None, ds.stats)] if ds.stats is not None else []
-    if ds.version == "v2.0":
+    if ds.version == "v2.0" or not ctx.stats:
         return sources
     files = episode_meta_files(ctx) if ds.version == "v3.0" else [v21.EPISODES_STATS_PATH] * len(ds.episodes)
     return sources + [Source(file, ep.index, ep.stats) for file, ep in zip(files, ds.episodes) if ep.stats]

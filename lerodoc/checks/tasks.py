@@ -4,12 +4,12 @@ tasks the episodes metadata lists exist (lerobot looks a row's task up by positi
 from __future__ import annotations
 
 from collections import Counter
+from itertools import chain
 
 import numpy as np
 
-from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_meta_files, finding_factory,
-                                   flat_column)
-from lerodoc.checks.indices import placement
+from lerodoc.checks.common import ERROR, WARNING, Context, Finding, episode_meta_files, finding_factory
+from lerodoc.checks.indices import placed_column, placement
 from lerodoc.formats import v21, v30
 
 CODES = {
@@ -51,9 +51,11 @@ def _task_table(ctx: Context) -> list[Finding]:
 
 
 def _metadata_tasks(ctx: Context) -> list[Finding]:
-    known, out = set(ctx.dataset.tasks), []
-    files = episode_meta_files(ctx)
-    for position, ep in enumerate(ctx.dataset.episodes):
+    known = set(ctx.dataset.tasks)
+    if set(chain.from_iterable(ep.tasks for ep in ctx.dataset.episodes)) <= known:
+        return []
+    out, files = [], episode_meta_files(ctx)
+    for position, ep in enumerate(ctx.dataset.episodes):   # only when some episode lists an unknown task
         for text in ep.tasks:
             if text not in known:
                 out.append(_finding("TSK003", f"episode {ep.index} lists task {text!r}, which "
@@ -63,29 +65,50 @@ def _metadata_tasks(ctx: Context) -> list[Finding]:
 
 
 def _data_tasks(ctx: Context) -> list[Finding]:
-    """Per episode run: task_index values resolve, and name tasks the episode lists."""
-    ds, files, out = ctx.dataset, data_files(ctx), []
-    listed = {ep.index: set(ep.tasks) for ep in ds.episodes}
-    for run in placement(ctx).runs:
-        values = flat_column(files[run.file].columns, "task_index")
-        if values is None:
-            continue   # layout reports a missing or mistyped column
-        values = values[run.start:run.stop]
+    """Per episode run: task_index values resolve, and name tasks the episode lists. Whole columns: per row whether
+    its value resolves, per run how many do not, per (run, task_index) pair whether the episode lists the task; the
+    runs a finding names are then told one by one."""
+    ds, where = ctx.dataset, placement(ctx)
+    runs, ntasks = len(where.episode), len(ds.tasks)
+    if not runs:
+        return []
+    values, has = placed_column(ctx, "task_index")
+    run_of_row = np.repeat(np.arange(runs), where.length)
+    finite = np.isfinite(values) if values.dtype.kind == "f" else np.ones(len(values), bool)
+    resolves = finite & (values >= 0) & (values < ntasks) & (values == np.round(values) if values.dtype.kind == "f"
+                                                             else True)
+    unresolved = np.bincount(run_of_row[has & ~resolves], minlength=runs)
+    # (run, task_index) pairs in use, and whether the run's episode lists the task's text
+    good = has & resolves
+    pairs = np.unique(run_of_row[good] * max(ntasks, 1) + values[good].astype(np.int64))
+    pair_run, pair_task = pairs // max(ntasks, 1), pairs % max(ntasks, 1)
+    listed = {ep.index: ep.tasks for ep in ds.episodes}
+    listing = np.array(sorted(e for e, texts in listed.items() if texts), np.int64)
+    by_text: dict[str, list[int]] = {}
+    for index, text in enumerate(ds.tasks):
+        by_text.setdefault(text, []).append(index)
+    allowed = np.array([at * max(ntasks, 1) + i for at, e in enumerate(listing.tolist()) for text in set(listed[e])
+                        for i in by_text.get(text, [])], np.int64)
+    episode = where.episode[pair_run]
+    at = np.clip(np.searchsorted(listing, episode), 0, max(len(listing) - 1, 0))
+    lists = (listing[at] == episode) if len(listing) else np.zeros(len(pairs), bool)
+    unlisted = lists & ~np.isin(at * max(ntasks, 1) + pair_task, allowed)
+    out = []
+    named = np.zeros(runs, bool)
+    named[pair_run[unlisted]] = True
+    for r in np.flatnonzero((unresolved > 0) | named).tolist():
+        run = where.runs[r]
         loc = dict(file=run.file, episode=run.episode)
-        finite = np.isfinite(values) if values.dtype.kind == "f" else np.ones(len(values), bool)
-        used = np.unique(values[finite])
-        bad = [v for v in used if not (0 <= v < len(ds.tasks)) or v != int(v)]
-        if bad or not finite.all():
-            shown = ", ".join(f"{v:g}" for v in bad[:5]) + (", null" if not finite.all() else "")
-            rows = int(np.count_nonzero(~finite) + np.isin(values[finite], bad).sum())
-            out.append(_finding("TSK001", f"episode {run.episode}: {rows} rows have task_index {shown}, but "
-                                          f"{_tasks_file(ctx)} holds task_index 0..{len(ds.tasks) - 1}", **loc))
-        for value in used:
-            if value in bad or run.episode not in listed or not listed[run.episode]:
-                continue
-            text = ds.tasks[int(value)]
-            if text not in listed[run.episode]:
-                out.append(_finding("TSK005", f"episode {run.episode}: rows use task_index {int(value)} "
-                                              f"({text!r}), not among its listed tasks "
-                                              f"{sorted(listed[run.episode])}", **loc))
+        if unresolved[r]:
+            own = values[where.global_start[r]:where.global_stop[r]]
+            own_finite = finite[where.global_start[r]:where.global_stop[r]]
+            bad = [v for v in np.unique(own[own_finite]) if not (0 <= v < ntasks) or v != int(v)]
+            shown = ", ".join(f"{v:g}" for v in bad[:5]) + (", null" if not own_finite.all() else "")
+            out.append(_finding("TSK001", f"episode {run.episode}: {int(unresolved[r])} rows have task_index {shown}, "
+                                          f"but {_tasks_file(ctx)} holds task_index 0..{ntasks - 1}", **loc))
+        for value in pair_task[(pair_run == r) & unlisted].tolist() if named[r] else []:
+            text = ds.tasks[value]
+            out.append(_finding("TSK005", f"episode {run.episode}: rows use task_index {value} "
+                                          f"({text!r}), not among its listed tasks "
+                                          f"{sorted(listed[run.episode])}", **loc))
     return out

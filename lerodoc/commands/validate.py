@@ -22,6 +22,10 @@ def validate(
     videos: Annotated[bool, typer.Option("--videos", help="Also check the video containers (no decoding).")] = False,
     deep: Annotated[bool, typer.Option("--deep", help="Also decode the first and last frame of each episode.")] = False,
     tolerance_s: Annotated[float, typer.Option(help="Timestamp tolerance, as lerobot's tolerance_s.")] = TOLERANCE_S,
+    stats: Annotated[Optional[bool], typer.Option("--stats/--no-stats", help="Read the per-episode stats and "
+                                                  "recompute them from every numeric column.",
+                                                  show_default="on for a local dataset; for hf:// only with "
+                                                  "--deep")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Count warnings as errors: exit 1 when there is any "
                                          "finding.")] = False,
     list_checks: Annotated[bool, typer.Option("--list-checks", help="Print every check code and exit.")] = False,
@@ -50,7 +54,7 @@ def validate(
     dataset = resolve_dataset(dataset)
     from lerodoc.run.engine import make as make_engine
     report = validate_dataset(dataset, videos=videos, deep=deep, tolerance_s=tolerance_s,
-                              engine=make_engine(engine.value, ray_address))
+                              engine=make_engine(engine.value, ray_address), stats=stats)
     failed = report.errors or (strict and report.warnings)
     code = ExitCode.FINDINGS if failed else ExitCode.OK
     if json:
@@ -63,6 +67,8 @@ def validate(
                  for f in report.findings]))
         render.out.print(f"{report.dataset}: {report.errors} errors, {report.warnings} warnings "
                          f"({report.seconds:.2f} s)")
+        for skipped in report.skipped:
+            render.out.print(f"skipped: {skipped['checks']}, as {skipped['why']}; {skipped['run_with']} runs them")
         if report.transfer:
             render.out.print(render.transfer_line(report.transfer))
     if code:
