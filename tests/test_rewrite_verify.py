@@ -16,12 +16,13 @@ def test_a_written_value_that_differs_is_named_by_episode(tmp_path, monkeypatch)
     fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=3, lengths=[20, 30, 25])
     real_writer = pq.ParquetWriter
 
-    class Corrupting(real_writer):        # writes episode 1's action column shifted by one
+    class Corrupting(real_writer):        # writes the first value of episode 1's action column shifted by one
         def write_table(self, table, row_group_size=None):
-            if table.column("episode_index")[0].as_py() == 1:
+            rows = table.column("episode_index").to_pylist()
+            if 1 in rows:
                 action = table.column("action").combine_chunks()
                 values = action.flatten().to_numpy().copy()
-                values[0] += 1
+                values[rows.index(1) * (len(values) // len(rows))] += 1
                 table = table.set_column(table.column_names.index("action"), table.schema.field("action"),
                                          pa.FixedSizeListArray.from_arrays(pa.array(values), action.type.list_size)
                                          if pa.types.is_fixed_size_list(action.type) else

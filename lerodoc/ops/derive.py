@@ -23,9 +23,9 @@ from lerodoc.formats.hf import schema_for
 from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
-from lerodoc.tables.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema
+from lerodoc.tables.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema, write_groups
 from lerodoc.promote.staging import link_or_copy, staged_edit
-from lerodoc.tables.stats import block_stats, dataset_quantiles, dataset_stats
+from lerodoc.tables.stats import dataset_quantiles, dataset_stats, split_segments, spans_stats
 
 
 class Transform(Protocol):
@@ -42,7 +42,7 @@ class FileJob:
 
 
 def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
-    """Worker: transform one data file, write it (one row group per episode), re-read and verify it."""
+    """Worker: transform one data file, write it (row groups by bytes: `write_groups`), re-read and verify it."""
     job, transform, schema = args
     source = read_parquet(job.src)
     try:   # stored as lerobot 0.6.1 loads it: a list<1> column of a shape-(1,) feature becomes its scalar
@@ -58,14 +58,17 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
     if {c: expected[c] for c in kept} != column_digests(conform(source.select(kept), kept_schema)):
         raise VerificationError("values of untouched columns changed", file=job.src)
     with new_file(job.out) as tmp, pq.ParquetWriter(tmp, schema, use_dictionary=False) as writer:
-        for _, start, length in job.episodes:
-            writer.write_table(table.slice(start, length), row_group_size=max(length, 1))
+        write_groups(writer, table)
     if column_digests(read_parquet(job.out)) != expected:
         raise VerificationError("written file differs from what was planned", file=job.out)
-    return [{"episode": index,
-             "stats": {name: block_stats(column_matrix(table.column(name).slice(start, length), length).T)
-                       for name in transform.changed}}
-            for index, start, length in job.episodes]
+    firsts = [start for _, start, _ in job.episodes]
+    lengths = [length for _, _, length in job.episodes]
+    stats: list[dict] = [{} for _ in job.episodes]
+    for name in transform.changed:   # every episode's stats of a changed column at once
+        matrix = column_matrix(table.column(name), table.num_rows).T
+        for held, one in zip(stats, split_segments(spans_stats(matrix, firsts, lengths), (name,), (matrix.shape[0],))):
+            held.update(one)
+    return [{"episode": index, "stats": by_feature} for (index, _, _), by_feature in zip(job.episodes, stats)]
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,10 @@ from lerodoc.formats.info import Info
 from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
-from lerodoc.tables.parquet_io import (column_digests, column_matrix, conform, from_numpy, is_list_type, iter_batches,
-                                numpy_dtype, open_parquet, read_parquet, read_schema)
+from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix, conform, from_numpy, is_list_type,
+                                       iter_batches, numpy_dtype, open_parquet, read_parquet, read_schema)
 from lerodoc.promote.links import link_or_copy
-from lerodoc.tables.stats import column_stats
+from lerodoc.tables.stats import segment_stats, split_segments
 
 if TYPE_CHECKING:   # lerodoc.media.video (PyAV) is imported where clips are handled: no rewrite without videos loads it
     from lerodoc.media import video
@@ -143,15 +143,19 @@ CHECK_BYTES = 16 << 20   # planned rows digested together: per-episode overhead 
 
 
 def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
-    """Worker: copy pieces into their output files (one row group per episode), then read them back.
+    """Worker: copy pieces into their output files (row groups by bytes: `parquet_io.RowGroups`), then read them
+    back.
 
-    Consecutive pieces are handled as one block: one cast, one renumbering. Blocks are digested in runs of
-    about CHECK_BYTES (one digest per column per run, whatever the episode count) for the read-back check.
+    Consecutive pieces are handled as one block: one cast, one renumbering, one stats pass. Blocks are digested in
+    runs of about CHECK_BYTES (one digest per column per run, whatever the episode count) for the read-back check.
+    A job's pieces reach each output file in one run, so one output file is open at a time.
     """
     pieces, schema = args
-    results, runs, cache, writers = [], {}, {}, {}
+    results, runs, cache = [], {}, {}
     pending: list[tuple[list[RowPiece], pa.Table]] = []     # planned blocks of one file, not yet digested
     held = 0
+    written: set[str] = set()
+    current: tuple[str, ExitStack, RowGroups] | None = None
 
     def digest_pending() -> None:
         if pending:
@@ -159,6 +163,11 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
                 ([block for block, _ in pending], sum(out.num_rows for _, out in pending),
                  column_digests(pa.concat_tables([out for _, out in pending]))))
             pending.clear()
+
+    def finish() -> None:   # the open output's last rows written, the file closed and renamed into place
+        if current is not None:
+            current[2].close()
+            current[1].close()
     with ExitStack() as files:   # each output a new file, renamed into place when written (`files.new_file`)
         for block in _blocks(pieces):
             first = block[0]
@@ -172,17 +181,20 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
                 held = 0
             pending.append((block, out))
             held += out.nbytes
-            if first.out_file not in writers:
-                tmp = files.enter_context(new_file(first.out_file))
-                writers[first.out_file] = files.enter_context(pq.ParquetWriter(tmp, schema, use_dictionary=False))
-            offset = 0
-            for piece in block:
-                episode_rows = out.slice(offset, piece.length)
-                offset += piece.length
-                writers[first.out_file].write_table(episode_rows, row_group_size=max(piece.length, 1))
-                stats_of = out.column_names if piece.all_stats else sorted(changed)
-                results.append({"episode": piece.episode, "changed": sorted(changed),
-                                "stats": _numeric_stats(episode_rows.select(stats_of), schema)})
+            if current is None or current[0] != first.out_file:
+                finish()
+                if first.out_file in written:
+                    raise LerodocError("an output file's rows come in two runs (a bug in the plan)",
+                                       file=first.out_file, episode=first.episode)
+                written.add(first.out_file)
+                stack = files.enter_context(ExitStack())
+                tmp = stack.enter_context(new_file(first.out_file))
+                current = (first.out_file, stack,
+                           RowGroups(stack.enter_context(pq.ParquetWriter(tmp, schema, use_dictionary=False))))
+            current[2].write(out)
+            results += [{"episode": piece.episode, "changed": sorted(changed), "stats": stats}
+                        for piece, stats in zip(block, _block_stats(out, block, changed, schema))]
+        finish()
         digest_pending()
     _check_written(runs, schema)
     return results
@@ -229,16 +241,21 @@ def _cast(rows: pa.Table, schema: pa.Schema, piece: RowPiece) -> pa.Table:
         raise LerodocError(exc.message, file=piece.src_file, episode=piece.source_episode, field=exc.field) from None
 
 
-def _numeric_stats(rows: pa.Table, schema: pa.Schema) -> dict:
-    """Per-episode stats of every numeric column of `rows`."""
-    stats = {}
-    for name in rows.column_names:
+def _block_stats(rows: pa.Table, block: list[RowPiece], changed: set[str], schema: pa.Schema) -> list[dict]:
+    """Per piece of a block, the stats of its numeric columns (all of them where its source has no per-episode
+    stats, else those the renumbering `changed`): every piece of the block at once per column (`segment_stats`)."""
+    lengths = [p.length for p in block]
+    wanted = rows.column_names if any(p.all_stats for p in block) else sorted(changed)
+    by_column: dict[str, list[dict]] = {}
+    for name in wanted:
         kind = schema.field(name).type
-        if is_list_type(kind):
-            kind = kind.value_type
+        kind = kind.value_type if is_list_type(kind) else kind
         if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-            stats[name] = column_stats(column_matrix(rows.column(name), rows.num_rows).astype("float64"))
-    return stats
+            matrix = column_matrix(rows.column(name), rows.num_rows).astype("float64").T
+            by_column[name] = split_segments(segment_stats(matrix, lengths, quantiles=False), (name,),
+                                             (matrix.shape[0],))
+    return [{name: parts[i][name] for name, parts in by_column.items() if piece.all_stats or name in changed}
+            for i, piece in enumerate(block)]
 
 
 def _check_written(runs: dict[str, list[tuple[list[list[RowPiece]], int, dict]]], schema: pa.Schema) -> None:

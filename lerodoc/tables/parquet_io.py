@@ -1,4 +1,4 @@
-"""Parquet rows in and out: per-episode slices, one row group per episode, column checksums.
+"""Parquet rows in and out: per-episode slices, row groups sized by bytes (`RowGroups`), column checksums.
 
 Every read goes through `read_parquet`, `read_row_groups` or `iter_batches`, and each first holds the footer's
 claims for the columns it reads to the budget rule (lerodoc.budget, `_within_budget`): the column chunks must lie in
@@ -596,6 +596,40 @@ def to_numpy(array: pa.Array) -> np.ndarray:
     if dtype is not None and array.null_count == 0:
         return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array) + array.offset)[array.offset:]
     return array.to_numpy(zero_copy_only=False)
+
+
+GROUP_BYTES = 128 << 20   # a row group's rows in memory: one group for a small file, a few hundred for a huge one
+
+
+def write_groups(writer: pq.ParquetWriter, table: pa.Table, limit: int = GROUP_BYTES) -> None:
+    """`table` through `writer` as row groups of about `limit` bytes each (one group when it is smaller): never a
+    group per episode, which costs readers a footer entry and a seek per group (pyarrow reads 20,000 groups of 10
+    rows 40x slower than the same rows in one)."""
+    rows = table.num_rows
+    per_group = rows if table.nbytes <= limit else max(1, int(rows * limit / max(table.nbytes, 1)))
+    writer.write_table(table, row_group_size=max(per_group, 1))
+
+
+class RowGroups:
+    """Tables appended to one parquet file, held until about `limit` bytes are waiting and then written as one
+    row group (`write_groups`); `close` writes what is left. Episodes reach their rows by their row range
+    (dataset_from_index/dataset_to_index, or the data_row of v3.0's episodes metadata), not by row group."""
+
+    def __init__(self, writer: pq.ParquetWriter, limit: int = GROUP_BYTES):
+        self.writer, self.limit = writer, limit
+        self.waiting: list[pa.Table] = []
+        self.held = 0
+
+    def write(self, table: pa.Table) -> None:
+        self.waiting.append(table)
+        self.held += table.nbytes
+        if self.held >= self.limit:
+            self.close()
+
+    def close(self) -> None:
+        if self.waiting:
+            write_groups(self.writer, pa.concat_tables(self.waiting), self.limit)
+        self.waiting, self.held = [], 0
 
 
 def from_numpy(values: np.ndarray, kind: pa.DataType) -> pa.Array:
