@@ -33,7 +33,7 @@ class RunConfig:
     device: str = "auto"
     compile: bool = False
     # "layers": PI05.compile_layers, DDP eager around them (overlaps its all-reduce with backward layer by layer);
-    # "model": torch.compile(DDP(model)), which DDPOptimizer splits at bucket boundaries (4x longer compile)
+    # "model": torch.compile(DDP(model)), which DDPOptimizer splits at bucket boundaries (docs/train-history.md)
     compile_scope: str = "layers"
     ddp_bucket_mb: int = 100              # DDP's gradient bucket size (torch's default is 25)
     ddp_bucket_view: bool = True          # gradients are views into DDP's buckets (no copy into them)
@@ -42,9 +42,8 @@ class RunConfig:
     fsdp_reshard: bool = True             # FSDP2 frees each layer's gathered parameters after forward (False: ZeRO-2)
     pin_workers: bool = True              # each rank's data workers on its own share of the CPUs
     gradient_checkpointing: bool = False
-    # "tensorwise": torchao float8 training of the large linears (PI05.convert_float8): 1.15x at batch 48 on an H200,
-    # and batch 64 fits (docs/train.md; rowwise scaling was no faster than bf16 and is not offered); needs torchao
-    # and a GPU with float8 matrix units
+    # "tensorwise": torchao float8 training of the large linears (PI05.convert_float8), gated by float8.check_float8;
+    # why tensorwise only: docs/train-history.md
     float8: str | None = None
     fsdp: bool = False
     workers: int = field(default_factory=data_workers)

@@ -75,8 +75,7 @@ def clip_and_step(optimizer: torch.optim.Optimizer, clip: float) -> torch.Tensor
     The clip is torch's (gradients x clip / (norm + 1e-6) when that is below 1) fused into the optimizer's own pass:
     fused AdamW divides each gradient by `grad_scale` as it reads it, so no separate pass rescales them. A
     non-finite norm sets `found_inf`, which makes the step leave parameters, moments and step counts untouched;
-    the metrics flush reports such steps (`Metrics.flush`). (One reduction per gradient instead of torch's
-    multi-tensor norm was no faster on an H200: docs/results/scaling_call6_h200x2.json.)"""
+    the metrics flush reports such steps (`Metrics.flush`). What else was measured: docs/train-history.md."""
     grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
     norm = torch.nn.utils.get_total_norm(grads, foreach=True)
     if hasattr(norm, "full_tensor"):  # FSDP: a DTensor
