@@ -1,6 +1,6 @@
 """bench/growth: every dataset command on collections of many short episodes, against the pyarrow floor (issue 37).
 
-    python3 -m bench.growth [--episodes 10000,100000,1000000] [--frames 10] [--v21-up-to 100000] [--work DIR]
+    python3 -m bench.growth [--episodes 2000,20000[,100000]] [--frames 10] [--v21-up-to 100000] [--work DIR]
                             [--only validate,merge2] [--out docs/results/growth_cpu.json]
 
 For each size, a parquet-only v3.0 collection of `--episodes` episodes of `--frames` rows (16-dim state and action,
@@ -16,6 +16,12 @@ The floor, measured in the same run and the same way (a fresh process): pyarrow 
 (every column) and meta/episodes. Each command's ratio is its wall time over the floor of the dataset it reads
 (v2.1 for convert's input, v3.0 for the rest); like for like, both include interpreter start. Results and
 provenance (commit, versions, machine, load, command) go to --out.
+
+With several sizes, `growth` gives each command's factor from the smallest size to each larger one (seconds and
+peak; the issue's bar: at most 12x for 10x the episodes). `many_files` sets convert of the v2.1 form (one parquet per
+episode: the hub's many-small-files layout) against pyarrow reading those files alone: the per-file overhead in
+milliseconds beyond the floor. validate runs as a user runs it (stats recomputed) and, as `validate_nostats`, with
+`--no-stats` (what a hub dataset gets by default): the checks other than the stats family's per-episode ones.
 """
 
 from __future__ import annotations
@@ -95,6 +101,7 @@ def commands(v30: Path, v21: Path | None, out: Path, episodes: int) -> dict[str,
     cases = {
         "info": (lerodoc("info", v30, "--json"), "v30"),
         "validate": (lerodoc("validate", v30, "--json"), "v30"),
+        "validate_nostats": (lerodoc("validate", v30, "--no-stats", "--json"), "v30"),
         "merge2": (lerodoc("merge", v30, v30, "-o", out / "merge2"), "v30"),
         "delete": (lerodoc("delete", v30, "-o", out / "delete", "--episodes", f"0-{min(9, episodes - 2)}"), "v30"),
         "split": (lerodoc("split", v30, "-o", out / "split", "--into", "train=0.9,val=0.1"), "v30"),
@@ -137,12 +144,34 @@ def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[st
         rows[name] = result
         print(f"{episodes:>8} {name:<12} {result['seconds']:8.2f} s {result['peak_mib']:8.1f} MiB "
               f"{result['x_floor']:6.2f}x floor (exit {result['exit']})", flush=True)
-    return {"episodes": episodes, "frames_per_episode": frames, "floors": floors, "commands": rows}
+    result = {"episodes": episodes, "frames_per_episode": frames, "floors": floors, "commands": rows}
+    if v21 is not None and "convert" in rows:
+        files = len(list(v21.glob("data/**/*.parquet")))
+        result["many_files"] = {
+            "v21_data_files": files, "convert_seconds": rows["convert"]["seconds"],
+            "read_files_seconds": floors["v21"]["seconds"], "x_floor": rows["convert"]["x_floor"],
+            "overhead_ms_per_file": round(1000 * (rows["convert"]["seconds"] - floors["v21"]["seconds"]) / files, 3)}
+    return result
+
+
+def growth(sizes: list[dict]) -> dict:
+    """Each command's factor from the smallest size to each larger one: seconds and peak memory."""
+    if len(sizes) < 2:
+        return {}
+    base, out = sizes[0], {}
+    for size in sizes[1:]:
+        key = f"{base['episodes']}->{size['episodes']}"
+        out[key] = {"episodes_x": round(size["episodes"] / base["episodes"], 2),
+                    "floor_v30_x": round(size["floors"]["v30"]["seconds"] / base["floors"]["v30"]["seconds"], 2),
+                    "commands": {name: {"seconds_x": round(row["seconds"] / base["commands"][name]["seconds"], 2),
+                                        "peak_x": round(row["peak_mib"] / base["commands"][name]["peak_mib"], 2)}
+                                 for name, row in size["commands"].items() if name in base["commands"]}}
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", default="10000", help="comma-separated sizes (default 10000)")
+    parser.add_argument("--episodes", default="2000,20000", help="comma-separated sizes (default 2000,20000)")
     parser.add_argument("--frames", type=int, default=10)
     parser.add_argument("--v21-up-to", type=int, default=100_000, help="build the v2.1 form up to this size")
     parser.add_argument("--only", default=None, help="comma-separated command names")
@@ -155,6 +184,8 @@ def main() -> None:
     sizes = [int(s) for s in args.episodes.split(",")]
     summary = {"provenance": provenance(" ".join(["python3 -m bench.growth", *sys.argv[1:]])),
                "sizes": [measure(work, n, args.frames, args.v21_up_to, only) for n in sizes]}
+    summary["growth"] = growth(summary["sizes"])
+    summary["load_average_at_end"] = os.getloadavg()
     text = write_results(summary, args.out)
     print(text if args.out is None else f"written to {args.out}")
     if args.work is None:

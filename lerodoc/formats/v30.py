@@ -21,7 +21,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lerodoc import access
 from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
@@ -134,9 +133,10 @@ def _stats_rows(table: pa.Table, path: Path) -> list[dict]:
 
 
 class StatsColumns:
-    """The per-episode stats of one episodes metadata file of a hub dataset (lerodoc.access), read on first use:
-    the `stats/...` columns are most of the file's bytes, and a command that needs no episode's stats (info) never
-    fetches their column chunks. A local file is read whole once, where the dataset is opened (`read`)."""
+    """The per-episode stats of one episodes metadata file, read on first use: the `stats/...` columns are most of
+    the file's bytes (a hub dataset's range reads) and, as one dict of arrays per episode, most of the time of opening
+    a dataset of many episodes; a command that needs no episode's stats (info, train's index, validate --no-stats)
+    never reads them."""
 
     def __init__(self, path: Path):
         self.path, self.rows = path, None
@@ -200,16 +200,11 @@ def read(root: Path, info: Info):
     files = sorted(root.glob(EPISODES_GLOB))
     if not files:
         raise LerodocError("no episodes metadata files", file=root / EPISODES_META)
-    remote = access.is_remote(root)
-    tables = [_read_table(f, info, stats=not remote) for f in files]
-    rows = [row for t in tables for row in t.select([c for c in t.column_names
-                                                     if not c.startswith("stats/")]).to_pylist()]
+    tables = [_read_table(f, info, stats=False) for f in files]
+    rows = [row for t in tables for row in t.to_pylist()]
     sources = [name for f, t in zip(files, tables) for name in [f.relative_to(root).as_posix()] * t.num_rows]
-    if remote:
-        row_stats = [partial(StatsColumns.row, holder, i) for f, t in zip(files, tables)
-                     for holder in [StatsColumns(f)] for i in range(t.num_rows)]
-    else:
-        row_stats = [row for f, t in zip(files, tables) for row in _stats_rows(t, f)]
+    row_stats = [partial(StatsColumns.row, holder, i) for f, t in zip(files, tables)
+                 for holder in [StatsColumns(f)] for i in range(t.num_rows)]
     episodes = []
     for position, row in enumerate(rows):
         try:
