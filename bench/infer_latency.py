@@ -19,7 +19,8 @@ bench/train_vs_lerobot.py's wheels for lerobot's side), from the repository root
    cannot be downloaded on the device).
 2. lerodoc (its own process): `Policy.load`, then `predict(images, state, [task])` for batch 1: raw uint8 images
    and raw state in, raw actions out (CPU numpy). Rows: fp32 weights as Policy.load gives them, eager; then the
-   weights cast to bf16 (`policy.model.to(torch.bfloat16)`): eager; `PI05.capture_sampling` (the whole chunk,
+   weights cast to bf16 (`policy.model.to(torch.bfloat16)`): eager (PI05.euler_fused), and eager with the steps
+   unfused (`fused_sampling = False`: prefix_cache + denoise_velocity per step, calls 4-8's path); `PI05.capture_sampling` (the whole chunk,
    prefix and 10 Euler steps, recorded as one CUDA graph of the eager kernels); and for each --modes entry,
    `PI05.compile_sampling(mode=...)` alone and then with capture_sampling over the compiled parts.
 3. lerobot (its own process, the carried wheels first on the path): PI05Policy.from_pretrained(CHECKPOINT/lerobot)
@@ -258,14 +259,17 @@ def run_lerodoc(args, work: Path, result: dict, save) -> None:
         return False
 
     references["fp32"] = actions(model_inputs)
-    row("fp32 eager", {"compile": None, "cuda_graph": False})
+    row("fp32 eager", {"compile": None, "cuda_graph": False, "steps": "euler_fused"})
     model.to(torch.bfloat16)
     references["bf16"] = actions(model_inputs)
     other = actions(policy.inputs(flipped, state, [TASK]))
     result["prefix_weight"] = {"flipped_images_vs_bf16_eager": {
         "max_abs": float((other - references["bf16"]).abs().max()),
         "relative": float((other - references["bf16"]).norm() / references["bf16"].norm())}}
-    row("bf16 eager", {"compile": None, "cuda_graph": False})
+    row("bf16 eager", {"compile": None, "cuda_graph": False, "steps": "euler_fused"})
+    model.fused_sampling = False   # the steps as prefix_cache + denoise_velocity run them (calls 4-8's eager path)
+    row("bf16 eager, steps unfused", {"compile": None, "cuda_graph": False, "steps": "denoise_velocity"})
+    model.fused_sampling = True
     if cuda:
         t = time.perf_counter()
         model.capture_sampling(**model_inputs)

@@ -59,13 +59,14 @@ def recompute_every_step(model, x):
 
 
 class Passes:
-    """Counts forward passes through SigLIP, the VLM's first layer (the prefix) and the expert's first layer."""
+    """Counts forward passes through SigLIP, the VLM's first layer (the prefix) and the expert (its input projection,
+    which every step runs, euler_fused as well)."""
 
     def __init__(self, model):
         self.counts = dict(siglip=0, vlm=0, expert=0)
         modules = dict(siglip=model.paligemma.vision_tower,
                        vlm=model.paligemma.language_model.layers[0].input_layernorm,
-                       expert=model.expert.layers[0].input_layernorm)
+                       expert=model.model.action_in_proj)   # once per flow step, fused or not
         self.hooks = [m.register_forward_hook(lambda *_, k=k: self.counts.__setitem__(k, self.counts[k] + 1))
                       for k, m in modules.items()]
 
@@ -92,6 +93,45 @@ def test_prefix_runs_once_per_chunk_and_equals_recomputing_it():
     # the prefix matters to the actions (so the comparison above could fail): another image changes them
     other = dict(x, images=[x["images"][0].flip(-1), x["images"][1]])
     assert (model.sample_actions(**other) - actions).abs().max() > 1e-3
+
+
+@torch.no_grad()
+def test_fused_steps_equal_the_unfused_ones_and_follow_the_weights():
+    """euler_fused (eager sampling's default) computes what prefix_cache + denoise_velocity compute, in fewer ops."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Ops.n += not func.is_view   # ops that compute (views launch no kernel)
+            return func(*args, **(kwargs or {}))
+
+    model = make_model()
+    x = make_inputs(model.config, batch=1)
+    counts = {}
+    for fused in (False, True):
+        model.fused_sampling = fused
+        Ops.n = 0
+        with Ops():
+            out = model.sample_actions(**x)
+        counts[fused] = Ops.n
+        if not fused:
+            unfused = out
+    torch.testing.assert_close(out, unfused, atol=1e-5, rtol=1e-5)
+    assert counts[True] < 0.6 * counts[False], counts
+    # the fused matrices follow the weights: an in-place change, then a dtype change
+    model.expert.layers[0].self_attn.k_proj.weight.mul_(2)
+    changed = model.sample_actions(**x)
+    model.fused_sampling = False
+    torch.testing.assert_close(changed, model.sample_actions(**x), atol=1e-5, rtol=1e-5)
+    assert (changed - out).abs().max() > 1e-3
+    half = model.to(torch.bfloat16).sample_actions(**x)
+    model.fused_sampling = True
+    fused_half = model.sample_actions(**x)
+    assert fused_half.dtype == torch.float32
+    error = ((fused_half - half).norm() / half.norm()).item()
+    assert 0 < error < 2e-2, error   # bf16 rounding, not another computation
 
 
 @torch.no_grad()

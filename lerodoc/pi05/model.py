@@ -478,14 +478,96 @@ class PI05(nn.Module):
         return self.euler(*args)
 
     def euler(self, images, image_masks, tokens, token_masks, noise):
-        """sample_actions' computation: no host sync, no shape-dependent Python (what a CUDA graph records)."""
+        """sample_actions' computation: no host sync, no shape-dependent Python (what a CUDA graph records).
+        Eager (no compile_sampling), the steps run `euler_fused`'s fewer, larger kernels unless `fused_sampling`
+        is set False."""
         c = self.config
-        prefix_fn, velocity_fn = getattr(self, "sampling_fns", None) or (self.prefix_cache, self.denoise_velocity)
+        fns = getattr(self, "sampling_fns", None)
+        if fns is None and getattr(self, "fused_sampling", True):
+            return self.euler_fused(images, image_masks, tokens, token_masks, noise)
+        prefix_fn, velocity_fn = fns or (self.prefix_cache, self.denoise_velocity)
         cache, mask, positions = prefix_fn(images, image_masks, tokens, token_masks)
         x, dt = noise.float(), -1.0 / c.num_steps
         for step in range(c.num_steps):
             t = torch.full((x.shape[0],), 1.0 + step * dt, device=x.device, dtype=x.dtype)
             x = x + dt * velocity_fn(x, t, cache, mask, positions)
+        return x[..., :c.action_dim]
+
+
+    def fused_expert_weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per expert layer, the two matrices of euler_fused: [q; k; rot(q); rot(k); v] and [gate; up]. rot folds
+        RoPE's rotate-half into the rows (each head's second half negated, then its first half), so one product
+        gives q, k and their rotated forms. Made on first use and again when any source weight changes (its
+        storage, dtype or version: `.to()`, a load, an in-place update); not parameters, not in state_dict."""
+        attn = [(l.self_attn, l.mlp) for l in self.expert.layers]
+        sources = [w for a, m in attn for w in (a.q_proj.weight, a.k_proj.weight, a.v_proj.weight,
+                                                 m.gate_proj.weight, m.up_proj.weight)]
+        key = tuple((w.data_ptr(), w.dtype, w._version) for w in sources)
+        held = getattr(self, "_fused_expert", None)
+        if held is not None and held[0] == key:
+            return held[1]
+        d = self.config.expert.head_dim
+
+        def rot(w):   # (heads * d, width) -> the rows that give rotate_half of the projection
+            w = w.view(-1, d, w.shape[-1])
+            return torch.cat([-w[:, d // 2:], w[:, :d // 2]], dim=1).flatten(0, 1)
+
+        with torch.no_grad():
+            fused = [(torch.cat([a.q_proj.weight, a.k_proj.weight, rot(a.q_proj.weight), rot(a.k_proj.weight),
+                                 a.v_proj.weight]),
+                      torch.cat([m.gate_proj.weight, m.up_proj.weight])) for a, m in attn]
+        self._fused_expert = (key, fused)
+        return fused
+
+    def euler_fused(self, images, image_masks, tokens, token_masks, noise):
+        """`euler` in fewer kernels, for eager sampling at small batch, where launching kernels costs more than
+        running them (docs/train.md). The same computation as the prefix_cache + denoise_velocity steps, up to
+        rounding: every step's flow time is known before the first, so the time MLP and every adaRMS modulation
+        of every step run once, batched over the steps; q/k/v and the rotated halves come from one product
+        (fused_expert_weights), gate/up from one; residuals are addcmul; RoPE's cos/sin are made once."""
+        c, e = self.config, self.expert
+        m = self.model
+        dtype = m.action_in_proj.weight.dtype
+        cache, mask, positions = self.prefix_cache(images, image_masks, tokens, token_masks)
+        B, steps, D = noise.shape[0], c.num_steps, c.expert.width
+        heads, kv, d = c.expert.num_heads, c.expert.num_kv_heads, c.expert.head_dim
+        dt = -1.0 / steps
+        # the flow times 1 + s dt of every step (float64 like Python's, then float32 as torch.full makes them)
+        t = torch.arange(steps, device=noise.device, dtype=torch.float64).mul(dt).add(1.0).float()
+        cond = time_embedding(t.repeat_interleave(B), D).to(dtype)
+        cond = F.silu(m.time_mlp_out(F.silu(m.time_mlp_in(cond))))   # (steps * B, D)
+        mods = []   # per norm: (1 + scale) and shift in float32, gate in dtype; each (steps, B, 1, D)
+        for norm in [n for layer in e.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)] + [e.norm]:
+            scale, shift, gate = norm.dense(cond).view(steps, B, 1, 3 * D).chunk(3, dim=-1)
+            mods.append((scale.float() + 1, shift.float(), gate))
+        cos, sin = (r.transpose(1, 2) for r in rotary(positions, d, dtype))   # (B, H, 1, d)
+        weights = self.fused_expert_weights()
+        n = (heads + kv) * d
+
+        def norm(x, j, s):
+            scale1, shift, gate = mods[j]
+            y = F.rms_norm(x.float(), (D,), eps=1e-6)
+            return torch.addcmul(shift[s], y, scale1[s]).to(dtype), gate[s]
+
+        x = noise.float()
+        for s in range(steps):
+            h = m.action_in_proj(x.to(dtype))   # (B, H, D)
+            H = h.shape[1]
+            for i, layer in enumerate(e.layers):
+                w_qkv, w_gu = weights[i]
+                a, gate = norm(h, 2 * i, s)
+                qkv = F.linear(a, w_qkv)
+                qk = torch.addcmul(qkv[..., :n].view(B, H, heads + kv, d) * cos,
+                                   qkv[..., n:2 * n].view(B, H, heads + kv, d), sin)
+                k = torch.cat([cache[i][0], qk[:, :, heads:].transpose(1, 2)], dim=2)
+                v = torch.cat([cache[i][1], qkv[..., 2 * n:].view(B, H, kv, d).transpose(1, 2)], dim=2)
+                y = F.scaled_dot_product_attention(qk[:, :, :heads].transpose(1, 2), k, v, attn_mask=mask,
+                                                   enable_gqa=True)
+                h = torch.addcmul(h, layer.self_attn.o_proj(y.transpose(1, 2).reshape(B, H, heads * d)), gate)
+                a, gate = norm(h, 2 * i + 1, s)
+                g, u = F.linear(a, w_gu).chunk(2, dim=-1)
+                h = torch.addcmul(h, layer.mlp.down_proj(F.gelu(g, approximate="tanh") * u), gate)
+            x = x + dt * m.action_out_proj(norm(h, 2 * len(e.layers), s)[0])
         return x[..., :c.action_dim]
 
 
