@@ -1,140 +1,276 @@
-"""lerodoc from Python: the operations the commands run, with typed arguments, returning the reports `--json` prints.
+"""lerodoc from Python: one function per command, with typed arguments, returning the command's typed result.
 
     from lerodoc import api
     report = api.validate("data/pusht", videos=True)
-    if report["errors"]:
+    if report.errors:
         api.repair("data/pusht", "data/pusht_fixed")
 
 Each function opens nothing but what it is given, writes only where it is told (a new folder, or the dataset itself
-with `in_place=True`), and returns the operation's report as a plain dict (the keys of the command's `--json`,
-without the envelope's `command`, `version`, `ok` and `exit_code`). Bad input raises `lerodoc.errors.LerodocError`
-(its `file`, `episode`, `field` and `hint` locate it; `UsageError` for arguments that cannot fit the dataset).
-Episode selections are sets of numbers, never command-line strings. Every command is a thin layer over these
-calls' operations (`lerodoc.ops`, `lerodoc.report`). See docs/api.md.
+with `in_place=True`), and returns a dataclass: the operation's report (`report.episodes`, `report.output`, ...),
+whose `to_json()` is what the command's `--json` prints (without the envelope's `command`, `version`, `ok` and
+`exit_code`). Bad input raises `lerodoc.errors.LerodocError` (its `file`, `episode`, `field` and `hint` locate
+it; `UsageError` for arguments that cannot fit the dataset). Episode selections are sets of numbers, never
+command-line strings. Every command parses its options, calls one of these and renders what it returns. A DATASET
+is a folder or `hf://datasets/OWNER/NAME[@REVISION]` (read in place, where the call only reads). See docs/api.md.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
-from lerodoc.errors import LerodocError, UsageError  # noqa: F401  (re-exported: what the calls raise)
 from lerodoc.conventions import TOLERANCE_S
+from lerodoc.errors import LerodocError, UsageError
 
 PathLike = str | Path
+Progress = Callable   # progress(label, total) -> tick(n): how the commands draw their bars
 
-__all__ = ["convert", "merge", "delete", "split", "select", "flatten", "quantiles", "validate", "repair", "report",
-           "eval_pi05", "LerodocError", "UsageError"]
+__all__ = ["info", "convert", "merge", "delete", "split", "tasks", "features", "encode", "flatten", "select",
+           "quantiles", "validate", "repair", "report", "download_dataset", "download_tokenizer",
+           "download_weights", "push", "export_lerobot", "eval_pi05", "LerodocError", "UsageError"]
 
 
-def _selection(numbers: Iterable[int]):
+def _dataset(value):
+    """A dataset argument as the operations take it: a folder, or a hub dataset opened for range reads."""
+    if isinstance(value, str) and value.startswith(("hf:/", "hf://")):
+        from lerodoc.access import open_url
+        return open_url(value)
+    return Path(value) if isinstance(value, (str, Path)) else value   # a hub dataset the caller opened
+
+
+def _optional_path(value: PathLike | None) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def _selection(numbers):
+    """Episode numbers as a Selection; a Selection (what the commands parse) as it is, its typed text kept for
+    the messages."""
     from lerodoc.selection import Selection
-    return Selection.of(int(n) for n in numbers)
+    return numbers if isinstance(numbers, Selection) else Selection.of(int(n) for n in numbers)
 
 
-def convert(dataset: PathLike, output: PathLike, *, to: str | None = None, workers: int = 1,
-            force: bool = False, dry_run: bool = False) -> dict:
-    """`lerodoc convert`: v2.x to v3.0, v3.0 to v2.1 (`to`), into `output`."""
+def _engine(engine: str, ray_address: str | None):
+    from lerodoc.run.engine import make
+    return make(engine, ray_address)
+
+
+def info(dataset: PathLike):
+    """`lerodoc info`: version, fps, totals, features, cameras and which stats exist (`results.Info`)."""
+    from lerodoc.ops.info import describe
+    from lerodoc.results import Info
+    return Info.from_json(describe(_dataset(dataset)))
+
+
+def convert(dataset: PathLike, output: PathLike, *, to: str | None = None, workers: int = 1, force: bool = False,
+            dry_run: bool = False, data_file_size_mb: float | None = None, video_file_size_mb: float | None = None,
+            engine: str = "pool", ray_address: str | None = None, progress: Progress | None = None):
+    """`lerodoc convert`: v2.x to v3.0, v3.0 to v2.1 (`to`), into `output` (`ops.convert.ConvertReport`)."""
     from lerodoc.ops.convert import convert as run
-    return run(Path(dataset), Path(output), to=to, workers=workers, force=force, dry_run=dry_run).to_json()
+    return run(_dataset(dataset), Path(output), to=to, workers=workers, force=force,
+               data_file_size_mb=data_file_size_mb, video_file_size_mb=video_file_size_mb, progress=progress,
+               engine=_engine(engine, ray_address), dry_run=dry_run)
 
 
 def merge(datasets: Iterable[PathLike], output: PathLike, *, exclude: Mapping[int, Iterable[int]] | None = None,
           episodes: Mapping[int, Iterable[int]] | None = None, to: str = "v3.0", workers: int = 1,
-          force: bool = False, dry_run: bool = False) -> dict:
+          force: bool = False, dry_run: bool = False, engine: str = "pool", ray_address: str | None = None,
+          progress: Progress | None = None):
     """`lerodoc merge`: the datasets in order into `output`; `exclude` / `episodes` map a dataset's position in
-    `datasets` to the episode numbers it leaves out / keeps only."""
+    `datasets` to the episode numbers it leaves out / keeps only (`ops.merge.MergeReport`)."""
     from lerodoc.ops.merge import merge as run
-    return run([Path(d) for d in datasets], Path(output),
+    return run([_dataset(d) for d in datasets], Path(output),
                exclude={i: _selection(e) for i, e in (exclude or {}).items()},
                episodes={i: _selection(e) for i, e in (episodes or {}).items()},
-               to=to, workers=workers, force=force, dry_run=dry_run).to_json()
+               to=to, workers=workers, force=force, dry_run=dry_run, progress=progress,
+               engine=_engine(engine, ray_address))
 
 
 def delete(dataset: PathLike, episodes: Iterable[int], output: PathLike | None = None, *, in_place: bool = False,
-           to: str | None = None, workers: int = 1, force: bool = False, dry_run: bool = False) -> dict:
-    """`lerodoc delete`: the dataset without `episodes`, renumbered, into `output` (or `in_place`)."""
+           to: str | None = None, workers: int = 1, force: bool = False, dry_run: bool = False,
+           progress: Progress | None = None):
+    """`lerodoc delete`: the dataset without `episodes`, renumbered, into `output` (or `in_place`)
+    (`ops.merge.MergeReport`)."""
     from lerodoc.ops.delete import delete as run
-    return run(Path(dataset), None if output is None else Path(output), _selection(episodes), to=to,
-               in_place=in_place, workers=workers, force=force, dry_run=dry_run).to_json()
+    return run(_dataset(dataset), _optional_path(output), _selection(episodes), to=to, in_place=in_place,
+               workers=workers, force=force, dry_run=dry_run, progress=progress)
 
 
-def split(dataset: PathLike, output: PathLike, parts: Mapping[str, float] | Mapping[str, Iterable[int]], *,
+def split(dataset: PathLike, output: PathLike,
+          parts: Mapping[str, float] | Mapping[str, Iterable[int]] | None = None, *,
+          fractions: Mapping[str, float] | None = None, episodes: Mapping[str, Iterable[int]] | None = None,
           seed: int | None = None, to: str | None = None, workers: int = 1, force: bool = False,
-          dry_run: bool = False) -> dict:
+          dry_run: bool = False, progress: Progress | None = None):
     """`lerodoc split`: each part a complete dataset at `output/<part>`. `parts` maps a part's name to a fraction
-    of the episodes ({"train": 0.9, "val": 0.1}; `seed` shuffles first) or to its episode numbers."""
+    of the episodes ({"train": 0.9, "val": 0.1}; `seed` shuffles first) or to its episode numbers; `fractions`
+    and `episodes` say which explicitly (one of the three) (`ops.split.SplitReport`)."""
     from lerodoc.ops.split import split as run
-    if not parts:
-        raise UsageError("give at least one part")
-    by_fraction = all(isinstance(v, (int, float)) for v in parts.values())
-    return run(Path(dataset), Path(output), fractions=dict(parts) if by_fraction else None,
-               parts=None if by_fraction else {name: _selection(numbers) for name, numbers in parts.items()},
-               seed=seed, to=to, workers=workers, force=force, dry_run=dry_run).to_json()
+    if parts is not None:
+        if not parts:
+            raise UsageError("give at least one part")
+        if all(isinstance(v, (int, float)) for v in parts.values()):
+            fractions = parts
+        else:
+            episodes = parts
+    return run(_dataset(dataset), Path(output), fractions=None if fractions is None else dict(fractions),
+               parts=None if episodes is None else {name: _selection(e) for name, e in episodes.items()},
+               seed=seed, to=to, workers=workers, force=force, dry_run=dry_run, progress=progress)
+
+
+def tasks(dataset: PathLike, output: PathLike | None = None, *, changes: Iterable[str] = (),
+          from_file: PathLike | None = None, in_place: bool = False, workers: int = 1, force: bool = False,
+          dry_run: bool = False):
+    """`lerodoc tasks`: task texts edited by `changes` ('OLD TEXT=NEW TEXT', as --set takes them) or a JSON file
+    (`from_file`: {"old": "new"} or the texts by task_index) (`ops.tasks.TasksReport`)."""
+    from lerodoc.ops.tasks import edit_tasks
+    return edit_tasks(_dataset(dataset), _optional_path(output), set_=list(changes),
+                      from_file=_optional_path(from_file), in_place=in_place, dry_run=dry_run, workers=workers,
+                      force=force)
+
+
+def features(dataset: PathLike, output: PathLike | None = None, *, drop: Iterable[str] = (),
+             rename: Mapping[str, str] | Iterable[str] = (), in_place: bool = False, workers: int = 1,
+             force: bool = False, dry_run: bool = False):
+    """`lerodoc features`: features and cameras dropped, or renamed ({"old": "new"}, or 'OLD=NEW' as --rename
+    takes them) (`ops.features.FeaturesReport`)."""
+    from lerodoc.ops.features import edit_features
+    renames = [f"{old}={new}" for old, new in rename.items()] if isinstance(rename, Mapping) else list(rename)
+    return edit_features(_dataset(dataset), _optional_path(output), drop=list(drop), rename=renames,
+                         in_place=in_place, dry_run=dry_run, workers=workers, force=force)
+
+
+def encode(dataset: PathLike, output: PathLike | None = None, *, reencode: bool = False, codec: str | None = None,
+           gop: int | None = None, crf: int | None = None, pix_fmt: str | None = None, preset: str | None = None,
+           cameras: Iterable[str] = (), in_place: bool = False, workers: int = 1, force: bool = False,
+           dry_run: bool = False, progress: Progress | None = None):
+    """`lerodoc encode`: image features encoded as video features, or (`reencode`) the video files whose settings
+    change re-encoded (`ops.encode.EncodeReport`)."""
+    from lerodoc.ops.encode import encode as run
+    return run(_dataset(dataset), _optional_path(output), reencode=reencode, codec=codec, gop=gop, crf=crf,
+               pix_fmt=pix_fmt, preset=preset, cameras=list(cameras), in_place=in_place, dry_run=dry_run,
+               workers=workers, force=force, progress=progress)
 
 
 def select(dataset: PathLike, output: PathLike | None = None, *, state: Iterable[str] = (),
            action: Iterable[str] = (), keep_source: bool = False, in_place: bool = False, workers: int = 1,
-           force: bool = False, dry_run: bool = False) -> dict:
-    """`lerodoc select`: observation.state / action built from slices, names, globs or features."""
+           force: bool = False, dry_run: bool = False):
+    """`lerodoc select`: observation.state / action built from slices, names, globs or features
+    (`ops.select.SelectReport`)."""
     from lerodoc.ops.select import select as run
-    return run(Path(dataset), None if output is None else Path(output), state=list(state), action=list(action),
-               keep_source=keep_source, in_place=in_place, workers=workers, force=force, dry_run=dry_run).to_json()
+    return run(_dataset(dataset), _optional_path(output), state=list(state), action=list(action),
+               keep_source=keep_source, in_place=in_place, workers=workers, force=force, dry_run=dry_run)
 
 
 def flatten(dataset: PathLike, output: PathLike | None = None, *, columns: Iterable[str] | None = None,
-            in_place: bool = False, workers: int = 1, force: bool = False, dry_run: bool = False) -> dict:
-    """`lerodoc flatten`: list[1] columns to scalars, constant-length lists to fixed-size lists."""
+            in_place: bool = False, workers: int = 1, force: bool = False, dry_run: bool = False):
+    """`lerodoc flatten`: list[1] columns to scalars, constant-length lists to fixed-size lists
+    (`ops.flatten.FlattenReport`)."""
     from lerodoc.ops.flatten import flatten as run
-    return run(Path(dataset), None if output is None else Path(output), in_place=in_place,
-               columns=None if columns is None else list(columns), workers=workers, force=force,
-               dry_run=dry_run).to_json()
+    return run(_dataset(dataset), _optional_path(output), in_place=in_place,
+               columns=None if columns is None else list(columns), workers=workers, force=force, dry_run=dry_run)
 
 
 def quantiles(dataset: PathLike, output: PathLike | None = None, *, store: bool = True,
               features: Iterable[str] | None = None, openpi_norm_stats: PathLike | None = None,
-              workers: int = 1, force: bool = False) -> dict:
+              openpi_state_key: str | None = None, openpi_action_key: str | None = None, budget_mb: int = 512,
+              workers: int = 1, force: bool = False, engine: str = "pool", ray_address: str | None = None):
     """`lerodoc quantiles`: exact stats and q01..q99, stored in the dataset's own meta/ (the default), in a copy at
-    `output`, or nowhere (`store=False`, a dry run)."""
+    `output`, or nowhere (`store=False`, a dry run); `budget_mb` of memory holds values
+    (`ops.quantiles.QuantilesReport`)."""
     from lerodoc.ops.quantiles import quantiles as run
-    return run(Path(dataset), None if output is None else Path(output), in_place=store and output is None,
-               features=None if features is None else list(features), workers=workers,
-               openpi_path=None if openpi_norm_stats is None else Path(openpi_norm_stats), force=force).to_json()
+    return run(_dataset(dataset), _optional_path(output), in_place=store and output is None,
+               features=None if features is None else list(features), workers=workers, budget=budget_mb << 17,
+               openpi_path=_optional_path(openpi_norm_stats),
+               openpi_features={"state": openpi_state_key, "actions": openpi_action_key}, force=force,
+               engine=_engine(engine, ray_address))
 
 
-def validate(dataset: PathLike, *, videos: bool = False, deep: bool = False, tolerance_s: float = TOLERANCE_S) -> dict:
-    """`lerodoc validate`: the findings (code, severity, file, episode, field, message, hint) and their counts."""
+def validate(dataset: PathLike, *, videos: bool = False, deep: bool = False, tolerance_s: float = TOLERANCE_S,
+             engine: str = "pool", ray_address: str | None = None, stats: bool | None = None):
+    """`lerodoc validate`: the findings (code, severity, file, episode, field, message, hint) and their counts
+    (`ops.validate.ValidateReport`: `errors`, `warnings`, `findings`)."""
     from lerodoc.ops.validate import validate as run
-    return run(Path(dataset), videos=videos, deep=deep, tolerance_s=tolerance_s).to_json()
+    return run(_dataset(dataset), videos=videos, deep=deep, tolerance_s=tolerance_s,
+               engine=_engine(engine, ray_address), stats=stats)
 
 
 def repair(dataset: PathLike, output: PathLike | None = None, *, in_place: bool = False, drop_broken: bool = False,
-           workers: int = 1, force: bool = False, dry_run: bool = False) -> dict:
+           workers: int = 1, force: bool = False, dry_run: bool = False):
     """`lerodoc repair`: metadata rebuilt from the data and video files; what changed and what still needs a
-    human (`remaining`)."""
+    human (`remaining`) (`ops.repair.RepairReport`)."""
     from lerodoc.ops.repair import repair as run
-    return run(Path(dataset), None if output is None else Path(output), in_place=in_place, workers=workers,
-               force=force, drop_broken=drop_broken, dry_run=dry_run).to_json()
+    return run(_dataset(dataset), _optional_path(output), in_place=in_place, workers=workers, force=force,
+               drop_broken=drop_broken, dry_run=dry_run)
 
 
 def report(dataset: PathLike, output: PathLike, *, videos: bool = False, episodes: Iterable[int] | None = None,
-           sample: int = 3, workers: int = 1, force: bool = False) -> dict:
+           sample: int = 3, tolerance_s: float = TOLERANCE_S, workers: int = 1, force: bool = False,
+           progress: Progress | None = None):
     """`lerodoc report`: one self-contained HTML page at `output`; time series and frames of `episodes`, else of
-    `sample` episodes spread evenly."""
+    `sample` episodes spread evenly (`report.Report`)."""
     from lerodoc.report import build
-    return build(Path(dataset), Path(output), videos=videos, sample=sample, workers=workers, force=force,
-                 episodes=None if episodes is None else _selection(episodes)).to_json()
+    return build(_dataset(dataset), Path(output), videos=videos, sample=sample, workers=workers,
+                 tolerance_s=tolerance_s, force=force, progress=progress,
+                 episodes=None if episodes is None else _selection(episodes))
+
+
+def download_dataset(repo_id: str, *, revision: str | None = None, output: PathLike | None = None,
+                     source: str = "hf", include: Iterable[str] = (), episodes: Iterable[int] | None = None,
+                     force: bool = False, progress: Progress | None = None):
+    """`lerodoc download dataset`: the repository fetched and validated (`hub.Fetched`, with `findings`), or with
+    `episodes` only those, written to `output` as a complete dataset of their own (`ops.download.DownloadReport`)."""
+    if episodes is None:
+        from lerodoc.hub import fetch_dataset
+        return fetch_dataset(repo_id, revision=revision, output=_optional_path(output), source=source,
+                             include=list(include))
+    from lerodoc.ops.download import download_episodes, refuse_partial
+    refuse_partial(_optional_path(output), list(include), source)
+    return download_episodes(repo_id, _selection(episodes), _optional_path(output), revision=revision, force=force,
+                             progress=progress)
+
+
+def download_tokenizer(name: str = "paligemma", *, repo: str | None = None, revision: str | None = None,
+                       output: PathLike | None = None, source: str = "hf"):
+    """`lerodoc download tokenizer`: fetched, then loaded as a SentencePiece model (`hub.Fetched`)."""
+    from lerodoc.hub import fetch_asset
+    return fetch_asset("tokenizer", name, repo=repo, revision=revision, output=_optional_path(output),
+                       source=source)
+
+
+def download_weights(name: str = "pi05_base", *, repo: str | None = None, revision: str | None = None,
+                     output: PathLike | None = None, source: str = "hf"):
+    """`lerodoc download weights`: model.safetensors fetched, its header checked against its size
+    (`hub.Fetched`)."""
+    from lerodoc.hub import fetch_asset
+    return fetch_asset("weights", name, repo=repo, revision=revision, output=_optional_path(output),
+                       source=source)
+
+
+def push(dataset: PathLike, repo_id: str, *, revision: str | None = None, private: bool | None = None,
+         message: str | None = None):
+    """`lerodoc push`: the dataset validated, then uploaded in one commit with a generated card (`hub.Pushed`)."""
+    from lerodoc.hub import push_dataset
+    return push_dataset(_dataset(dataset), repo_id, revision=revision, private=private, message=message)
+
+
+def export_lerobot(source: PathLike, output: PathLike, *, device: str = "cuda"):
+    """`lerodoc export lerobot`: a lerobot 0.6.1 PI05 policy directory from a run or checkpoint
+    (`results.Export`)."""
+    from lerodoc.pi05.export import export_lerobot as run
+    from lerodoc.results import Export
+    return Export.from_json(run(Path(source), Path(output), device=device))
 
 
 def eval_pi05(source: PathLike, dataset: PathLike, *, episodes: Iterable[int] | None = None, stride: int = 1,
               output: PathLike | None = None, force: bool = False, batch_size: int = 16, seed: int = 0,
-              device: str = "auto", progress=None) -> dict:
+              device: str = "auto", progress: Progress | None = None):
     """`lerodoc eval pi05`: open-loop scores of the policy at `source` (a run, a checkpoint or a `lerodoc export
     lerobot` folder) on `dataset`'s `episodes` (default: the run's held-out episodes on the dataset it trained on,
     else all), every `stride`-th frame: `policy` and `baselines` (hold the last action, the mean action, the base
     weights), each with MAE/MSE overall, per dimension, per horizon step and per episode; the HTML page at
-    `output` when given. `progress(label, total) -> tick(n)` reports progress."""
+    `output` when given (`results.EvalScores`)."""
     from lerodoc.pi05.evaluate import evaluate
-    return evaluate(Path(source), Path(dataset), episodes=None if episodes is None else _selection(episodes),
-                    stride=stride, batch_size=batch_size, seed=seed, device=device,
-                    output=None if output is None else Path(output), force=force, progress=progress).report
+    from lerodoc.results import EvalScores
+    return EvalScores.from_json(evaluate(
+        Path(source), _dataset(dataset), episodes=None if episodes is None else _selection(episodes),
+        stride=stride, batch_size=batch_size, seed=seed, device=device, output=_optional_path(output), force=force,
+        progress=progress).report)

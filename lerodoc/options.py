@@ -1,11 +1,10 @@
-"""Annotated parameter types shared by many commands."""
+"""The options the commands share, declared once each as an Annotated type and spelt out in every signature that
+takes them (`in_place: InPlaceOpt = False`), and the one context that pushes what a writing command wrote
+(`pushing`)."""
 
 from __future__ import annotations
 
-import functools
-import inspect
-import typing
-from dataclasses import asdict, dataclass, fields
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -126,47 +125,6 @@ SameVersionOpt = Annotated[Optional[Target], typer.Option("--to", case_sensitive
                                                           "(default: the dataset's own; v2.0 becomes v2.1).")]
 
 
-@dataclass(frozen=True)
-class Writes:
-    """The options every command that writes a dataset with `-o OUT | --in-place` shares (see `writes`)."""
-    in_place: InPlaceOpt = False
-    dry_run: DryRunOpt = False
-    workers: WorkersOpt = DEFAULT_WORKERS
-    force: ForceOpt = False
-    json: JsonOpt = False
-
-    def to_op(self) -> dict:
-        """The keyword arguments the ops take (everything but --json, which only the command renders)."""
-        return {k: v for k, v in asdict(self).items() if k != "json"}
-
-
-def group(options: type, name: str):
-    """A decorator giving a command a group of options declared once, as the fields of the dataclass `options`
-    (Annotated Typer options with defaults): the command takes one parameter `name` of that type, and its command
-    line gets the fields' options after its own."""
-    shared_hints = typing.get_type_hints(options, include_extras=True)
-    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                                annotation=shared_hints[f.name]) for f in fields(options)]
-
-    def decorate(command):
-        hints = typing.get_type_hints(command, include_extras=True)
-        own = [p.replace(annotation=hints[p.name]) for p in inspect.signature(command).parameters.values()
-               if p.name != name]
-
-        @functools.wraps(command)
-        def wrapper(*args, **kwargs):
-            values = options(**{f.name: kwargs.pop(f.name) for f in fields(options) if f.name in kwargs})
-            return command(*args, **{name: values}, **kwargs)
-        wrapper.__signature__ = inspect.Signature(own + shared, return_annotation=None)
-        wrapper.__annotations__ = {p.name: p.annotation for p in own + shared}
-        return wrapper
-    return decorate
-
-
-# the writing commands' shared options: `def cmd(..., w: Writes = Writes())` under @writes
-writes = group(Writes, "w")
-
-
 def _repo_id(value: Optional[str]) -> Optional[str]:
     if value is not None and not looks_like_repo_id(value):
         raise typer.BadParameter(f"{value!r} is not a hub repository id (owner/name)", param_hint="--push-to-hub")
@@ -180,13 +138,13 @@ PushOpt = Annotated[Optional[str], typer.Option(
     "REPO_<part>, as lerobot names them.")]
 
 
-def refuse_hub_dataset(command: str, options: dict) -> None:
+def refuse_hub_dataset(command: str, datasets: list, *, dry_run: bool = False, output: Path | None = None) -> None:
     """A hub dataset (hf://datasets/...) is read in place and never written, and the writing commands read every byte
-    they copy: given one, they stop here (exit 2), unless they only plan (--dry-run) or, for quantiles, store the
-    stats in a local copy (-o). `options` are the command line's, flat (`dataset`, or merge's `sources`)."""
+    they copy: given one among `datasets`, they stop here (exit 2), unless they only plan (`dry_run`) or, for
+    quantiles, store the stats in a local copy (`output`)."""
     from lerodoc.access import is_remote
-    remote = [d for d in [options.get("dataset"), *(options.get("sources") or [])] if is_remote(d)]
-    if not remote or options.get("dry_run") or (command == "quantiles" and options.get("output") is not None):
+    remote = [d for d in datasets if is_remote(d)]
+    if not remote or dry_run or (command == "quantiles" and output is not None):
         return
     from lerodoc.errors import UsageError
     repo = remote[0].store.repo
@@ -200,49 +158,42 @@ def refuse_hub_dataset(command: str, options: dict) -> None:
                           "some episodes only), then run this command on DIR")
 
 
-def pushes(command):
-    """A decorator giving a writing command `--push-to-hub REPO` (lerobot's editors' push_to_hub): the command runs
-    as it is; then, only when it ended well, every dataset it wrote (the outputs promoted after verification,
-    `staging.recording_outputs`; a convert with nothing to do: DATASET as it is) is pushed by `hub.push_outputs`,
-    and the result says what was pushed (--json: the envelope's `pushed`). Outermost: it sees the command line's
-    options flat."""
-    hints = typing.get_type_hints(command, include_extras=True)
-    own = [p.replace(annotation=hints[p.name]) for p in inspect.signature(command).parameters.values()]
-    push = inspect.Parameter("push_to_hub", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=PushOpt)
-
-    @functools.wraps(command)
-    def wrapper(*args, push_to_hub: Optional[str] = None, **kwargs):
-        refuse_hub_dataset(command.__name__, kwargs)
-        if push_to_hub is None:
-            return command(*args, **kwargs)
-        if kwargs.get("dry_run"):
-            raise typer.BadParameter("--dry-run writes nothing to push; drop one of them", param_hint="--push-to-hub")
-        from lerodoc import render
-        from lerodoc.errors import LerodocError
-        from lerodoc.hub import push_outputs
-        from lerodoc.promote.staging import recording_outputs
-        with render.held_json() as bodies, recording_outputs() as written:
-            try:
-                command(*args, **kwargs)
-            except typer.Exit as stop:   # findings (repair with errors left): the result as it is, nothing pushed
-                for body in bodies:
-                    render.write_json({**body, "pushed": []})
-                render.warning(f"nothing was pushed to {push_to_hub}: the command exited {stop.exit_code}")
-                raise
-        outputs = written or [kwargs["dataset"]]   # nothing written: convert found DATASET already at --to
+@contextmanager
+def pushing(command: str, push_to_hub: Optional[str], datasets: list, *, dry_run: bool = False,
+            output: Path | None = None):
+    """The body of a writing command, run with `--push-to-hub REPO` (lerobot's editors' push_to_hub): a hub dataset
+    among `datasets` is refused first (`refuse_hub_dataset`); the body runs as it is; then, only when it ended well,
+    every dataset it wrote (the outputs promoted after verification, `staging.recording_outputs`; a convert with
+    nothing to do: the first of `datasets` as it is) is pushed by `hub.push_outputs`, and the result says what was
+    pushed (--json: the envelope's `pushed`)."""
+    refuse_hub_dataset(command, datasets, dry_run=dry_run, output=output)
+    if push_to_hub is None:
+        yield
+        return
+    if dry_run:
+        raise typer.BadParameter("--dry-run writes nothing to push; drop one of them", param_hint="--push-to-hub")
+    from lerodoc import render
+    from lerodoc.hub import push_outputs
+    from lerodoc.promote.staging import recording_outputs
+    with render.held_json() as bodies, recording_outputs() as written:
         try:
-            pushed = push_outputs(outputs, push_to_hub)
-        except LerodocError as exc:
-            where = ", ".join(str(o) for o in outputs)
-            exc.hint = (f"{exc.hint}; " if exc.hint else "") + f"the output is complete at {where}: `lerodoc push " \
-                       f"{where} {push_to_hub}` sends it once the cause is fixed"
+            yield
+        except typer.Exit as stop:   # findings (repair with errors left): the result as it is, nothing pushed
+            for body in bodies:
+                render.write_json({**body, "pushed": []})
+            render.warning(f"nothing was pushed to {push_to_hub}: the command exited {stop.exit_code}")
             raise
-        for body in bodies:
-            render.write_json({**body, "pushed": [p.to_json() for p in pushed]})
-        if not bodies:
-            for p in pushed:
-                render.out.print(f"pushed {len(p.files)} files ({render.human_bytes(p.bytes)}) of {p.dataset} to "
-                                 f"{p.repo}: {p.url}")
-    wrapper.__signature__ = inspect.Signature([*own, push], return_annotation=None)
-    wrapper.__annotations__ = {p.name: p.annotation for p in (*own, push)}
-    return wrapper
+    outputs = written or [datasets[0]]   # nothing written: convert found DATASET already at --to
+    try:
+        pushed = push_outputs(outputs, push_to_hub)
+    except LerodocError as exc:
+        where = ", ".join(str(o) for o in outputs)
+        exc.hint = (f"{exc.hint}; " if exc.hint else "") + f"the output is complete at {where}: `lerodoc push " \
+                   f"{where} {push_to_hub}` sends it once the cause is fixed"
+        raise
+    for body in bodies:
+        render.write_json({**body, "pushed": [p.to_json() for p in pushed]})
+    if not bodies:
+        for p in pushed:
+            render.out.print(f"pushed {len(p.files)} files ({render.human_bytes(p.bytes)}) of {p.dataset} to "
+                             f"{p.repo}: {p.url}")

@@ -28,9 +28,22 @@ def test_every_operation_is_exported_and_documented():
     names = [n for n, f in inspect.getmembers(api, inspect.isfunction) if not n.startswith("_")
              and f.__module__ == api.__name__]
     assert sorted(names) == sorted(n for n in api.__all__ if n[0].islower())
-    for name in ("convert", "merge", "delete", "split", "select", "flatten", "quantiles", "validate", "repair",
-                 "report"):
+    commands = ("info", "convert", "merge", "delete", "split", "tasks", "features", "encode", "flatten", "select",
+                "quantiles", "validate", "repair", "report", "download_dataset", "download_tokenizer",
+                "download_weights", "push", "export_lerobot", "eval_pi05")
+    for name in commands:
         assert name in names and getattr(api, name).__doc__, name
+    documented = DOC.read_text()
+    assert [n for n in commands if f"api.{n}(" not in documented] == []
+
+
+def test_every_command_calls_the_api():
+    """Each command module calls lerodoc.api (commands are thin over it), train pi05 aside (docs/api.md)."""
+    from lerodoc import commands
+    folder = Path(commands.__file__).parent
+    thin = {path.stem for path in folder.glob("*.py")
+            if any(line in path.read_text() for line in ("from lerodoc import api", "from lerodoc.api import"))}
+    assert sorted({p.stem for p in folder.glob("*.py")} - thin) == ["__init__", "train"]
 
 
 def test_split_takes_typed_parts_and_gives_the_cli_report(tmp_path):
@@ -42,11 +55,43 @@ def test_split_takes_typed_parts_and_gives_the_cli_report(tmp_path):
     f = make_dataset(tmp_path / "d", version="v3.0", episodes=5, cameras=())
     by_api = api.split(f.root, tmp_path / "api", {"train": 0.6, "val": 0.4}, seed=3)
     by_cli = run_json("split", f.root, "-o", tmp_path / "cli", "--into", "train=0.6,val=0.4", "--seed", "3")
-    assert by_api["parts"] == by_cli["parts"] and sorted(by_api["parts"]) == ["train", "val"]
+    assert by_api.parts == by_cli["parts"] and sorted(by_api.parts) == ["train", "val"]
     listed = api.split(f.root, tmp_path / "listed", {"a": [4, 0], "b": range(1, 3)})
-    assert listed["parts"] == {"a": [0, 4], "b": [1, 2]} and listed["left_out"] == [3]
+    assert listed.parts == {"a": [0, 4], "b": [1, 2]} and listed.left_out == [3]
     with pytest.raises(api.UsageError, match="sum to at most 1"):
         api.split(f.root, tmp_path / "bad", {"a": 0.7, "b": 0.7})
     with pytest.raises(api.UsageError, match="episode 9"):
         api.split(f.root, tmp_path / "bad", {"a": [9]})
     assert not (tmp_path / "bad").exists()
+
+
+def test_typed_results_give_the_cli_json(tmp_path):
+    """A result's to_json() is the command's --json report, less the envelope (and the keys only the command
+    adds: delete's `dataset` and `dry_run`, validate's `strict`)."""
+    from tests.helpers import run_json
+    f = make_dataset(tmp_path / "d", version="v3.0", episodes=3, cameras=())
+    envelope = {"command", "version", "ok", "exit_code"}
+
+    def cli(*args) -> dict:
+        return {k: v for k, v in run_json(*args).items() if k not in envelope}
+    assert api.info(f.root).to_json() == cli("info", f.root, "--json") | {"dataset": str(f.root)}
+    found = api.validate(f.root)
+    assert found.errors == 0 and found.to_json().keys() == cli("validate", f.root, "--json").keys() - {"strict"}
+    plan = api.delete(f.root, [1], tmp_path / "out", dry_run=True)
+    by_cli = cli("delete", f.root, "-o", tmp_path / "out", "--episodes", "1", "--dry-run", "--json")
+    assert {k: v for k, v in plan.to_json().items() if k != "seconds"} == \
+        {k: v for k, v in by_cli.items() if k not in ("dataset", "dry_run", "seconds")}
+    assert plan.episodes == 2 and not (tmp_path / "out").exists()
+
+
+def test_the_output_rule_is_the_one_rule(tmp_path):
+    """select, features and tasks without -o or --in-place stop at staging.output_target's usage error."""
+    import pytest
+    f = make_dataset(tmp_path / "d", version="v3.0", episodes=2, cameras=())
+    for call in (lambda: api.select(f.root, state=["observation.state[0:2]"]),
+                 lambda: api.features(f.root, drop=["action"]),
+                 lambda: api.tasks(f.root, changes=["pick up the cube=lift the cube"]),
+                 lambda: api.select(f.root, tmp_path / "o", in_place=True, state=["observation.state[0:2]"])):
+        with pytest.raises(api.UsageError, match="give either -o OUTPUT or --in-place"):
+            call()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]

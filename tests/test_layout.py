@@ -6,6 +6,7 @@ constant prefix can name."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import lerodoc
@@ -218,13 +219,19 @@ def test_a_video_read_outside_the_frames_home_is_found(tmp_path):
     assert video_read_sites(root) == ["pkg.a:5 av.open", "pkg.a:6 read_track", "pkg.a:6 demux"]
 
 
+SHARED_OPTION = re.compile(r"\w+: \w+(Opt|Arg) = [^,()]*,")   # `force: ForceOpt = False,` in a command's signature
+
+
 def repeated_blocks(root: Path, size: int = 6) -> list[list[str]]:
     """Places (file:line) that share `size` or more consecutive identical code lines with another place.
-    Lines are compared stripped; blank lines, comments, imports and lone docstring quotes do not count."""
+    Lines are compared stripped; blank lines, comments, imports, lone docstring quotes and a command's parameter
+    taking a shared option (`SHARED_OPTION`: like an import, it names the one declaration in lerodoc.options) do
+    not count."""
     places: dict[tuple[str, ...], list[str]] = {}
     for path in sorted(root.rglob("*.py")):
         numbered = [(n, line.strip()) for n, line in enumerate(path.read_text().splitlines(), 1)]
-        code = [(n, s) for n, s in numbered if s and not s.startswith(("#", "import ", "from ")) and s != '"""']
+        code = [(n, s) for n, s in numbered if s and not s.startswith(("#", "import ", "from ")) and s != '"""'
+                and not SHARED_OPTION.fullmatch(s)]
         for k in range(len(code) - size + 1):
             window = tuple(s for _, s in code[k:k + size])
             places.setdefault(window, []).append(f"{path.relative_to(root.parent)}:{code[k][0]}")
@@ -240,6 +247,18 @@ def test_a_repeated_block_is_found(tmp_path):
     root = _package(tmp_path, {"a.py": "def f(v):\n    return v\n\n\ndef g():\n" + body,
                                "b.py": "def h():\n" + body + "    return x0\n"})
     assert repeated_blocks(root) == [["pkg/a.py:6", "pkg/b.py:2"]]
+
+
+def test_shared_option_parameters_are_not_a_repeated_block(tmp_path):
+    """Commands spell out the shared options they take (`force: ForceOpt = False,`), each a reference to its one
+    declaration; a default that calls or computes (`x: XOpt = f(),`) is code and still counts."""
+    params = "".join(f"    o{i}: O{i}Opt = None,\n" for i in range(6))
+    calls = "".join(f"    o{i}: O{i}Opt = f(),\n" for i in range(5))   # and "):": six lines
+    root = _package(tmp_path, {"a.py": "def f(\n" + params + ") -> None:\n    pass\n",
+                               "b.py": "def g(\n" + params + ") -> None:\n    return 1\n",
+                               "c.py": "def f(\n" + calls + "):\n    pass\n",
+                               "d.py": "def g(\n" + calls + "):\n    return 1\n"})
+    assert repeated_blocks(root) == [["pkg/c.py:2", "pkg/d.py:2"]]
 
 
 def output_rule_sites(root: Path) -> list[str]:

@@ -6,12 +6,11 @@ from typing import Annotated
 
 import typer
 
-from lerodoc import render
+from lerodoc import api, render
 from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, EngineName, EngineOpt, ForceOpt, JsonOpt,
-                             OutputOpt, RayAddressOpt, Target, WorkersOpt, pushes)
+                             OutputOpt, PushOpt, RayAddressOpt, Target, WorkersOpt, pushing)
 
 
-@pushes
 def convert(
     output: OutputOpt,
     dataset: DatasetArg = None,
@@ -27,6 +26,7 @@ def convert(
     force: ForceOpt = False,
     dry_run: DryRunOpt = False,
     json: JsonOpt = False,
+    push_to_hub: PushOpt = None,
 ) -> None:
     """Convert DATASET to another version: rows copied, videos joined or cut by stream copy.
 
@@ -39,13 +39,17 @@ def convert(
 
     Example: lerodoc convert data/pusht_v21 -o data/pusht_v30 --to v3.0
     """
-    with render.progress(not json and not dry_run) as track:
-        from lerodoc.run.engine import make as make_engine
-        from lerodoc.ops.convert import convert as convert_dataset
-        report = convert_dataset(dataset, output, to=to.value if to else None, workers=workers, force=force,
+    with pushing("convert", push_to_hub, [dataset], dry_run=dry_run):
+        with render.progress(not json and not dry_run) as track:
+            report = api.convert(dataset, output, to=to.value if to else None, workers=workers, force=force,
                                  data_file_size_mb=data_file_size_mb or None,
                                  video_file_size_mb=video_file_size_mb or None, progress=track,
-                                 engine=make_engine(engine.value, ray_address), dry_run=dry_run)
+                                 engine=engine.value, ray_address=ray_address, dry_run=dry_run)
+        show(report, json, dry_run)
+
+
+def show(report, json: bool, dry_run: bool) -> None:
+    """What `lerodoc convert` prints of `report` (an `ops.convert.ConvertReport`)."""
     if json:
         render.print_json(report.to_json())
         return

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from lerodoc import render
+from lerodoc import api, render
 from lerodoc.errors import ExitCode
-from lerodoc.hub import SOURCES, Fetched, fetch_asset, fetch_dataset
-from lerodoc.options import JsonOpt, group
+from lerodoc.hub import SOURCES, Fetched
+from lerodoc.options import JsonOpt
 
 app = typer.Typer(no_args_is_help=True, help="Download a dataset, the tokenizer or the pi0.5 weights, and verify them.")
 
@@ -25,16 +24,6 @@ SourceOpt = Annotated[Source, typer.Option("--source", "-s", case_sensitive=Fals
 RepoOpt = Annotated[Optional[str], typer.Option("--repo", help="Take the files from this repository instead of "
                                                 "the asset's usual one.")]
 
-
-
-@dataclass(frozen=True)
-class Asset:
-    """The options of `download tokenizer` and `download weights`."""
-    repo: RepoOpt = None
-    revision: RevisionOpt = None
-    output: OutputDirOpt = None
-    source: SourceOpt = Source.hf
-    json: JsonOpt = False
 
 
 def _source(value: Source) -> str:
@@ -95,20 +84,21 @@ def dataset(
 
     Example: lerodoc download dataset lerobot/pusht --episodes 0-9,200 -o pusht-11
     """
-    if episodes:
-        _episodes(repo_id, episodes, revision, output, include, _source(source), force, json)
+    if not episodes:
+        _show(api.download_dataset(repo_id, revision=revision, output=output, source=_source(source),
+                                   include=include), json)
         return
-    _show(fetch_dataset(repo_id, revision=revision, output=output, source=_source(source), include=include), json)
-
-
-def _episodes(repo_id: str, episodes: list[str], revision: str | None, output: Path | None, include: list[str],
-              source: str, force: bool, json: bool) -> None:
-    from lerodoc.ops.download import download_episodes, refuse_partial
-    from lerodoc.selection import format_ranges, parse
+    from lerodoc.selection import parse
     selection = parse(episodes, "--episodes")
-    refuse_partial(output, include, source)
     with render.progress(not json) as track:
-        report = download_episodes(repo_id, selection, output, revision=revision, force=force, progress=track)
+        report = api.download_dataset(repo_id, revision=revision, output=output, source=_source(source),
+                                      include=include, episodes=selection, force=force, progress=track)
+    _show_episodes(repo_id, report, json)
+
+
+def _show_episodes(repo_id: str, report, json: bool) -> None:
+    """What `download dataset --episodes` prints of `report` (an `ops.download.DownloadReport`)."""
+    from lerodoc.selection import format_ranges
     code = _findings(report.findings, report.to_json() if json else None)
     if not json:
         t = report.transfer
@@ -126,10 +116,13 @@ def _episodes(repo_id: str, episodes: list[str], revision: str | None, output: P
 
 
 @app.command()
-@group(Asset, "a")
 def tokenizer(
     name: Annotated[str, typer.Argument(help="Known tokenizer: paligemma.")] = "paligemma",
-    a: Asset = Asset(),
+    repo: RepoOpt = None,
+    revision: RevisionOpt = None,
+    output: OutputDirOpt = None,
+    source: SourceOpt = Source.hf,
+    json: JsonOpt = False,
 ) -> None:
     """Download the tokenizer and check that it loads as a SentencePiece model.
 
@@ -138,15 +131,17 @@ def tokenizer(
 
     Example: lerodoc download tokenizer paligemma
     """
-    _show(fetch_asset("tokenizer", name, repo=a.repo, revision=a.revision, output=a.output,
-                       source=_source(a.source)), a.json)
+    _show(api.download_tokenizer(name, repo=repo, revision=revision, output=output, source=_source(source)), json)
 
 
 @app.command()
-@group(Asset, "a")
 def weights(
     name: Annotated[str, typer.Argument(help="Known weights: pi05_base.")] = "pi05_base",
-    a: Asset = Asset(),
+    repo: RepoOpt = None,
+    revision: RevisionOpt = None,
+    output: OutputDirOpt = None,
+    source: SourceOpt = Source.hf,
+    json: JsonOpt = False,
 ) -> None:
     """Download model.safetensors (and config.json) and check that the header matches the file size.
 
@@ -154,5 +149,4 @@ def weights(
 
     Example: lerodoc download weights pi05_base
     """
-    _show(fetch_asset("weights", name, repo=a.repo, revision=a.revision, output=a.output,
-                       source=_source(a.source)), a.json)
+    _show(api.download_weights(name, repo=repo, revision=revision, output=output, source=_source(source)), json)

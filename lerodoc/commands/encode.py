@@ -7,8 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from lerodoc import render
-from lerodoc.options import DatasetArg, OptionalOutput, Writes, pushes, writes
+from lerodoc import api, render
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
+                             PushOpt, WorkersOpt, pushing)
 
 
 class Codec(str, Enum):
@@ -17,8 +18,6 @@ class Codec(str, Enum):
     hevc = "hevc"
 
 
-@pushes
-@writes
 def encode(
     dataset: DatasetArg = None,
     output: OptionalOutput = None,
@@ -35,7 +34,12 @@ def encode(
                                                   "the encoder's own otherwise).")] = None,
     cameras: Annotated[list[str], typer.Option("--cameras", help="Only these cameras (repeatable; default: all)."
                                                )] = [],
-    w: Writes = Writes(),
+    in_place: InPlaceOpt = False,
+    dry_run: DryRunOpt = False,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    force: ForceOpt = False,
+    json: JsonOpt = False,
+    push_to_hub: PushOpt = None,
 ) -> None:
     """Encode image features (frames stored in the parquet) as video features, or --reencode videos.
 
@@ -45,13 +49,18 @@ def encode(
 
     Example: lerodoc encode DATASET -o OUT --reencode --gop 10 --crf 23
     """
-    from lerodoc.ops.encode import encode as run
-    with render.progress(not w.json and not w.dry_run) as track:
-        report = run(dataset, output, reencode=reencode, codec=codec.value if codec else None, gop=gop, crf=crf,
-                     pix_fmt=pix_fmt, preset=preset, cameras=cameras, progress=track,
-                     **w.to_op())
-    if w.json:
-        render.print_json({**report.to_json(), "dry_run": w.dry_run})
+    with pushing("encode", push_to_hub, [dataset], dry_run=dry_run):
+        with render.progress(not json and not dry_run) as track:
+            report = api.encode(dataset, output, reencode=reencode, codec=codec.value if codec else None, gop=gop,
+                                crf=crf, pix_fmt=pix_fmt, preset=preset, cameras=cameras, in_place=in_place,
+                                workers=workers, force=force, dry_run=dry_run, progress=track)
+        show(report, json, dry_run)
+
+
+def show(report, json: bool, dry_run: bool) -> None:
+    """What `lerodoc encode` prints of `report` (an `ops.encode.EncodeReport`)."""
+    if json:
+        render.print_json({**report.to_json(), "dry_run": dry_run})
         return
     if report.mode == "reencode":
         rows = [[f["camera"], f["file"], f["frames"], "re-encode" if f["changed"] else "keep", f["why"],
@@ -70,7 +79,7 @@ def encode(
     render.out.print(f"codec {settings.get('codec')}, gop {settings.get('gop')}, crf {settings.get('crf')}, "
                      f"{settings.get('pix_fmt')}; {report.encoded} encoded, {report.unchanged} kept; "
                      + (f"written to {report.output} ({report.seconds:.2f} s, {report.workers} workers)"
-                        if report.output else "dry run: nothing written" if w.dry_run
+                        if report.output else "dry run: nothing written" if dry_run
                         else "nothing to re-encode: every file already has the settings asked for; nothing written"))
 
 

@@ -53,7 +53,7 @@ def pi05(
     numbers = None if chosen is None else [n for lo, hi in chosen.spans for n in range(lo, hi + 1)]
     with render.progress(not json) as track:
         report = eval_pi05(source, dataset, episodes=numbers, stride=stride, output=output, force=force,
-                           batch_size=batch_size, seed=seed, device=device, progress=track)
+                           batch_size=batch_size, seed=seed, device=device, progress=track).to_json()
     if json:
         render.print_json(report)
         return

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from lerodoc import render
+from lerodoc import api, render
 from lerodoc.options import JsonOpt, existing_folder
 
 app = typer.Typer(name="export", no_args_is_help=True, help="Export trained policies for other tools.")
@@ -34,8 +34,7 @@ def lerobot(
 
     Example: lerodoc export lerobot runs/pusht-pi05 -o policies/pusht
     """
-    from lerodoc.pi05.export import export_lerobot
-    summary = export_lerobot(source, output, device=device)
+    summary = api.export_lerobot(source, output, device=device).to_json()
     if json:
         render.print_json(summary)
         return

@@ -6,19 +6,23 @@ from typing import Annotated
 
 import typer
 
-from lerodoc import render
-from lerodoc.options import DatasetArg, OptionalOutput, Writes, pushes, writes
+from lerodoc import api, render
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
+                             PushOpt, WorkersOpt, pushing)
 
 
-@pushes
-@writes
 def features(
     dataset: DatasetArg = None,
     output: OptionalOutput = None,
     drop: Annotated[list[str], typer.Option("--drop", help="A feature or camera to remove (repeatable).")] = [],
     rename: Annotated[list[str], typer.Option("--rename", help="OLD=NEW: a feature or camera to rename "
                                               "(repeatable).")] = [],
-    w: Writes = Writes(),
+    in_place: InPlaceOpt = False,
+    dry_run: DryRunOpt = False,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    force: ForceOpt = False,
+    json: JsonOpt = False,
+    push_to_hub: PushOpt = None,
 ) -> None:
     """Drop or rename features and cameras; info.json, stats, video folders and episodes metadata follow.
 
@@ -26,10 +30,16 @@ def features(
 
     Example: lerodoc features DATASET -o OUT --drop observation.images.wrist --rename action=action.joints
     """
-    from lerodoc.ops.features import edit_features
-    report = edit_features(dataset, output, drop=drop, rename=rename, **w.to_op())
-    if w.json:
-        render.print_json({**report.to_json(), "dry_run": w.dry_run})
+    with pushing("features", push_to_hub, [dataset], dry_run=dry_run):
+        report = api.features(dataset, output, drop=drop, rename=rename, in_place=in_place, workers=workers,
+                              force=force, dry_run=dry_run)
+        show(report, json, dry_run)
+
+
+def show(report, json: bool, dry_run: bool) -> None:
+    """What `lerodoc features` prints of `report` (an `ops.features.FeaturesReport`)."""
+    if json:
+        render.print_json({**report.to_json(), "dry_run": dry_run})
         return
     rows = ([[n, "dropped", "-"] for n in report.dropped] + [[n, "camera dropped", "-"] for n in report.cameras_dropped]
             + [[o, "renamed", n] for o, n in report.renamed.items()]

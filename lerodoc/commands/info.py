@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lerodoc import render
+from lerodoc import api, render
 from lerodoc.options import DatasetArg, JsonOpt
 
 
@@ -20,8 +20,7 @@ def info(dataset: DatasetArg = None, json: JsonOpt = False) -> None:
 
     Example: lerodoc info data/pusht --json
     """
-    from lerodoc.ops.info import describe
-    report = describe(dataset)
+    report = api.info(dataset).to_json()
     if json:
         render.print_json(report)
         return

@@ -7,15 +7,14 @@ from typing import Annotated
 
 import typer
 
-from lerodoc import render
+from lerodoc import api, render
 from lerodoc.options import (DEFAULT_WORKERS, DryRunOpt, EngineName, EngineOpt, ForceOpt, JsonOpt, OutputOpt,
-                             RayAddressOpt, Target, WorkersOpt, pushes, resolve_datasets)
+                             PushOpt, RayAddressOpt, Target, WorkersOpt, pushing, resolve_datasets)
 
 SourcesArg = Annotated[list[Path], typer.Argument(help="Datasets to merge, in order (called A, B, C, ...): "
                                                   "folders or repo ids.", callback=resolve_datasets)]
 
 
-@pushes
 def merge(
     sources: SourcesArg,
     output: OutputOpt,
@@ -31,6 +30,7 @@ def merge(
     force: ForceOpt = False,
     dry_run: DryRunOpt = False,
     json: JsonOpt = False,
+    push_to_hub: PushOpt = None,
 ) -> None:
     """Merge SOURCES into one dataset: rows renumbered, tasks unioned, videos joined by stream copy.
 
@@ -42,15 +42,19 @@ def merge(
 
     Example: lerodoc merge data/day1 data/day2 -o data/both --exclude data/day2:4
     """
-    with render.progress(not json and not dry_run) as track:
-        from lerodoc.run.engine import make as make_engine
-        from lerodoc.hub import find_dataset
-        from lerodoc.ops.merge import merge as merge_datasets, source_selections
-        report = merge_datasets(sources, output,
-                                exclude=source_selections(exclude, sources, "--exclude", find_dataset),
-                                episodes=source_selections(episodes, sources, "--episodes", find_dataset), to=to.value,
-                                workers=workers, force=force, progress=track, dry_run=dry_run,
-                                engine=make_engine(engine.value, ray_address))
+    with pushing("merge", push_to_hub, sources, dry_run=dry_run):
+        with render.progress(not json and not dry_run) as track:
+            from lerodoc.hub import find_dataset
+            from lerodoc.ops.merge import source_selections
+            report = api.merge(sources, output, exclude=source_selections(exclude, sources, "--exclude", find_dataset),
+                               episodes=source_selections(episodes, sources, "--episodes", find_dataset),
+                               to=to.value, workers=workers, force=force, progress=track, dry_run=dry_run,
+                               engine=engine.value, ray_address=ray_address)
+        show(report, json, dry_run)
+
+
+def show(report, json: bool, dry_run: bool) -> None:
+    """What `lerodoc merge` prints of `report` (an `ops.merge.MergeReport`)."""
     if json:
         render.print_json(report.to_json())
         return

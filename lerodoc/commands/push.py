@@ -6,8 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from lerodoc import render
-from lerodoc.hub import push_dataset
+from lerodoc import api, render
 from lerodoc.options import DatasetArg, JsonOpt, refuse_hub_dataset
 
 
@@ -27,8 +26,8 @@ def push(
 
     Example: lerodoc push data/pusht_v30 me/pusht --private
     """
-    refuse_hub_dataset("push", {"dataset": dataset})
-    pushed = push_dataset(dataset, repo_id, revision=revision, private=private, message=message)
+    refuse_hub_dataset("push", [dataset])
+    pushed = api.push(dataset, repo_id, revision=revision, private=private, message=message)
     if json:
         render.print_json(pushed.to_json())
         return

@@ -7,12 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from lerodoc import render
+from lerodoc import api, render
 from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, EngineName, EngineOpt, ForceOpt, JsonOpt,
-                             RayAddressOpt, WorkersOpt, pushes)
+                             PushOpt, RayAddressOpt, WorkersOpt, pushing)
 
 
-@pushes
 def quantiles(
     dataset: DatasetArg = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Store the stats in a copy instead "
@@ -38,6 +37,7 @@ def quantiles(
     ray_address: RayAddressOpt = None,
     force: ForceOpt = False,
     json: JsonOpt = False,
+    push_to_hub: PushOpt = None,
 ) -> None:
     """Compute min, max, mean, std, count and q01, q10, q50, q90, q99 per channel, exactly, from the parquet,
     and store them in DATASET's metadata.
@@ -50,17 +50,21 @@ def quantiles(
 
     Example: lerodoc quantiles data/pusht
     """
-    from lerodoc.promote.staging import output_target
-    output_target(dataset, output, in_place or output is None)   # -o or (--in-place, the default): not both
-    if dry_run and openpi_norm_stats is not None:
-        raise typer.BadParameter("--dry-run writes nothing; drop --openpi-norm-stats or --dry-run",
-                                 param_hint="--dry-run")
-    from lerodoc.run.engine import make as make_engine
-    from lerodoc.ops.quantiles import quantiles as compute_quantiles
-    report = compute_quantiles(dataset, output, in_place=output is None and not dry_run, features=features or None,
-                               workers=workers, budget=budget_mb << 17, openpi_path=openpi_norm_stats,
-                               openpi_features={"state": openpi_state_key, "actions": openpi_action_key},
-                               force=force, engine=make_engine(engine.value, ray_address))
+    with pushing("quantiles", push_to_hub, [dataset], dry_run=dry_run, output=output):
+        from lerodoc.promote.staging import output_target
+        output_target(dataset, output, in_place or output is None)   # -o or (--in-place, the default): not both
+        if dry_run and openpi_norm_stats is not None:
+            raise typer.BadParameter("--dry-run writes nothing; drop --openpi-norm-stats or --dry-run",
+                                     param_hint="--dry-run")
+        report = api.quantiles(dataset, output, store=not dry_run, features=features or None, workers=workers,
+                               budget_mb=budget_mb, openpi_norm_stats=openpi_norm_stats,
+                               openpi_state_key=openpi_state_key, openpi_action_key=openpi_action_key, force=force,
+                               engine=engine.value, ray_address=ray_address)
+        show(report, json)
+
+
+def show(report, json: bool) -> None:
+    """What `lerodoc quantiles` prints of `report` (an `ops.quantiles.QuantilesReport`)."""
     if json:
         render.print_json(report.to_json())
         return

@@ -6,19 +6,23 @@ from typing import Annotated
 
 import typer
 
-from lerodoc import render
+from lerodoc import api, render
 from lerodoc.errors import ExitCode
-from lerodoc.options import DatasetArg, OptionalOutput, Writes, pushes, writes
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
+                             PushOpt, WorkersOpt, pushing)
 
 
-@pushes
-@writes
 def repair(
     dataset: DatasetArg = None,
     output: OptionalOutput = None,
     drop_broken: Annotated[bool, typer.Option(help="Drop the episodes whose rows or video files are lost, and exit 0. Without it, an episode without rows is "
                   "an error, and episodes whose video files are lost are left out of the output, listed, exit 1.")] = False,
-    w: Writes = Writes(),
+    in_place: InPlaceOpt = False,
+    dry_run: DryRunOpt = False,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    force: ForceOpt = False,
+    json: JsonOpt = False,
+    push_to_hub: PushOpt = None,
 ) -> None:
     """Repair DATASET into -o OUTPUT (or --in-place): metadata rebuilt from the data and video files.
 
@@ -29,12 +33,18 @@ def repair(
 
     Example: lerodoc repair data/broken -o data/fixed
     """
-    from lerodoc.ops.repair import repair as repair_dataset
-    report = repair_dataset(dataset, output, drop_broken=drop_broken, **w.to_op())
+    with pushing("repair", push_to_hub, [dataset], dry_run=dry_run):
+        report = api.repair(dataset, output, in_place=in_place, drop_broken=drop_broken, workers=workers, force=force,
+                            dry_run=dry_run)
+        show(report, json, dry_run)
+
+
+def show(report, json: bool, dry_run: bool) -> None:
+    """What `lerodoc repair` prints of `report` (an `ops.repair.RepairReport`); exit 1 when errors remain."""
     code = ExitCode.FINDINGS if any(f["severity"] == "error" for f in report.remaining) else ExitCode.OK
-    if w.json:
+    if json:
         render.print_json(report.to_json(), exit_code=code)
-    elif w.dry_run:
+    elif dry_run:
         render.print_plan(report.plan)
         return
     else:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from lerodoc import render
+from lerodoc import api, render
 from lerodoc.conventions import TOLERANCE_S
 from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, WorkersOpt, working_in
 
@@ -53,13 +53,12 @@ def report(
 
     Example: lerodoc report ./my_dataset -o report.html --videos --episodes 0-2,7
     """
-    from lerodoc.report import build
     from lerodoc.selection import parse
     chosen = parse(episodes, "--episodes") if episodes else None
     output = output or default_output(dataset)
     with render.progress(not json) as track:
-        result = build(dataset, output, videos=videos, episodes=chosen, sample=sample, workers=workers,
-                       tolerance_s=tolerance_s, progress=track, force=force)
+        result = api.report(dataset, output, videos=videos, episodes=chosen, sample=sample, workers=workers,
+                            tolerance_s=tolerance_s, progress=track, force=force)
     if json:
         render.print_json(result.to_json())
         return

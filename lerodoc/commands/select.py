@@ -6,21 +6,25 @@ from typing import Annotated
 
 import typer
 
-from lerodoc import render
-from lerodoc.options import DatasetArg, OptionalOutput, Writes, pushes, writes
+from lerodoc import api, render
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
+                             PushOpt, WorkersOpt, pushing)
 
 SpecOpt = "SPEC: feature, feature[28:42], feature[3,5], feature[name,glob*]; repeat to concatenate."
 
 
-@pushes
-@writes
 def select(
     dataset: DatasetArg = None,
     output: OptionalOutput = None,
     state: Annotated[list[str], typer.Option("--state", help=f"Channels of observation.state. {SpecOpt}")] = [],
     action: Annotated[list[str], typer.Option("--action", help=f"Channels of action. {SpecOpt}")] = [],
     keep_source: Annotated[bool, typer.Option(help="Keep the features the channels came from.")] = False,
-    w: Writes = Writes(),
+    in_place: InPlaceOpt = False,
+    dry_run: DryRunOpt = False,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    force: ForceOpt = False,
+    json: JsonOpt = False,
+    push_to_hub: PushOpt = None,
 ) -> None:
     """Build observation.state and action by concatenating slices of existing features.
 
@@ -29,10 +33,15 @@ def select(
 
     Example: lerodoc select DATASET -o OUT --state 'observation.state[28:42]' --state 'observation.state[100:102]'
     """
-    from lerodoc.ops.select import select as select_channels
-    report = select_channels(dataset, output, state=state, action=action, keep_source=keep_source,
-                             **w.to_op())
-    if w.json:
+    with pushing("select", push_to_hub, [dataset], dry_run=dry_run):
+        report = api.select(dataset, output, state=state, action=action, keep_source=keep_source, in_place=in_place,
+                            workers=workers, force=force, dry_run=dry_run)
+        show(report, json, dry_run)
+
+
+def show(report, json: bool, dry_run: bool) -> None:
+    """What `lerodoc select` prints of `report` (an `ops.select.SelectReport`)."""
+    if json:
         render.print_json(report.to_json())
         return
     render.out.print(render.table(
@@ -43,7 +52,7 @@ def select(
         render.warning(warning)
     if report.dropped:
         render.out.print(f"dropped source features: {', '.join(report.dropped)}")
-    if w.dry_run:
+    if dry_run:
         render.print_plan(report.plan)
     else:
         render.out.print(f"written to {report.output} ({report.seconds:.2f} s)")

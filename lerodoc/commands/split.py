@@ -6,12 +6,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from lerodoc import render
-from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, JsonOpt, OutputOpt, SameVersionOpt,
-                             WorkersOpt, pushes)
+from lerodoc import api, render
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, JsonOpt, OutputOpt, PushOpt,
+                             SameVersionOpt, WorkersOpt, pushing)
 
 
-@pushes
 def split(
     output: OutputOpt,
     dataset: DatasetArg = None,
@@ -27,6 +26,7 @@ def split(
     workers: WorkersOpt = DEFAULT_WORKERS,
     force: ForceOpt = False,
     json: JsonOpt = False,
+    push_to_hub: PushOpt = None,
 ) -> None:
     """Split DATASET into parts, each a complete dataset at OUTPUT/<part>.
 
@@ -36,13 +36,19 @@ def split(
 
     Example: lerodoc split DATASET -o OUT --into train=0.9,val=0.1 --seed 0
     """
-    from lerodoc.ops.split import parse_fractions, parse_parts, split as split_dataset
-    from lerodoc.selection import format_ranges
-    with render.progress(not json and not dry_run) as track:
-        report = split_dataset(dataset, output, fractions=parse_fractions(into) if into is not None else None,
-                               parts=parse_parts(list(episodes)) if episodes else None, seed=seed,
+    from lerodoc.ops.split import parse_fractions, parse_parts
+    with pushing("split", push_to_hub, [dataset], dry_run=dry_run):
+        with render.progress(not json and not dry_run) as track:
+            report = api.split(dataset, output, fractions=parse_fractions(into) if into is not None else None,
+                               episodes=parse_parts(list(episodes)) if episodes else None, seed=seed,
                                to=to.value if to else None, workers=workers, force=force, dry_run=dry_run,
                                progress=track)
+        show(report, json, dry_run)
+
+
+def show(report, json: bool, dry_run: bool) -> None:
+    """What `lerodoc split` prints of `report` (an `ops.split.SplitReport`)."""
+    from lerodoc.selection import format_ranges
     if json:
         render.print_json({**report.to_json(), "dry_run": dry_run})
         return

@@ -7,20 +7,24 @@ from typing import Annotated, Optional
 
 import typer
 
-from lerodoc import render
-from lerodoc.options import DatasetArg, OptionalOutput, Writes, pushes, writes
+from lerodoc import api, render
+from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
+                             PushOpt, WorkersOpt, pushing)
 
 
-@pushes
-@writes
 def tasks(
     dataset: DatasetArg = None,
     output: OptionalOutput = None,
-    set_: Annotated[list[str], typer.Option("--set", help="'OLD TEXT=NEW TEXT' (repeatable).")] = [],
+    changes: Annotated[list[str], typer.Option("--set", help="'OLD TEXT=NEW TEXT' (repeatable).")] = [],
     from_file: Annotated[Optional[Path], typer.Option("--from", exists=True, dir_okay=False,
                                                       help='A JSON file: {"old text": "new text", ...} or a list '
                                                            "of texts by task_index.")] = None,
-    w: Writes = Writes(),
+    in_place: InPlaceOpt = False,
+    dry_run: DryRunOpt = False,
+    workers: WorkersOpt = DEFAULT_WORKERS,
+    force: ForceOpt = False,
+    json: JsonOpt = False,
+    push_to_hub: PushOpt = None,
 ) -> None:
     """Edit task strings: the tasks file, every episode's tasks and the frames' task_index follow.
 
@@ -29,10 +33,16 @@ def tasks(
 
     Example: lerodoc tasks DATASET -o OUT --set 'pick up the cube=pick the red cube'
     """
-    from lerodoc.ops.tasks import edit_tasks
-    report = edit_tasks(dataset, output, set_=set_, from_file=from_file, **w.to_op())
-    if w.json:
-        render.print_json({**report.to_json(), "dry_run": w.dry_run})
+    with pushing("tasks", push_to_hub, [dataset], dry_run=dry_run):
+        report = api.tasks(dataset, output, changes=changes, from_file=from_file, in_place=in_place, workers=workers,
+                           force=force, dry_run=dry_run)
+        show(report, json, dry_run)
+
+
+def show(report, json: bool, dry_run: bool) -> None:
+    """What `lerodoc tasks` prints of `report` (an `ops.tasks.TasksReport`)."""
+    if json:
+        render.print_json({**report.to_json(), "dry_run": dry_run})
         return
     render.out.print(render.table("tasks", ["task_index", "task", "was"],
                                   [[i, t, " | ".join(o for o, n in report.renamed.items() if n == t) or "-"]

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from lerodoc import render
+from lerodoc import api, render
 from lerodoc.conventions import TOLERANCE_S
 from lerodoc.errors import ExitCode
 from lerodoc.options import EngineName, EngineOpt, JsonOpt, RayAddressOpt, resolve_dataset
@@ -41,8 +41,8 @@ def validate(
 
     Example: lerodoc validate data/pusht --videos
     """
-    from lerodoc.ops.validate import catalogue, validate as validate_dataset
     if list_checks:
+        from lerodoc.ops.validate import catalogue
         rows = catalogue()
         if json:
             render.print_json({"checks": rows})
@@ -52,9 +52,8 @@ def validate(
                                             "yes" if r["repair"] else "-"] for r in rows]))
         return
     dataset = resolve_dataset(dataset)
-    from lerodoc.run.engine import make as make_engine
-    report = validate_dataset(dataset, videos=videos, deep=deep, tolerance_s=tolerance_s,
-                              engine=make_engine(engine.value, ray_address), stats=stats)
+    report = api.validate(dataset, videos=videos, deep=deep, tolerance_s=tolerance_s, engine=engine.value,
+                          ray_address=ray_address, stats=stats)
     failed = report.errors or (strict and report.warnings)
     code = ExitCode.FINDINGS if failed else ExitCode.OK
     if json:

@@ -18,6 +18,7 @@ from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import INDEX_FEATURES
 from lerodoc.formats.paths import component
 from lerodoc.ops.derive import derive
+from lerodoc.promote.staging import output_target
 
 
 @dataclass(frozen=True)
@@ -123,9 +124,7 @@ def edit_features(src: Path, out: Path | None = None, *, drop: list[str] = (), r
     ds.require_complete(dropping=frozenset(drop))   # before the episodes are pointed at renamed camera files
     transform, features, moved, report = plan(ds, list(drop), list(rename))
     if not dry_run:
-        if out is None and not in_place:
-            raise UsageError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
-                             file=ds.root / formats.INFO_PATH)
+        output_target(ds.root, out, in_place)   # the one -o / --in-place rule
         cameras = report.cameras_renamed
         for ep in ds.episodes:
             ep.videos = {cameras.get(k, k): replace(span, file=moved[span.file]) if k in cameras else span

@@ -22,8 +22,10 @@ from lerodoc.dataset import Dataset
 from lerodoc.errors import UsageError
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
 from lerodoc.ops import derive
+from lerodoc.promote.staging import output_target
 from lerodoc.tables.parquet_io import column_matrix
-from lerodoc.tables.stats import channel_flags, exact_stats
+from lerodoc.ops.stats import exact_stats
+from lerodoc.tables.stats import channel_flags
 
 TARGETS = {"state": "observation.state", "action": "action"}
 PI05_MAX_DIM = 32
@@ -185,9 +187,7 @@ def select(src: Path, out: Path | None = None, *, state: list[str] = (), action:
     if dry_run:
         report.plan = derive.plan(ds, transform, features).to_json()
     else:
-        if out is None and not in_place:
-            raise UsageError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
-                               file=ds.root / formats.INFO_PATH)
+        output_target(ds.root, out, in_place)   # the one -o / --in-place rule
         report.output = str(derive.derive(ds, out, transform, features, in_place=in_place, force=force,
                                           workers=workers, dropped=set(report.dropped)))
     report.seconds = round(time.perf_counter() - started, 3)

@@ -18,6 +18,7 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.ops.derive import derive
+from lerodoc.promote.staging import output_target
 from lerodoc.tables.parquet_io import column_matrix, from_numpy
 
 
@@ -122,9 +123,7 @@ def edit_tasks(src: Path, out: Path | None = None, *, set_: list[str] = (), from
         raise UsageError("nothing to edit: give --set 'OLD=NEW' or --from tasks.json")
     report = plan(ds, mapping)
     if not dry_run:
-        if out is None and not in_place:
-            raise UsageError("give -o OUTPUT or --in-place (or --dry-run to only see the plan)",
-                             file=ds.root / formats.INFO_PATH)
+        output_target(ds.root, out, in_place)   # the one -o / --in-place rule
         ds.info.total_tasks = len(report.tasks)
         for ep in ds.episodes:
             ep.tasks = list(dict.fromkeys(mapping.get(t, t) for t in ep.tasks))
