@@ -83,6 +83,7 @@ def _int(env: dict[str, str], name: str, default: int) -> int:
 def start(launch: Launch, entrypoint, *args) -> object:
     """Run `entrypoint(*args)` in `launch.nproc` processes through torch's elastic launcher (what `torchrun` runs);
     returns local rank 0's result. A failed rank is one LerodocError naming it and its error."""
+    # here, not at the top: the elastic launcher's modules take 0.2 s to import, which a one-process run never needs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
     several = launch.nnodes > 1

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lerodoc.files import new_file
+
 
 def plot_losses(metrics: Path, out: Path) -> None:
     """Draw `metrics` (one JSON object per step) into the PNG `out`."""
-    from lerodoc.files import new_file
-    from lerodoc.report.plots import png, training_curves
+    from lerodoc.report.plots import png, training_curves   # matplotlib: 2 s to import, paid once the run is over
     rows = [json.loads(line) for line in Path(metrics).read_text().splitlines() if line.strip()]
     fig = training_curves(rows)
     held = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]

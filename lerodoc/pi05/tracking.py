@@ -48,7 +48,7 @@ class Tracker:
         self.sent = 0
         self.wandb = self.writer = None
         if wandb_project:
-            import wandb
+            import wandb   # an optional extra, imported only when asked for
             state_path = output / "tracking.json"
             state = json.loads(state_path.read_text()) if state_path.is_file() else {}
             run_id = state.get("wandb_id") or uuid.uuid4().hex[:8]
@@ -56,7 +56,7 @@ class Tracker:
             self.wandb = wandb.init(project=wandb_project, dir=str(output), id=run_id, resume="allow",
                                     name=output.name, config=config)
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter   # needs the optional tensorboard package
             self.writer = SummaryWriter(log_dir=str(output / "tensorboard"))
 
     @classmethod

@@ -39,7 +39,8 @@ from lerodoc.pi05.plot import plot_losses
 from lerodoc.pi05.presets import PRESETS
 from lerodoc.pi05.progress import progress_line
 from lerodoc.pi05.tracking import Tracker
-from lerodoc.pi05.weights import check_policy, locate_assets
+from lerodoc.pi05.weights import check_policy, load_weights, locate_assets
+from lerodoc.selection import format_ranges, parse
 
 
 # ------------------------------------------------------------------------------------------------ the model
@@ -54,7 +55,6 @@ def build_model(config: PI05Config, run: RunConfig, procs: Processes, weights: P
     else:
         with torch.device("meta"):
             model = PI05(config)
-        from lerodoc.pi05.weights import load_weights
         load_weights(model, weights)
         model = model.to(device=procs.device, dtype=torch.float32)
     model.gradient_checkpointing = run.gradient_checkpointing
@@ -114,7 +114,6 @@ class EMA:
 def held_out_episodes(run: RunConfig, dataset: Dataset) -> tuple[int, ...]:
     """The episode numbers `--val-episodes` or `--val-fraction` (with `--seed`) hold out; at least one episode
     must remain to train on."""
-    from lerodoc.selection import format_ranges, parse
     numbers = [ep.index for ep in dataset.episodes]
     if run.val_episodes is not None and run.val_fraction is not None:
         raise UsageError("give --val-episodes or --val-fraction, not both")
