@@ -17,7 +17,8 @@ from lerodoc.errors import LerodocError
 from lerodoc.tables.parquet_io import arrow_array
 from lerodoc.ops.quantiles import quantiles
 from lerodoc.tables.quantiles import quantiles as engine
-from lerodoc.tables.stats import block_stats, exact_stats
+from lerodoc.ops.stats import exact_stats
+from lerodoc.tables.stats import block_stats
 from lerodoc.tables.stats import LEVELS, QUANTILES
 from tests.fixtures.factory import make_dataset
 from tests.helpers import expect_from_fixture, run_cli

@@ -109,7 +109,7 @@ def _stats(tmp: Path, ds: Dataset, episodes: list, workers: int, report: Convert
     """v3.0's dataset stats: the per-episode stats aggregated over the source's; where the source has no q01/q99
     for a numeric feature (lerobot's v2.1 stats, validate's STA020), exact ones from the written rows, as
     `lerodoc quantiles` computes them, and a line in `report.canonical` saying so."""
-    from lerodoc.tables.stats import dataset_quantiles
+    from lerodoc.ops.stats import dataset_quantiles
     lacking = [k for k in ds.info.numeric_keys if not {"q01", "q99"} <= set((ds.stats or {}).get(k, {}))]
     quantiles = None
     if lacking:

@@ -25,7 +25,8 @@ from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema, write_groups
 from lerodoc.promote.staging import link_or_copy, staged_edit
-from lerodoc.tables.stats import dataset_quantiles, dataset_stats, split_segments, spans_stats
+from lerodoc.ops.stats import dataset_quantiles
+from lerodoc.tables.stats import dataset_stats, split_segments, spans_stats
 
 
 class Transform(Protocol):

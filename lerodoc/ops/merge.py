@@ -23,7 +23,8 @@ from lerodoc.ops import rewrite
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
 from lerodoc.selection import Selection, parse
 from lerodoc.promote.staging import check_output, staged_output
-from lerodoc.tables.stats import dataset_quantiles, dataset_stats
+from lerodoc.ops.stats import dataset_quantiles
+from lerodoc.tables.stats import dataset_stats
 
 STREAM_KEYS = ("video.height", "video.width", "video.pix_fmt", "video.channels")
 

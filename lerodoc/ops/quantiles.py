@@ -3,7 +3,7 @@ reported per channel and written where asked.
 
 Per episode: min, max, mean, std, count and q01, q10, q50, q90, q99, exact. For the dataset: the
 same, with the basic stats aggregated exactly from the episodes and the quantiles computed over all
-rows. The computation is `lerodoc.tables.stats.exact_stats`.
+rows. The computation is `lerodoc.ops.stats.exact_stats`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import ACTION_FEATURES, INDEX_FEATURES, STATE_FEATURES, flat_names
 from lerodoc.formats.jsonl import write_text
 from lerodoc.promote.staging import check_output, in_place_root, staged_edit, staged_meta
-from lerodoc.tables.stats import channel_flags, exact_stats, merge_dataset_stats
+from lerodoc.ops.stats import exact_stats
+from lerodoc.tables.stats import channel_flags, merge_dataset_stats
 
 # openpi's norm_stats.json keys, and the dataset features each is found in when not named
 OPENPI_FEATURES = {"state": STATE_FEATURES, "actions": ACTION_FEATURES}

@@ -31,7 +31,8 @@ from lerodoc.ops import rewrite
 from lerodoc.ops.validate import validate
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
 from lerodoc.promote.staging import output_target, staged_output
-from lerodoc.tables.stats import dataset_stats, exact_stats
+from lerodoc.ops.stats import exact_stats
+from lerodoc.tables.stats import dataset_stats
 
 CAMERA_NAMES = ["height", "width", "channels"]
 

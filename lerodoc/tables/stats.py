@@ -1,36 +1,34 @@
 """Feature statistics, the one place lerodoc computes them: the per-episode engine (`segment_stats`: min,
 max, mean, std, count and quantiles of every episode of a matrix at once, by reduceat and one sort per length
-class; `column_stats` for rows, `block_stats` for one (channels, frames) block),
-the exact aggregation of per-episode stats and the one assembly of dataset stats (`dataset_stats`: the
-aggregate plus the quantiles over all rows), which merge, derive, repair, quantiles and validate use. The
-shape a stored stat has is `lerodoc.formats.stats.stat_shape`.
+class; `column_stats` for rows, `block_stats` for one (channels, frames) block), the exact aggregation of
+per-episode stats and the one assembly of dataset stats (`dataset_stats`: the aggregate plus the quantiles over
+all rows), which merge, derive, repair, quantiles and validate use. The shape a stored stat has is
+`lerodoc.formats.stats.stat_shape`. What runs these over a dataset's files (workers, the run engine) is
+`lerodoc.ops.stats`: this module imports neither the Dataset nor the engine.
 
 Numeric features are held as groups (`Group`), one (channels, rows) matrix per dtype. When every value
 fits the memory budget, each data file is read once (all needed columns), its columns are transposed
-into the groups' matrices, the episodes' stats come from whole matrices at once (`segment_stats`), and the
+into the groups' matrices, the episodes' stats come from whole matrices at once (`in_memory_stats`), and the
 dataset quantiles come from sorting the matrices in place (threads over channel blocks). Otherwise the
-episodes are done per data file in worker processes and the dataset quantiles by `lerodoc.tables.quantiles`
-(channel blocks, or radix selection). Every path gives the same bits as numpy's min, max, mean, std
-and quantile (linear method) on the same rows.
+episodes are done per data file (`episode_stats`, a worker) and the dataset quantiles by
+`lerodoc.tables.quantiles` (channel blocks, or radix selection). Every path gives the same bits as numpy's min,
+max, mean, std and quantile (linear method) on the same rows.
 """
 
 from __future__ import annotations
 
-import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lerodoc.dataset import Dataset, Stats
-from lerodoc.run.engine import TASKS_PER_CPU
 from lerodoc.errors import LerodocError
-from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, iter_batches, leaf_values, open_parquet, read_parquet
-from lerodoc.tables.quantiles import (Selection, Tally, interpolate, key_slices, row_quantiles, selected_quantiles,
-                                      transpose_into)
-from lerodoc.tables.quantiles import quantiles as exact_quantiles
+from lerodoc.tables.quantiles import Selection, Tally, interpolate, key_slices, row_quantiles, transpose_into
+
+if TYPE_CHECKING:
+    from lerodoc.formats.model import Stats
 
 BASIC = ("min", "max", "mean", "std", "count")
 QUANTILES = ("q01", "q10", "q50", "q90", "q99")
@@ -381,7 +379,7 @@ def episode_stats(args: tuple[str, list[tuple[int, int, int]], list[Group]]) -> 
     return _all_episodes(matrices, groups, [(start, length, index, path) for index, start, length in episodes])
 
 
-def _in_memory(by_file: dict[str, list[tuple[int, int, int]]], groups: list[Group], workers: int
+def in_memory_stats(by_file: dict[str, list[tuple[int, int, int]]], groups: list[Group], workers: int
                ) -> tuple[Stats, dict[int, Stats]]:
     """Dataset and per-episode stats with every value of the groups held in memory, each file read once
     (threads over files, then over episodes, then over channels)."""
@@ -402,34 +400,6 @@ def _in_memory(by_file: dict[str, list[tuple[int, int, int]]], groups: list[Grou
     return dataset, episode_stats
 
 
-def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: int = 64 << 20, engine=None
-                ) -> tuple[Stats, dict[int, Stats], int]:
-    """(dataset stats, per-episode stats, passes over the data) for `features` of `ds`; `budget` in 8-byte
-    units.
-
-    When every value fits the budget the data is read once into memory and episodes are sliced out of
-    it (threads); otherwise episodes are done per file in worker processes and the dataset quantiles by
-    channel blocks or radix selection over the files. With an `engine` (`lerodoc.run.engine`) the rows never
-    leave the workers: episodes per file and the dataset quantiles by tally passes on the cluster.
-    """
-    by_file = ds.row_spans(absolute=True)
-    groups = groups_of(features, ds.info.features)
-    check_sizes(by_file, groups)
-    held = ds.total_frames * sum(g.width * np.dtype(g.dtype).itemsize for g in groups)
-    if engine is None and held <= budget * 8:
-        dataset, per_episode = _in_memory(by_file, groups, workers)
-        passes = 1
-    else:
-        per_episode = {ep.index: {} for ep in ds.episodes}
-        for part in pmap(episode_stats, [(f, eps, groups) for f, eps in by_file.items()], workers=workers,
-                         engine=engine):
-            for index, stats in part.items():
-                per_episode[index].update(stats)
-        dataset, passes = dataset_quantiles([Path(f) for f in by_file], features, ds.info.features,
-                                            ds.total_frames, workers=workers, budget=budget, engine=engine)
-    return dataset_stats([per_episode[ep.index] for ep in ds.episodes], dataset, features=features), per_episode, passes
-
-
 def check_sizes(by_file: dict[str, list[tuple[int, int, int]]], groups: list[Group]) -> None:
     """Before any matrix is sized from the metadata: each data file's footer holds the rows its (episode, first
     row, length) episodes claim, and each feature's column the values its info.json shape gives for them. A
@@ -448,51 +418,6 @@ def check_sizes(by_file: dict[str, list[tuple[int, int, int]]], groups: list[Gro
                     raise LerodocError(f"holds {held[name]} values in {rows} rows where info.json's shape gives "
                                        f"{width} per row", file=path, field=name,
                                        hint="lerodoc validate compares columns and info.json")
-
-
-def dataset_quantiles(files: list[Path], features: list[str], specs: dict, count: int, *, workers: int = 1,
-                      budget: int = 64 << 20, engine=None) -> tuple[Stats, int]:
-    """Exact q01..q99 per channel of `features` over all rows of the data `files`; and the passes taken.
-
-    With an `engine` each pass of the radix selection runs as units of a few files each on the cluster,
-    which send back their tallies (bucket counts, and the few values of nearly-found ranks), never rows."""
-    out: Stats = {}
-    passes = 0
-    if engine is None:   # rows per file, from the footers (the same for every group)
-        sizes = [open_parquet(f).metadata.num_rows for f in files]
-        starts = np.cumsum([0] + sizes)
-    for group in groups_of(features, specs):
-        if engine is not None:
-            runs = _file_runs([str(f) for f in files], TASKS_PER_CPU * engine.cpus)
-
-            def one_pass(selection, group=group, runs=runs):
-                tallies = pmap(tally_files, [(run, group, selection) for run in runs], engine=engine)
-                return functools.reduce(Tally.add, tallies)
-            values, used = selected_quantiles(one_pass, LEVELS, count=count, width=group.width)
-            passes = max(passes, used)
-            out.update(group.split(dict(zip(QUANTILES, values))))
-            continue
-
-        def fill(matrix: np.ndarray, lo: int, hi: int, group=group) -> None:
-            with ThreadPoolExecutor(max(1, workers)) as pool:
-                list(pool.map(lambda i: load(str(files[i]), [(group, matrix, lo, hi)], int(starts[i]), sizes[i]),
-                              range(len(files))))
-
-        def chunks(group=group):
-            for path in files:
-                for batch in iter_batches(open_parquet(path, streaming=True), path, list(group.names)):
-                    yield group.matrix(batch, source=path)
-        values, used = exact_quantiles(chunks, LEVELS, count=count, width=group.width, dtype=group.dtype,
-                                       budget=budget, threads=workers, fill=fill)
-        passes = max(passes, used)
-        out.update(group.split(dict(zip(QUANTILES, values))))
-    return out, passes
-
-
-def _file_runs(files: list[str], units: int) -> list[list[str]]:
-    """`files` in at most `units` consecutive runs of near-equal length."""
-    size = -(-len(files) // max(1, units))
-    return [files[i:i + size] for i in range(0, len(files), size)]
 
 
 def tally_files(args: tuple[list[str], Group, Selection]) -> Tally:
