@@ -100,6 +100,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--lerobot-gc-batch", type=int, nargs="+", default=None,
                    help="also run lerobot's side with its gradient checkpointing on, at these batch sizes (a "
                         "compiled lerobot compiles again)")
+    p.add_argument("--lerobot-gc-only", action="store_true", help="lerobot's side only with gradient checkpointing")
     p.add_argument("--steps", type=int, default=8, help="timed steps per batch size (after 3 warm-up steps)")
     p.add_argument("--prompt", type=int, default=28, help="prompt tokens (lerobot: its tokenizer_max_length)")
     p.add_argument("--preset", choices=["full", "tiny"], default="full")
@@ -264,7 +265,7 @@ def plan(args) -> list[tuple[str, str, str | None]]:
     checkpointing (--lerobot-gc-batch)."""
     runs = []
     for side in args.sides:
-        if not (side == "lerodoc" and args.float8_only):
+        if not (side == "lerodoc" and args.float8_only) and not (side == "lerobot" and args.lerobot_gc_only):
             runs.append((side, side, None))
         if side == "lerodoc":
             runs += [(f"lerodoc-float8-{recipe}", side, recipe) for recipe in args.float8]
