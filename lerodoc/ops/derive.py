@@ -23,10 +23,10 @@ from lerodoc.formats.hf import schema_for
 from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
-from lerodoc.tables.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema, write_groups
+from lerodoc.tables.parquet_io import column_digests, conform, read_parquet, read_schema, write_groups
 from lerodoc.promote.staging import link_or_copy, staged_edit
 from lerodoc.ops.stats import dataset_quantiles
-from lerodoc.tables.stats import dataset_stats, split_segments, spans_stats
+from lerodoc.tables.stats import dataset_stats, table_stats
 
 
 class Transform(Protocol):
@@ -62,13 +62,8 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
         write_groups(writer, table)
     if column_digests(read_parquet(job.out)) != expected:
         raise VerificationError("written file differs from what was planned", file=job.out)
-    firsts = [start for _, start, _ in job.episodes]
-    lengths = [length for _, _, length in job.episodes]
-    stats: list[dict] = [{} for _ in job.episodes]
-    for name in transform.changed:   # every episode's stats of a changed column at once
-        matrix = column_matrix(table.column(name), table.num_rows).T
-        for held, one in zip(stats, split_segments(spans_stats(matrix, firsts, lengths), (name,), (matrix.shape[0],))):
-            held.update(one)
+    stats = table_stats(table, transform.changed, [start for _, start, _ in job.episodes],
+                        [length for _, _, length in job.episodes])
     return [{"episode": index, "stats": by_feature} for (index, _, _), by_feature in zip(job.episodes, stats)]
 
 

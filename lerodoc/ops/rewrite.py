@@ -31,7 +31,7 @@ from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix, conform, from_numpy, is_list_type,
                                        iter_batches, numpy_dtype, open_parquet, read_parquet, read_schema)
 from lerodoc.promote.links import link_or_copy
-from lerodoc.tables.stats import segment_stats, split_segments
+from lerodoc.tables.stats import table_stats
 
 if TYPE_CHECKING:   # lerodoc.media.video (PyAV) is imported where clips are handled: no rewrite without videos loads it
     from lerodoc.media import video
@@ -243,19 +243,18 @@ def _cast(rows: pa.Table, schema: pa.Schema, piece: RowPiece) -> pa.Table:
 
 def _block_stats(rows: pa.Table, block: list[RowPiece], changed: set[str], schema: pa.Schema) -> list[dict]:
     """Per piece of a block, the stats of its numeric columns (all of them where its source has no per-episode
-    stats, else those the renumbering `changed`): every piece of the block at once per column (`segment_stats`)."""
+    stats, else those the renumbering `changed`): every piece of the block at once (`tables.stats.table_stats`)."""
     lengths = [p.length for p in block]
     wanted = rows.column_names if any(p.all_stats for p in block) else sorted(changed)
-    by_column: dict[str, list[dict]] = {}
+    numeric = []
     for name in wanted:
         kind = schema.field(name).type
         kind = kind.value_type if is_list_type(kind) else kind
         if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-            matrix = column_matrix(rows.column(name), rows.num_rows).astype("float64").T
-            by_column[name] = split_segments(segment_stats(matrix, lengths, quantiles=False), (name,),
-                                             (matrix.shape[0],))
-    return [{name: parts[i][name] for name, parts in by_column.items() if piece.all_stats or name in changed}
-            for i, piece in enumerate(block)]
+            numeric.append(name)
+    stats = table_stats(rows, numeric, np.cumsum(lengths) - lengths, lengths, quantiles=False)
+    return [{name: by_feature[name] for name in numeric if piece.all_stats or name in changed}
+            for piece, by_feature in zip(block, stats)]
 
 
 def _check_written(runs: dict[str, list[tuple[list[list[RowPiece]], int, dict]]], schema: pa.Schema) -> None:

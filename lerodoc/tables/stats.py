@@ -325,6 +325,18 @@ def split_segments(stats: dict[str, np.ndarray], names: tuple[str, ...], widths:
             for e in range(len(counts))]
 
 
+def table_stats(table, columns, firsts, lengths, *, quantiles: bool = True) -> list[Stats]:
+    """Per row span [first, first + length) of an Arrow table, the stats of each of its `columns` (numeric,
+    scalar or list): one `spans_stats` per column over all the spans at once, as one Stats per span."""
+    out: list[Stats] = [{} for _ in range(len(firsts))]
+    for name in columns:
+        matrix = column_matrix(table.column(name), table.num_rows).T
+        parts = split_segments(spans_stats(matrix, firsts, lengths, quantiles=quantiles), (name,), (matrix.shape[0],))
+        for held, one in zip(out, parts):
+            held.update(one)
+    return out
+
+
 def _episodes_of(matrix: np.ndarray, group: Group, episodes: list[tuple[int, int, int, str]]) -> list[Stats]:
     """Stats of each (first column, length, index, file) episode of a group's matrix; NaN/inf (seen in an
     episode's min or max) is a clear error naming the first such episode."""
