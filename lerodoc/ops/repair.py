@@ -252,18 +252,22 @@ def _canonical_features(ds: Dataset, episodes: list[Episode]) -> dict:
     return out
 
 
-def _clean_stats(stats: dict, features: dict) -> dict:
+def _clean_stats(stats: dict, features: dict, sizes: dict | None = None) -> dict:
     """Stats without NaN or values of another size than their feature (a damaged file), reshaped to their feature
-    and without count=0 placeholders (normalise_stats); repair recomputes what is dropped."""
+    and without count=0 placeholders (normalise_stats); repair recomputes what is dropped. `sizes` keeps each
+    (feature, stat)'s `stat_size` from one episode to the next."""
+    sizes = {} if sizes is None else sizes
+
+    def fits(name: str, stat: str, value) -> bool:
+        want = sizes.get((name, stat), -1)
+        if want == -1:
+            want = sizes[(name, stat)] = stat_size(features[name], stat)
+        return np.size(value) == want if want is not None else np.size(value) > 0
     kept = {name: by_stat for name, by_stat in stats.items()
-            if name in features and all(_fits(stat, v, features[name]) for stat, v in by_stat.items())
-            and all(np.all(np.isfinite(np.asarray(v, dtype=np.float64))) for v in by_stat.values())}
+            if name in features and all(fits(name, stat, v) for stat, v in by_stat.items())
+            and np.isfinite(np.concatenate([np.ravel(np.asarray(v, dtype=np.float64)) for v in by_stat.values()]
+                                           or [np.zeros(0)])).all()}
     return normalise_stats(kept, features)[0]
-
-
-def _fits(stat: str, value, spec: dict) -> bool:
-    want = stat_size(spec, stat)
-    return np.size(value) == want if want is not None else np.size(value) > 0
 
 
 def _left_out(ds: Dataset, findings: list) -> list[dict]:
@@ -322,8 +326,9 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     dropped = {key for key in ds.info.video_keys if key not in episodes[0].videos}   # --drop-broken, every file gone
     info = replace(ds.info, features={k: v for k, v in _canonical_features(ds, episodes).items() if k not in dropped},
                    extra=dict(ds.info.extra))
+    sizes: dict = {}
     for ep in episodes:
-        ep.stats = _clean_stats(ep.stats, info.features)
+        ep.stats = _clean_stats(ep.stats, info.features, sizes)
     picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
     schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds)[0])
     caps = (info.data_files_size_in_mb, info.video_files_size_in_mb)
