@@ -11,6 +11,10 @@ the last) the same flow-matching loss is measured on a fixed set of their frames
 times (lerodoc.pi05.data.held_out_noise), so its values compare across steps: metrics.jsonl's `val_loss`.
 
 Only rank 0 writes (checkpoints, metrics.jsonl, loss.png); every rank reads the checkpoint to resume.
+
+Beside the loop: its options (config.py), the batches it is fed (feed.py), what it measures (metrics.py, progress.py),
+the batch sweep (sweep.py) and the processes a job starts (launch.py); a map and the measurements behind the
+defaults are in docs/train-history.md.
 """
 
 from __future__ import annotations
