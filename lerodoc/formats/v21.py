@@ -8,6 +8,7 @@ episode_chunk = episode_index // chunks_size
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +103,20 @@ def _regular_episode_stats(path: Path) -> dict[int, dict] | None:
     return out
 
 
+class EpisodeStats:
+    """episodes_stats.jsonl, read on first use (`read_episode_stats`): one dict of arrays per episode is most of the
+    time of opening a dataset of many episodes, and a command that needs no episode's stats (info, train's index,
+    validate --no-stats) never reads it. Each episode's `stats` is `partial(holder.of, index)` (model.LazyStats)."""
+
+    def __init__(self, root: Path):
+        self.root, self.by_episode = root, None
+
+    def of(self, index: int) -> dict:
+        if self.by_episode is None:
+            self.by_episode = read_episode_stats(self.root)
+        return self.by_episode.get(index, {})
+
+
 def read_dataset_stats(root: Path) -> dict | None:
     path = root / STATS_PATH
     if not path.is_file():
@@ -113,7 +128,7 @@ def read(root: Path, info: Info, *, episode_stats: bool = True):
     """Episodes (in episode_index order), tasks and dataset stats of a v2.x dataset."""
     rows = sorted(read_jsonl(root / EPISODES_PATH, {"episode_index": int, "length": int}),
                   key=lambda r: r["episode_index"])
-    per_episode = read_episode_stats(root) if episode_stats else {}
+    per_episode = EpisodeStats(root) if episode_stats else None
     episodes, cursor = [], 0
     for row in rows:
         index, length = int(row["episode_index"]), int(row["length"])
@@ -123,7 +138,7 @@ def read(root: Path, info: Info, *, episode_stats: bool = True):
             data_file=data_file(info, index), data_row=0, from_index=cursor,
             videos={key: VideoSpan(video_file(info, key, index), 0.0, length / info.fps)
                     for key in info.video_keys},
-            stats=per_episode.get(index, {}), source=EPISODES_PATH))
+            stats=partial(per_episode.of, index) if per_episode else {}, source=EPISODES_PATH))
         cursor += length
     return episodes, read_tasks(root), read_dataset_stats(root)
 
