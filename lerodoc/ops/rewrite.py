@@ -466,9 +466,15 @@ def _clip_bytes(ds: Dataset, ep: Episode, key: str) -> int:
     return size * ep.length // max(ds.rows_in_file(ep.videos[key].file, key), 1)
 
 
-def _data_bytes(ds: Dataset, ep: Episode) -> int:
-    """On-disk bytes of the episode's rows (its share of the data file)."""
-    return ds.path(ep.data_file).stat().st_size * ep.length // max(ds.rows_in_file(ep.data_file), 1)
+def _data_bytes(ds: Dataset, ep: Episode, sizes: dict | None = None) -> int:
+    """On-disk bytes of the episode's rows (its share of the data file); `sizes` keeps each file's (bytes, rows)
+    from one episode to the next."""
+    sizes = {} if sizes is None else sizes
+    key = (id(ds), ep.data_file)
+    if key not in sizes:
+        sizes[key] = (ds.path(ep.data_file).stat().st_size, max(ds.rows_in_file(ep.data_file), 1))
+    size, rows = sizes[key]
+    return size * ep.length // rows
 
 
 @dataclass(frozen=True)
@@ -535,7 +541,9 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
     if to == "v3.0":
         chunk, file = 0, 0
         whole = () if retime else _unchanged_data_files(picks, new_eps, schema)
-        for kind, group in file_groups([_data_bytes(p.dataset, p.episode) for p in picks], caps_mb[0] * MB, whole):
+        sizes: dict = {}
+        for kind, group in file_groups([_data_bytes(p.dataset, p.episode, sizes) for p in picks], caps_mb[0] * MB,
+                                       whole):
             for i in group:
                 new_eps[i].data_file = v30.data_file(chunk, file)
             if kind == "link":
@@ -632,10 +640,14 @@ def _unchanged_data_files(picks: list[Pick], new_eps: list[Episode], schema: pa.
 
 def check_files(picks: list[Pick]) -> None:
     """Every data and video file the picks need exists (before anything is written)."""
+    seen: set[tuple[int, str]] = set()   # each file once, however many episodes it holds
     for pick in picks:
         for key, rel in [(None, pick.episode.data_file)] + [(k, s.file) for k, s in pick.episode.videos.items()]:
+            if (id(pick.dataset), rel) in seen:
+                continue
             if not pick.dataset.path(rel).is_file():
                 raise pick.dataset.missing(pick.episode, key)   # named at the metadata that points there
+            seen.add((id(pick.dataset), rel))
 
 
 def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | None = None, engine=None) -> Result:
