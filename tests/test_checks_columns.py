@@ -1,0 +1,73 @@
+"""Issue 37: validate's whole-column kernels against the one-episode-at-a-time rules they replace, on random layouts
+(runs across files, files of no rows, episodes that come back, timestamps with every kind of defect)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lerodoc.checks.common import ragged_arange
+from lerodoc.checks.indices import Placement
+from lerodoc.checks.timestamps import _failing, fails, measure
+
+
+def test_ragged_arange_is_the_spans_rows():
+    rng = np.random.default_rng(0)
+    starts, lengths = rng.integers(0, 1000, 200), rng.integers(0, 7, 200)
+    expected = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)])
+    assert np.array_equal(ragged_arange(starts, lengths), expected)
+    assert len(ragged_arange(np.array([5]), np.array([0]))) == 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_placement_runs_are_the_changes_of_episode_and_file(seed):
+    rng = np.random.default_rng(seed)
+    rows = [int(n) for n in rng.integers(0, 30, 6)]          # some files hold no row
+    columns = [np.sort(rng.integers(0, 8, n)) for n in rows]   # an episode may continue into the next file
+    where = Placement([f"f{i}" for i in range(len(rows))], np.array(rows, np.int64),
+                      np.concatenate(columns).astype(np.int64))
+    expected, offset = [], 0
+    for i, episodes in enumerate(columns):                   # the per-file rule the arrays replace
+        if len(episodes):
+            bounds = np.flatnonzero(episodes[1:] != episodes[:-1]) + 1
+            for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(episodes)]):
+                expected.append((int(episodes[a]), f"f{i}", int(a), int(b), offset + int(a)))
+        offset += len(episodes)
+    assert [(r.episode, r.file, r.start, r.stop, r.global_start) for r in where.runs] == expected
+    lo, hi = where.runs_of(np.arange(10))
+    for episode in range(10):
+        assert [where.runs[r] for r in where.run_order[lo[episode]:hi[episode]]] == \
+            where.by_episode().get(episode, [])
+
+
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+def test_failing_episodes_are_those_measure_rejects(version):
+    rng = np.random.default_rng(1)
+    fps, tol, lengths = 30, 1e-4, rng.integers(1, 40, 300)
+    parts = []
+    for n in lengths:                                          # clean, then one planted defect in most episodes
+        ts = np.arange(n) / fps
+        kind = rng.integers(0, 7)
+        k = int(rng.integers(0, n))
+        if kind == 1:
+            ts = ts + 0.5                                      # offset start
+        elif kind == 2:
+            ts[k] -= 0.02                                      # a step back
+        elif kind == 3:
+            ts[k:] += 1 / fps                                  # a skipped frame
+        elif kind == 4:
+            ts = ts + np.arange(n) * 2e-5                      # drift, every step within tolerance
+        elif kind == 5:
+            ts[k] = np.nan
+        elif kind == 6:
+            ts[k] += 5e-5                                      # within tolerance: passes
+        parts.append(ts)
+    ts_all = np.concatenate(parts)
+    start = np.r_[0, np.cumsum(lengths)[:-1]]
+    index = np.arange(len(lengths))
+    owner = np.repeat(index, lengths)
+    owner[start[7]] = 99                                       # episode 7's rows are not all its own: left out
+    got = _failing(ts_all, owner, np.ones(len(ts_all), bool), start, lengths, index, fps, tol, version)
+    expected = np.array([fails(measure(p, fps, tol), version, tol) for p in parts])
+    expected[7] = False
+    assert np.array_equal(got, expected) and 0 < expected.sum() < len(expected)
