@@ -205,20 +205,22 @@ def read(root: Path, info: Info):
     sources = [name for f, t in zip(files, tables) for name in [f.relative_to(root).as_posix()] * t.num_rows]
     row_stats = [partial(StatsColumns.row, holder, i) for f, t in zip(files, tables)
                  for holder in [StatsColumns(f)] for i in range(t.num_rows)]
-    episodes = []
+    episodes, video_keys, data_files = [], info.video_keys, {}   # a data file's path made once per file
+    data_path, video_path = info.data_path or DATA_PATH, info.video_path or VIDEO_PATH
     for position, row in enumerate(rows):
         try:
             index = int(row["episode_index"])
             d_chunk, d_file = int(row["data/chunk_index"]), int(row["data/file_index"])
             videos = {key: VideoSpan(
-                (info.video_path or VIDEO_PATH).format(video_key=key,
-                                                       chunk_index=int(row[f"videos/{key}/chunk_index"]),
-                                                       file_index=int(row[f"videos/{key}/file_index"])),
+                video_path.format(video_key=key, chunk_index=int(row[f"videos/{key}/chunk_index"]),
+                                  file_index=int(row[f"videos/{key}/file_index"])),
                 float(row[f"videos/{key}/from_timestamp"]), float(row[f"videos/{key}/to_timestamp"]))
-                for key in info.video_keys}
+                for key in video_keys}
+            if (d_chunk, d_file) not in data_files:
+                data_files[d_chunk, d_file] = data_path.format(chunk_index=d_chunk, file_index=d_file)
             episodes.append(Episode(
                 index=index, length=int(row["length"]), tasks=list(row.get("tasks") or []),
-                data_file=(info.data_path or DATA_PATH).format(chunk_index=d_chunk, file_index=d_file),
+                data_file=data_files[d_chunk, d_file],
                 data_row=0, from_index=int(row["dataset_from_index"]), videos=videos,
                 stats=row_stats[position], source=sources[position]))
         except (KeyError, TypeError) as exc:
