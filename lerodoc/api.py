@@ -27,7 +27,7 @@ Progress = Callable   # progress(label, total) -> tick(n): how the commands draw
 
 __all__ = ["info", "convert", "merge", "delete", "split", "tasks", "features", "encode", "flatten", "select",
            "quantiles", "validate", "repair", "report", "download_dataset", "download_tokenizer",
-           "download_weights", "push", "export_lerobot", "eval_pi05", "LerodocError", "UsageError"]
+           "download_weights", "push", "train_pi05", "export_lerobot", "eval_pi05", "LerodocError", "UsageError"]
 
 
 def _dataset(value):
@@ -250,6 +250,60 @@ def push(dataset: PathLike, repo_id: str, *, revision: str | None = None, privat
     """`lerodoc push`: the dataset validated, then uploaded in one commit with a generated card (`hub.Pushed`)."""
     from lerodoc.hub import push_dataset
     return push_dataset(_dataset(dataset), repo_id, revision=revision, private=private, message=message)
+
+
+def train_pi05(dataset: PathLike, output: PathLike, *, preset: str = "full", weights: str | None = None,
+               tokenizer: str = "paligemma", action_key: str | None = None, state_key: str | None = None,
+               cameras: Iterable[str] = (), skip_checks: Iterable[str] = (), state_in_prompt: bool = True,
+               action_horizon: int = 0, max_token_len: int = 0, val_episodes: Iterable[int] | None = None,
+               val_fraction: float | None = None, val_every: int = 100, val_samples: int = 256, steps: int = 1000,
+               batch_per_device: int = 4, lr: float = 2.5e-5, min_lr: float = 2.5e-6, warmup_steps: int | None = None,
+               weight_decay: float = 0.01, clip: float = 1.0, ema: float | None = None, seed: int = 0,
+               precision: str = "auto", device: str = "auto", compile: bool = False, float8: str | None = None,
+               gradient_checkpointing: bool = False, fsdp: bool = False, fsdp_reshard: bool = True, workers: int = 0,
+               nproc: int | None = None, save_every: int = 1000, keep: int = 2, log_every: int = 10,
+               wandb_project: str | None = None, tensorboard: bool = False, resume: bool = False,
+               sweep_batches: Iterable[int] | None = None, progress: bool = False):
+    """`lerodoc train pi05`: preflight (every missing prerequisite named at once, before torch loads), then pi0.5
+    fine-tuning of `preset` from `weights` (None: pi05_base for full, random for tiny; "none": random) into the run
+    folder `output`, as one process or, on several GPUs (`nproc`), a launched job; `val_episodes` /
+    `val_fraction` are held out. Returns rank 0's `results.Trained` (None in the other ranks' processes), or with
+    `sweep_batches` the batch sweep (`results.Sweep`). `state_key="none"` trains without state, `cameras=["none"]`
+    without images; `progress` draws the progress line. docs/train.md says what each option does."""
+    from lerodoc.pi05.preflight import preflight_command   # before torch loads: every missing prerequisite at once
+    from lerodoc.pi05.weights import weights_for
+    from lerodoc.results import Sweep, Trained
+    from lerodoc.selection import format_ranges
+    dataset, output, cameras, skip_checks = _dataset(dataset), Path(output), list(cameras), list(skip_checks)
+    weights = weights_for(preset, weights)
+    sweep = sweep_batches is not None
+    preflight_command(dataset, output, resume, sweep, tokenizer, weights, action_key, state_key, cameras,
+                      ",".join(skip_checks) or None)
+    from lerodoc.pi05.tracking import require
+    require(wandb_project is not None, tensorboard)
+    from lerodoc.pi05.config import RunConfig
+    from lerodoc.pi05.data import DataSpec
+    from lerodoc.pi05.launch import run_job
+    from lerodoc.pi05.preflight import AUTO
+    no_state = state_key is not None and state_key.lower() == "none"
+    data = DataSpec(action_key=action_key or AUTO, state_key=None if no_state else (state_key or AUTO),
+                    cameras=tuple(c.lower() if c.lower() == "none" else c for c in cameras),
+                    action_horizon=action_horizon, image_size=0, state_in_prompt=state_in_prompt and not no_state,
+                    max_token_len=max_token_len)
+    run = RunConfig(dataset=str(dataset), output=str(output), tokenizer=tokenizer, preset=preset, weights=weights,
+                    steps=steps, batch_per_device=batch_per_device, lr=lr, min_lr=min_lr, warmup_steps=warmup_steps,
+                    weight_decay=weight_decay, clip=clip, ema=ema, seed=seed, precision=precision, device=device,
+                    compile=compile, float8=float8, gradient_checkpointing=gradient_checkpointing, fsdp=fsdp,
+                    fsdp_reshard=fsdp_reshard, workers=workers, save_every=save_every, keep=keep,
+                    log_every=log_every, data=data, wandb_project=wandb_project, tensorboard=tensorboard,
+                    val_episodes=None if val_episodes is None else format_ranges({int(n) for n in val_episodes}),
+                    val_fraction=val_fraction, val_every=val_every, val_samples=val_samples,
+                    skip_checks=tuple(c.strip().upper() for c in skip_checks if c.strip()))
+    result = run_job(run, resume=resume, progress=progress, nproc=nproc,
+                     sweep_batches=list(sweep_batches) if sweep else None)
+    if result is None:      # not the job's first process: rank 0's process reports
+        return None
+    return Sweep(result) if sweep else Trained.from_json(result)
 
 
 def export_lerobot(source: PathLike, output: PathLike, *, device: str = "cuda"):

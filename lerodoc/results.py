@@ -80,3 +80,48 @@ class EvalScores(_FromJson):
     latency_ms_median: float
     output: str | None
     seconds: float
+
+
+@dataclass
+class Trained(_FromJson):
+    """`lerodoc train pi05`: what the run did (rank 0's view), where its checkpoints are."""
+    steps: int
+    final_loss: float | None
+    val_loss: float | None
+    first_loss: float | None
+    samples_per_s: float | None
+    data_wait: float | None
+    mfu: float | None
+    skipped_steps: int
+    flops_per_sample: float | None
+    output: str
+    checkpoint: str | None
+    params: int
+    rank: int
+    world_size: int
+    global_batch: int
+    max_token_len: int
+    weights: str | None
+    cameras: list
+    held_out: list
+
+
+@dataclass
+class Sweep:
+    """`lerodoc train pi05 --sweep`: one row per batch per device tried, in order (an `oom` row ended it)."""
+    runs: list[dict]
+
+    @property
+    def fits(self) -> list[dict]:
+        """The rows that ran (no `oom`)."""
+        return [r for r in self.runs if not r.get("oom")]
+
+    @property
+    def best(self) -> dict | None:
+        """The row with the most samples/s."""
+        return max(self.fits, key=lambda r: r["samples_per_s"], default=None)
+
+    def to_json(self) -> dict:
+        fits, best = self.fits, self.best
+        return {"runs": self.runs, "largest_batch": fits[-1]["batch_per_device"] if fits else None,
+                "best_batch": best["batch_per_device"] if best else None}

@@ -30,7 +30,7 @@ def test_every_operation_is_exported_and_documented():
     assert sorted(names) == sorted(n for n in api.__all__ if n[0].islower())
     commands = ("info", "convert", "merge", "delete", "split", "tasks", "features", "encode", "flatten", "select",
                 "quantiles", "validate", "repair", "report", "download_dataset", "download_tokenizer",
-                "download_weights", "push", "export_lerobot", "eval_pi05")
+                "download_weights", "push", "train_pi05", "export_lerobot", "eval_pi05")
     for name in commands:
         assert name in names and getattr(api, name).__doc__, name
     documented = DOC.read_text()
@@ -38,12 +38,12 @@ def test_every_operation_is_exported_and_documented():
 
 
 def test_every_command_calls_the_api():
-    """Each command module calls lerodoc.api (commands are thin over it), train pi05 aside (docs/api.md)."""
+    """Each command module calls lerodoc.api: commands are thin over it."""
     from lerodoc import commands
     folder = Path(commands.__file__).parent
     thin = {path.stem for path in folder.glob("*.py")
             if any(line in path.read_text() for line in ("from lerodoc import api", "from lerodoc.api import"))}
-    assert sorted({p.stem for p in folder.glob("*.py")} - thin) == ["__init__", "train"]
+    assert sorted({p.stem for p in folder.glob("*.py")} - thin) == ["__init__"]
 
 
 def test_split_takes_typed_parts_and_gives_the_cli_report(tmp_path):

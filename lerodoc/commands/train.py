@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from lerodoc import render
+from lerodoc import api, render
 from lerodoc.options import DatasetArg, JsonOpt, working_in
 from lerodoc.run.parallel import data_workers
 
@@ -138,45 +138,26 @@ def pi05(
 
     Example: lerodoc train pi05 data/pusht_v30 -o runs/pusht --weights pi05_base --steps 30000
     """
-    from lerodoc.pi05.weights import weights_for
-    weights = weights_for(preset, weights)
-    from lerodoc.pi05.preflight import preflight_command   # before torch loads: every missing prerequisite at once
-    preflight_command(dataset, output or default_run(dataset), resume, sweep, tokenizer, weights, action_key,
-                      state_key, cameras, skip_checks)
-    from lerodoc.pi05.tracking import require
-    require(wandb, tensorboard)
-    from lerodoc.pi05.data import DataSpec
-    from lerodoc.pi05.preflight import AUTO
-    from lerodoc.pi05.config import RunConfig
-
     if precision not in ("auto", "bf16", "fp32"):
         raise typer.BadParameter("auto, bf16 or fp32", param_hint="--precision")
-    no_state = state_key is not None and state_key.lower() == "none"
-    data = DataSpec(action_key=action_key or AUTO, state_key=None if no_state else (state_key or AUTO),
-                    cameras=tuple(c.lower() if c.lower() == "none" else c for c in cameras),
-                    action_horizon=action_horizon, image_size=0, state_in_prompt=state_in_prompt and not no_state,
-                    max_token_len=max_token_len)
-    output = output or default_run(dataset)
-    run = RunConfig(dataset=str(dataset), output=str(output), tokenizer=tokenizer, preset=preset, weights=weights,
-                    steps=steps, batch_per_device=batch_per_device, lr=lr, min_lr=min_lr, warmup_steps=warmup_steps,
-                    weight_decay=weight_decay, clip=clip, ema=ema, seed=seed, precision=precision, device=device,
-                    compile=compile, float8=float8.value if float8 else None,
-                    gradient_checkpointing=gradient_checkpointing, fsdp=fsdp, fsdp_reshard=fsdp_reshard,
-                    workers=workers,
-                    save_every=save_every, keep=keep, log_every=log_every, data=data,
-                    wandb_project=wandb_project if wandb else None, tensorboard=tensorboard,
-                    val_episodes=_held_out(val_episodes), val_fraction=val_fraction,
-                    val_every=val_every, val_samples=val_samples,
-                    skip_checks=tuple(c.strip().upper() for c in (skip_checks or "").split(",") if c.strip()))
-    from lerodoc.pi05.launch import run_job
-    result = run_job(run, resume=resume, progress=render.shows_progress(not json), nproc=nproc,
-                     sweep_batches=_batches(sweep_batches) if sweep else None)
+    result = api.train_pi05(
+        dataset, output or default_run(dataset), preset=preset, weights=weights, tokenizer=tokenizer,
+        action_key=action_key, state_key=state_key, cameras=cameras, skip_checks=(skip_checks or "").split(","),
+        state_in_prompt=state_in_prompt, action_horizon=action_horizon, max_token_len=max_token_len,
+        val_episodes=_held_out(val_episodes), val_fraction=val_fraction, val_every=val_every, val_samples=val_samples,
+        steps=steps, batch_per_device=batch_per_device, lr=lr, min_lr=min_lr, warmup_steps=warmup_steps,
+        weight_decay=weight_decay, clip=clip, ema=ema, seed=seed, precision=precision, device=device,
+        compile=compile, float8=float8.value if float8 else None, gradient_checkpointing=gradient_checkpointing,
+        fsdp=fsdp, fsdp_reshard=fsdp_reshard, workers=workers, nproc=nproc, save_every=save_every, keep=keep,
+        log_every=log_every, wandb_project=wandb_project if wandb else None, tensorboard=tensorboard,
+        resume=resume, sweep_batches=_batches(sweep_batches) if sweep else None,
+        progress=render.shows_progress(not json))
     if result is None:      # not the job's first process: rank 0's process reports
         return
     if sweep:
         render_sweep(result, json)
         return
-    summary = result
+    summary = result.to_json()
     from lerodoc.selection import format_ranges
     if json:
         render.print_json(summary)
@@ -188,14 +169,14 @@ def pi05(
                      f"{100 * summary['data_wait']:.1f}% of the time; checkpoint {summary['checkpoint'] or 'none'}")
 
 
-def _held_out(values: list[str] | None) -> str | None:
-    """--val-episodes (repeatable, any form of the selection syntax) as one canonical selection, `0-2,5`: what the
-    run's config keeps, and a resume compares."""
+def _held_out(values: list[str] | None) -> list[int] | None:
+    """--val-episodes (repeatable, any form of the selection syntax) as episode numbers (the run's config keeps
+    them as one canonical selection, `0-2,5`, which a resume compares)."""
     if not values:
         return None
-    from lerodoc.selection import format_ranges, parse
+    from lerodoc.selection import parse
     chosen = parse(values, "--val-episodes")
-    return format_ranges({n for lo, hi in chosen.spans for n in range(lo, hi + 1)})
+    return sorted({n for lo, hi in chosen.spans for n in range(lo, hi + 1)})
 
 
 def _batches(text: str) -> list[int]:
@@ -208,16 +189,15 @@ def _batches(text: str) -> list[int]:
     return values
 
 
-def render_sweep(rows: list[dict], as_json: bool) -> None:
+def render_sweep(sweep, as_json: bool) -> None:
+    """What `train pi05 --sweep` prints of `sweep` (a `results.Sweep`)."""
     import os
     if os.environ.get("RANK", "0") != "0":
         return
-    fits = [r for r in rows if not r.get("oom")]
-    best = max(fits, key=lambda r: r["samples_per_s"], default=None)
     if as_json:
-        render.print_json({"runs": rows, "largest_batch": fits[-1]["batch_per_device"] if fits else None,
-                           "best_batch": best["batch_per_device"] if best else None})
+        render.print_json(sweep.to_json())
         return
+    rows, fits, best = sweep.runs, sweep.fits, sweep.best
 
     def cell(value, fmt):
         return "-" if value is None else format(value, fmt)
