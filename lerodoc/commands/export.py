@@ -34,13 +34,13 @@ def lerobot(
 
     Example: lerodoc export lerobot runs/pusht-pi05 -o policies/pusht
     """
-    summary = api.export_lerobot(source, output, device=device).to_json()
+    summary = api.export_lerobot(source, output, device=device)
     if json:
-        render.print_json(summary)
+        render.print_json(summary.to_json())
         return
-    render.out.print(f"wrote {summary['output']} from step {summary['step']} ({summary['checkpoint']}): "
-                     f"{len(summary['cameras'])} camera(s), state {summary['state_dim']}, action "
-                     f"{summary['action_dim']} x {summary['chunk_size']}; tokenizer {summary['tokenizer']}")
-    if not summary["lerobot_shapes"]:
+    render.out.print(f"wrote {summary.output} from step {summary.step} ({summary.checkpoint}): "
+                     f"{len(summary.cameras)} camera(s), state {summary.state_dim}, action "
+                     f"{summary.action_dim} x {summary.chunk_size}; tokenizer {summary.tokenizer}")
+    if not summary.lerobot_shapes:
         render.message("note", "these are not the full preset's shapes; lerobot's PI05Policy builds "
                                "gemma_2b/gemma_300m and loads this directory only where those sizes are patched")

@@ -20,26 +20,26 @@ def info(dataset: DatasetArg = None, json: JsonOpt = False) -> None:
 
     Example: lerodoc info data/pusht --json
     """
-    report = api.info(dataset).to_json()
+    report = api.info(dataset)
     if json:
-        render.print_json(report)
+        render.print_json(report.to_json())
         return
     o = render.out
-    render.heading(f"{report['dataset']}  LeRobot {report['codebase_version']}  {report['fps']} fps  "
-                   f"robot {report['robot_type']}")
-    o.print(f"{report['episodes']} episodes, {report['frames']} frames, {report['tasks']} tasks, "
-            f"{report['data_files']} data files, {render.human_bytes(report['size_bytes'])} on disk")
+    render.heading(f"{report.dataset}  LeRobot {report.codebase_version}  {report.fps} fps  "
+                   f"robot {report.robot_type}")
+    o.print(f"{report.episodes} episodes, {report.frames} frames, {report.tasks} tasks, "
+            f"{report.data_files} data files, {render.human_bytes(report.size_bytes)} on disk")
     rows = []
-    for name, feat in report["features"].items():
+    for name, feat in report.features.items():
         names = feat["names"] or []
         shown = ", ".join(names[:4]) + (f", … ({len(names)})" if len(names) > 4 else "")
-        cov = report["stats"][name]
+        cov = report.stats[name]
         rows.append([name, feat["dtype"], tuple(feat["shape"]), shown,
                      f"{_coverage(cov['dataset'])} / {_coverage(cov['episodes'])}"])
     o.print(render.table("features", ["feature", "dtype", "shape", "names", "stats (stats.json / episodes)"], rows))
-    if report["cameras"]:
+    if report.cameras:
         o.print(render.table("cameras", ["camera", "codec", "size", "pix_fmt", "fps", "files"],
                              [[k, c.get("codec"), f"{c.get('width')}x{c.get('height')}", c.get("pix_fmt"),
-                               c.get("fps"), c["files"]] for k, c in report["cameras"].items()]))
-    if report.get("transfer"):
-        o.print(render.transfer_line(report["transfer"]))
+                               c.get("fps"), c["files"]] for k, c in report.cameras.items()]))
+    if report.transfer:
+        o.print(render.transfer_line(report.transfer))
