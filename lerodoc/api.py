@@ -21,6 +21,10 @@ from typing import Callable, Iterable, Mapping
 
 from lerodoc.conventions import TOLERANCE_S
 from lerodoc.errors import LerodocError, UsageError
+from lerodoc.results import EvalScores, Export, Info, Sweep, Trained
+
+# Every call imports its operation inside: the operations load numpy and pyarrow (about half a second), and
+# lerodoc.cli imports this module through the commands, so `lerodoc --help` would pay it (tests/test_startup.py).
 
 PathLike = str | Path
 Progress = Callable   # progress(label, total) -> tick(n): how the commands draw their bars
@@ -57,7 +61,6 @@ def _engine(engine: str, ray_address: str | None):
 def info(dataset: PathLike):
     """`lerodoc info`: version, fps, totals, features, cameras and which stats exist (`results.Info`)."""
     from lerodoc.ops.info import describe
-    from lerodoc.results import Info
     return Info.from_json(describe(_dataset(dataset)))
 
 
@@ -272,7 +275,6 @@ def train_pi05(dataset: PathLike, output: PathLike, *, preset: str = "full", wei
     without images; `progress` draws the progress line. docs/train.md says what each option does."""
     from lerodoc.pi05.preflight import preflight_command   # before torch loads: every missing prerequisite at once
     from lerodoc.pi05.weights import weights_for
-    from lerodoc.results import Sweep, Trained
     from lerodoc.selection import format_ranges
     dataset, output, cameras, skip_checks = _dataset(dataset), Path(output), list(cameras), list(skip_checks)
     weights = weights_for(preset, weights)
@@ -310,7 +312,6 @@ def export_lerobot(source: PathLike, output: PathLike, *, device: str = "cuda"):
     """`lerodoc export lerobot`: a lerobot 0.6.1 PI05 policy directory from a run or checkpoint
     (`results.Export`)."""
     from lerodoc.pi05.export import export_lerobot as run
-    from lerodoc.results import Export
     return Export.from_json(run(Path(source), Path(output), device=device))
 
 
@@ -323,7 +324,6 @@ def eval_pi05(source: PathLike, dataset: PathLike, *, episodes: Iterable[int] | 
     weights), each with MAE/MSE overall, per dimension, per horizon step and per episode; the HTML page at
     `output` when given (`results.EvalScores`)."""
     from lerodoc.pi05.evaluate import evaluate
-    from lerodoc.results import EvalScores
     return EvalScores.from_json(evaluate(
         Path(source), _dataset(dataset), episodes=None if episodes is None else _selection(episodes),
         stride=stride, batch_size=batch_size, seed=seed, device=device, output=_optional_path(output), force=force,

@@ -4,6 +4,7 @@ takes them (`in_place: InPlaceOpt = False`), and the one context that pushes wha
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -11,8 +12,10 @@ from typing import Annotated, Optional
 
 import typer
 
+from lerodoc import render
 from lerodoc.conventions import INFO_PATH
-from lerodoc.errors import LerodocError
+from lerodoc.errors import LerodocError, UsageError
+from lerodoc.hub import find_dataset, push_outputs
 from lerodoc.run.parallel import default_workers
 
 
@@ -35,11 +38,10 @@ def resolve_dataset(value: Optional[Path]) -> Path:
         raise typer.BadParameter(f"give a DATASET: the current folder ({here}) holds no {INFO_PATH}",
                                  param_hint="DATASET")
     if str(value).startswith(("hf:/", "hf://")):   # a hub dataset, read by range requests (lerodoc.access)
-        from lerodoc.access import open_url
+        from lerodoc.access import open_url   # hashlib and the confined layer: only for an hf:// DATASET
         return open_url(str(value))
     if not value.exists():
         if looks_like_repo_id(str(value)):
-            from lerodoc.hub import find_dataset
             return find_dataset(str(value))
         raise LerodocError("does not exist: no such dataset folder", file=value, field="DATASET",
                            hint="check the path (a repo id is written owner/name); not found is exit 3, a repo id "
@@ -63,7 +65,6 @@ def existing_folder(value: Path) -> Path:
 def looks_like_repo_id(text: str) -> bool:
     """owner/name as the hub spells repo ids (one slash, no leading dot or slash): what DATASET may be instead of a
     folder."""
-    import re
     return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_][A-Za-z0-9_.-]*", text) is not None \
         and ".." not in text
 
@@ -142,11 +143,10 @@ def refuse_hub_dataset(command: str, datasets: list, *, dry_run: bool = False, o
     """A hub dataset (hf://datasets/...) is read in place and never written, and the writing commands read every byte
     they copy: given one among `datasets`, they stop here (exit 2), unless they only plan (`dry_run`) or, for
     quantiles, store the stats in a local copy (`output`)."""
-    from lerodoc.access import is_remote
+    from lerodoc.access import is_remote   # hashlib and the confined layer, past --help
     remote = [d for d in datasets if is_remote(d)]
     if not remote or dry_run or (command == "quantiles" and output is not None):
         return
-    from lerodoc.errors import UsageError
     repo = remote[0].store.repo
     does = {"push": "uploads the files of a local dataset",
             "quantiles": "stores the stats in the dataset itself unless -o names a copy"}.get(
@@ -172,9 +172,7 @@ def pushing(command: str, push_to_hub: Optional[str], datasets: list, *, dry_run
         return
     if dry_run:
         raise typer.BadParameter("--dry-run writes nothing to push; drop one of them", param_hint="--push-to-hub")
-    from lerodoc import render
-    from lerodoc.hub import push_outputs
-    from lerodoc.promote.staging import recording_outputs
+    from lerodoc.promote.staging import recording_outputs   # numpy and pyarrow: never on --help
     with render.held_json() as bodies, recording_outputs() as written:
         try:
             yield

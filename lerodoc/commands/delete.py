@@ -9,6 +9,7 @@ import typer
 from lerodoc import api, render
 from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
                              PushOpt, WorkersOpt, pushing, SameVersionOpt)
+from lerodoc.selection import format_ranges, parse
 
 
 def delete(
@@ -31,7 +32,6 @@ def delete(
 
     Example: lerodoc delete DATASET -o OUT --episodes 3,7-9
     """
-    from lerodoc.selection import parse
     with pushing("delete", push_to_hub, [dataset], dry_run=dry_run):
         selection = parse(episodes, "--episodes")
         with render.progress(not json and not dry_run) as track:
@@ -42,7 +42,6 @@ def delete(
 
 def show(report, json: bool, dry_run: bool) -> None:
     """What `lerodoc delete` prints of `report` (an `ops.merge.MergeReport` of one source)."""
-    from lerodoc.selection import format_ranges
     if json:
         render.print_json({"dataset": report.sources[0].path, **report.to_json(), "dry_run": dry_run})
         return

@@ -12,6 +12,7 @@ from lerodoc import api, render
 from lerodoc.errors import ExitCode
 from lerodoc.hub import SOURCES, Fetched
 from lerodoc.options import JsonOpt
+from lerodoc.selection import format_ranges, parse
 
 app = typer.Typer(no_args_is_help=True, help="Download a dataset, the tokenizer or the pi0.5 weights, and verify them.")
 
@@ -88,7 +89,6 @@ def dataset(
         _show(api.download_dataset(repo_id, revision=revision, output=output, source=_source(source),
                                    include=include), json)
         return
-    from lerodoc.selection import parse
     selection = parse(episodes, "--episodes")
     with render.progress(not json) as track:
         report = api.download_dataset(repo_id, revision=revision, output=output, source=_source(source),
@@ -98,7 +98,6 @@ def dataset(
 
 def _show_episodes(repo_id: str, report, json: bool) -> None:
     """What `download dataset --episodes` prints of `report` (an `ops.download.DownloadReport`)."""
-    from lerodoc.selection import format_ranges
     code = _findings(report.findings, report.to_json() if json else None)
     if not json:
         t = report.transfer

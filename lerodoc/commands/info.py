@@ -8,7 +8,7 @@ from lerodoc.options import DatasetArg, JsonOpt
 
 def _coverage(keys: list[str]) -> str:
     """'basic+q' when min/max/mean/std/count and q01..q99 are all there, else what is."""
-    from lerodoc.tables.stats import BASIC, QUANTILES
+    from lerodoc.tables.stats import BASIC, QUANTILES   # numpy and pyarrow: never on --help
     have = set(keys)
     parts = ["basic" if have >= set(BASIC) else " ".join(k for k in BASIC if k in have),
              "q" if have >= set(QUANTILES) else " ".join(k for k in QUANTILES if k in have)]

@@ -10,6 +10,8 @@ import typer
 from lerodoc import api, render
 from lerodoc.options import (DEFAULT_WORKERS, DryRunOpt, EngineName, EngineOpt, ForceOpt, JsonOpt, OutputOpt,
                              PushOpt, RayAddressOpt, Target, WorkersOpt, pushing, resolve_datasets)
+from lerodoc.hub import find_dataset
+from lerodoc.selection import format_ranges
 
 SourcesArg = Annotated[list[Path], typer.Argument(help="Datasets to merge, in order (called A, B, C, ...): "
                                                   "folders or repo ids.", callback=resolve_datasets)]
@@ -44,8 +46,7 @@ def merge(
     """
     with pushing("merge", push_to_hub, sources, dry_run=dry_run):
         with render.progress(not json and not dry_run) as track:
-            from lerodoc.hub import find_dataset
-            from lerodoc.ops.merge import source_selections
+            from lerodoc.ops.merge import source_selections   # numpy and pyarrow: never on --help
             report = api.merge(sources, output, exclude=source_selections(exclude, sources, "--exclude", find_dataset),
                                episodes=source_selections(episodes, sources, "--episodes", find_dataset),
                                to=to.value, workers=workers, force=force, progress=track, dry_run=dry_run,
@@ -75,5 +76,4 @@ def show(report, json: bool, dry_run: bool) -> None:
 
 
 def _ranges(numbers: list[int]) -> str:
-    from lerodoc.selection import format_ranges
     return format_ranges(numbers)

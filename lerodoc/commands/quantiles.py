@@ -51,7 +51,7 @@ def quantiles(
     Example: lerodoc quantiles data/pusht
     """
     with pushing("quantiles", push_to_hub, [dataset], dry_run=dry_run, output=output):
-        from lerodoc.promote.staging import output_target
+        from lerodoc.promote.staging import output_target   # numpy and pyarrow: never on --help
         output_target(dataset, output, in_place or output is None)   # -o or (--in-place, the default): not both
         if dry_run and openpi_norm_stats is not None:
             raise typer.BadParameter("--dry-run writes nothing; drop --openpi-norm-stats or --dry-run",

@@ -10,6 +10,7 @@ import typer
 from lerodoc import api, render
 from lerodoc.conventions import TOLERANCE_S
 from lerodoc.options import DEFAULT_WORKERS, DatasetArg, ForceOpt, JsonOpt, WorkersOpt, working_in
+from lerodoc.selection import parse
 
 
 def report(
@@ -53,7 +54,6 @@ def report(
 
     Example: lerodoc report ./my_dataset -o report.html --videos --episodes 0-2,7
     """
-    from lerodoc.selection import parse
     chosen = parse(episodes, "--episodes") if episodes else None
     output = output or default_output(dataset)
     with render.progress(not json) as track:

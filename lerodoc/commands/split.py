@@ -9,6 +9,7 @@ import typer
 from lerodoc import api, render
 from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, JsonOpt, OutputOpt, PushOpt,
                              SameVersionOpt, WorkersOpt, pushing)
+from lerodoc.selection import format_ranges
 
 
 def split(
@@ -36,7 +37,7 @@ def split(
 
     Example: lerodoc split DATASET -o OUT --into train=0.9,val=0.1 --seed 0
     """
-    from lerodoc.ops.split import parse_fractions, parse_parts
+    from lerodoc.ops.split import parse_fractions, parse_parts   # numpy and pyarrow: never on --help
     with pushing("split", push_to_hub, [dataset], dry_run=dry_run):
         with render.progress(not json and not dry_run) as track:
             report = api.split(dataset, output, fractions=parse_fractions(into) if into is not None else None,
@@ -48,7 +49,6 @@ def split(
 
 def show(report, json: bool, dry_run: bool) -> None:
     """What `lerodoc split` prints of `report` (an `ops.split.SplitReport`)."""
-    from lerodoc.selection import format_ranges
     if json:
         render.print_json({**report.to_json(), "dry_run": dry_run})
         return

@@ -42,7 +42,7 @@ def validate(
     Example: lerodoc validate data/pusht --videos
     """
     if list_checks:
-        from lerodoc.ops.validate import catalogue
+        from lerodoc.ops.validate import catalogue   # numpy and pyarrow: never on --help
         rows = catalogue()
         if json:
             render.print_json({"checks": rows})
