@@ -130,7 +130,7 @@ def numeric_v30(root: Path, frames: int, episodes: int, dims: dict[str, int], fp
 
     Channels mix scales like real robot logs: joint angles, forces, currents (x3000), a constant channel.
     """
-    from lerodoc.dataset import Episode
+    from lerodoc.formats.model import Episode
     from lerodoc.formats import v30
     from lerodoc.formats.hf import schema_for
     from lerodoc.formats.info import DEFAULT_FEATURE_SPECS, Info

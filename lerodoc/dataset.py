@@ -16,9 +16,11 @@ from lerodoc import access, confined, formats
 from lerodoc.errors import LerodocError
 from lerodoc.formats import paths
 from lerodoc.formats.info import Info
-from lerodoc.formats.model import Episode, Stats, VideoSpan  # noqa: F401  (re-exported)
+from lerodoc.formats.model import Episode
+from lerodoc.tables.stats import Stats
 from lerodoc.formats.stats import stat_size
 from lerodoc.tables.parquet_io import open_parquet, read_row_groups, read_schema
+from lerodoc.conventions import INFO_PATH
 
 @dataclass
 class Dataset:
@@ -44,7 +46,7 @@ class Dataset:
             # untrusted: nothing read outside the root
             paths.check_links(root, paths.tree(root / formats.META_DIR, root))
             version = formats.detect_version(root)
-            info = Info.load(root / formats.INFO_PATH)
+            info = Info.load(root / INFO_PATH)
             episodes, tasks, stats = formats.module(version).read(root, info)
         except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
             raise LerodocError(f"metadata is malformed ({type(exc).__name__}: {exc})",
@@ -93,7 +95,7 @@ class Dataset:
         there and holds their rows (`require_files`). A dataset that breaks this stops here, naming the feature
         and both files (info.json declares what the data file must hold; either may be the wrong one)."""
         from lerodoc.formats.hf import ARROW, column_problem
-        info_file = self.root / formats.INFO_PATH
+        info_file = self.root / INFO_PATH
         for name, spec in self.info.features.items():
             if spec["dtype"] not in (*ARROW, "video", "image"):
                 raise LerodocError(f"dtype {spec['dtype']!r} is none lerodoc writes ({', '.join(ARROW)}, image, "
@@ -134,7 +136,7 @@ class Dataset:
         metadata that points at it, with the path it leads to."""
         file, fields, template = self.pointer(ep, key)
         target = ep.data_file if key is None else ep.videos[key].file
-        return LerodocError(f"{target} does not exist (the path these make with {formats.INFO_PATH}'s {template})",
+        return LerodocError(f"{target} does not exist (the path these make with {INFO_PATH}'s {template})",
                             file=self.path(file), episode=ep.index, field=fields,
                             hint="lerodoc validate lists what is missing; restore the file, or lerodoc repair when "
                                  "the file is stored elsewhere")

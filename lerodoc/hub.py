@@ -17,7 +17,7 @@ from pathlib import Path
 from lerodoc import __version__
 from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
-from lerodoc.hub_errors import HubError, hub_errors, offline, reach_hub  # noqa: F401  (re-exported)
+from lerodoc.hub_errors import HubError, hub_errors, offline, reach_hub
 
 
 @dataclass(frozen=True)

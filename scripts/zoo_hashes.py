@@ -70,7 +70,14 @@ def timeless(value):
     return value
 
 
-def run(args: list[str]) -> tuple[int, str, str]:
+def run(args: list[str], tree: Path | None = None) -> tuple[int, str, str]:
+    if tree is not None:
+        # a fresh process: a page's embedded plots depend on state a long-lived process accumulates
+        import os
+        import subprocess
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        proc = subprocess.run([sys.executable, "-m", "lerodoc", *args], capture_output=True, text=True, env=env)
+        return proc.returncode, proc.stdout, proc.stderr
     from lerodoc import cli, render
     saved_argv, saved_level = sys.argv, render.level
     sys.argv = ["lerodoc", *args]
@@ -86,7 +93,7 @@ def run(args: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def measure(members: list, work: Path) -> dict:
+def measure(members: list, work: Path, tree: Path) -> dict:
     records = {}
     for member in members:
         for name, template in COMMANDS:
@@ -96,7 +103,7 @@ def measure(members: list, work: Path) -> dict:
             args = [str(member.root) if a == "IN" else a.replace("OUT", str(out)) for a in template]
             if name == "report":
                 out.mkdir()
-            code, stdout, stderr = run(args)
+            code, stdout, stderr = run(args, tree if name == "report" else None)
             text = stdout.replace(str(out), "OUT").replace(str(member.root), "IN")
             try:
                 report = json.loads(text) if text.strip() else None
@@ -140,14 +147,14 @@ def main() -> int:
         lines = compare(*(json.loads(p.read_text())["records"] for p in args.compare))
         print("\n".join(lines) or "identical")
         return 1 if lines else 0
+    sys.path.insert(0, str(REPO))
+    from tests.zoo import members    # this checkout's zoo, so that both runs read the same paths
     sys.path.insert(0, str(args.tree.resolve()))
-    sys.path.insert(1, str(REPO))
     import lerodoc
     assert Path(lerodoc.__file__).resolve().is_relative_to(args.tree.resolve()), lerodoc.__file__
-    from tests.zoo import members
     chosen = [m for m in members() if not args.members or m.name in args.members.split(",")]
     with tempfile.TemporaryDirectory(prefix="zoo-hashes-") as work:
-        records = measure(chosen, Path(work))
+        records = measure(chosen, Path(work), args.tree.resolve())
     args.out.write_text(json.dumps({"tree": str(args.tree), "records": records}, indent=1, sort_keys=True))
     print(f"{len(records)} records -> {args.out}", file=sys.stderr)
     return 0

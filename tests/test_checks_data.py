@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lerodoc.checks import ERROR, Finding, open_context, run_checks
+from lerodoc.checks import open_context, run_checks
+from lerodoc.checks.common import ERROR, Finding
 from lerodoc.ops.quantiles import quantiles
 from tests.fixtures.defects_data import BASES, DEFECTS, EXTREME_CHANNEL, Planted
 from tests.fixtures.factory import make_dataset

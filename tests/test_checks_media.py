@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lerodoc.checks import ERROR, WARNING, Context, open_context, run_checks
+from lerodoc.checks import open_context, run_checks
+from lerodoc.checks.common import Context, ERROR, WARNING
 from lerodoc.media import frames
 from lerodoc.checks import timestamps, videos
 from lerodoc.dataset import Dataset

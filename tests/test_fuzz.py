@@ -1257,7 +1257,8 @@ def test_errors_cross_process_boundaries():
     import pickle
 
     from lerodoc.errors import ExitCode, LerodocError
-    from lerodoc.media.video import NotOnKeyframe, VerifyError
+    from lerodoc.media.video import VerifyError
+    from lerodoc.media.clips import NotOnKeyframe
 
     for exc in (LerodocError("m", file="f.parquet", episode=3, field="x", hint="h"),
                 VerifyError("differs", Path("v.mp4")), NotOnKeyframe(Path("v.mp4"), 2)):

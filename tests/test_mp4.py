@@ -19,6 +19,7 @@ import pytest
 from lerodoc.media import frames, mp4, video
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
+from lerodoc.media.clips import Clip, NotOnKeyframe, Written
 from tests.fixtures.factory import make_dataset
 from tests.fixtures.identity import decode_identity
 from tests.helpers import decode_all, packets, require
@@ -44,20 +45,20 @@ def episode_file(fixture, episode: int) -> Path:
     return fixture.root / f"videos/chunk-000/{CAMERA}/episode_{episode:06d}.mp4"
 
 
-def episode_clip(fixture, episode: int) -> video.Clip:
+def episode_clip(fixture, episode: int) -> Clip:
     ds = Dataset.open(fixture.root)
     span = ds.episodes[episode].videos[CAMERA]
-    return video.Clip(ds.path(span.file), span.from_timestamp, span.to_timestamp)
+    return Clip(ds.path(span.file), span.from_timestamp, span.to_timestamp)
 
 
-def pyav_concat(monkeypatch, clips: list[video.Clip], out: Path) -> list[video.Written]:
+def pyav_concat(monkeypatch, clips: list[Clip], out: Path) -> list[Written]:
     """video.concat with the fast path switched off."""
     with monkeypatch.context() as patch:
         patch.setattr(mp4, "concat", lambda *args: (_ for _ in ()).throw(mp4.Unsupported("off")))
         return video.concat(clips, out, FPS)
 
 
-def spans(written: list[video.Written]) -> list[tuple[float, float, int]]:
+def spans(written: list[Written]) -> list[tuple[float, float, int]]:
     return [(w.from_timestamp, w.to_timestamp, w.frames) for w in written]
 
 
@@ -86,7 +87,7 @@ def assert_clean(path: Path) -> None:
 
 
 def test_concat_matches_the_pyav_path(v21, tmp_path, monkeypatch):
-    clips = [video.Clip(episode_file(v21, e)) for e in range(3)]
+    clips = [Clip(episode_file(v21, e)) for e in range(3)]
     fast = mp4.concat(clips, tmp_path / "fast.mp4", FPS, [0, 1, 2])
     slow = pyav_concat(monkeypatch, clips, tmp_path / "slow.mp4")
     assert spans(fast) == spans(slow)
@@ -98,7 +99,7 @@ def test_concat_matches_the_pyav_path(v21, tmp_path, monkeypatch):
 
 
 def test_the_parser_reads_what_ffmpeg_reads(v21, tmp_path):
-    mp4.concat([video.Clip(episode_file(v21, e)) for e in (2, 0)], tmp_path / "out.mp4", FPS, [2, 0])
+    mp4.concat([Clip(episode_file(v21, e)) for e in (2, 0)], tmp_path / "out.mp4", FPS, [2, 0])
     for path in (episode_file(v21, 1), tmp_path / "out.mp4"):
         track = mp4.read_track(path)
         with av.open(str(path)) as container:
@@ -132,7 +133,7 @@ def test_a_cut_off_a_keyframe_is_reencoded(tmp_path):
     fixture = make_dataset(tmp_path / "src", version="v3.0", episodes=2, cameras=(CAMERA,), gop=10,
                            keyframe_at_episode_start=False, lengths=[25, 25])
     clip = episode_clip(fixture, 1)
-    with pytest.raises(video.NotOnKeyframe):
+    with pytest.raises(NotOnKeyframe):
         mp4.concat([clip], tmp_path / "fast.mp4", FPS, [1])
     assert video.cut(clip, tmp_path / "cut.mp4", FPS, 1).reencoded
     assert_frames(tmp_path / "cut.mp4", fixture, [1])
@@ -161,7 +162,7 @@ def test_what_the_fast_path_refuses_falls_back_to_pyav(tmp_path, variant):
         second = remux(episode_file(fixture, 1), tmp_path / "frag.mp4", movflags="frag_keyframe+empty_moov")
         with pytest.raises(mp4.Unsupported):
             mp4.read_track(second)
-    clips = [video.Clip(episode_file(fixture, 0)), video.Clip(second)]
+    clips = [Clip(episode_file(fixture, 0)), Clip(second)]
     with pytest.raises(mp4.Unsupported):
         mp4.concat(clips, tmp_path / "fast.mp4", FPS, [0, 1])
     written = video.concat(clips, tmp_path / "out.mp4", FPS, [0, 1])
@@ -172,7 +173,7 @@ def test_what_the_fast_path_refuses_falls_back_to_pyav(tmp_path, variant):
 def test_different_codec_parameters_are_still_refused(tmp_path):
     a = make_dataset(tmp_path / "a", version="v2.1", episodes=1, cameras=(CAMERA,))
     b = make_dataset(tmp_path / "b", version="v2.1", episodes=1, cameras=(CAMERA,), height=96)
-    clips = [video.Clip(episode_file(a, 0)), video.Clip(episode_file(b, 0))]
+    clips = [Clip(episode_file(a, 0)), Clip(episode_file(b, 0))]
     with pytest.raises(mp4.Unsupported):
         mp4.concat(clips, tmp_path / "fast.mp4", FPS, [0, 1])
     with pytest.raises(LerodocError, match="codec parameters differ"):
@@ -191,7 +192,7 @@ def test_every_copy_method_writes_the_same_file(tmp_path, monkeypatch, mover):
 
 def test_verify_rejects_tables_that_read_back_wrong(tmp_path):
     fixture = make_dataset(tmp_path / "src", version="v2.1", episodes=2, cameras=(CAMERA,))
-    parts = [mp4.select(mp4.read_track(episode_file(fixture, e)), video.Clip(episode_file(fixture, e)), FPS, e)
+    parts = [mp4.select(mp4.read_track(episode_file(fixture, e)), Clip(episode_file(fixture, e)), FPS, e)
              for e in range(2)]
     out = mp4.layout(parts)
     mp4.write(tmp_path / "out.mp4", parts, out)

@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from lerodoc.checks import ERROR, open_context, run_checks
+from lerodoc.checks import open_context, run_checks
+from lerodoc.checks.common import ERROR
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.ops.repair import repair

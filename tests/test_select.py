@@ -107,7 +107,8 @@ def test_selected_dataset_loads_in_lerobot_with_the_sliced_values(tmp_path):
 
 
 def test_outputs_of_flatten_select_and_quantiles_validate_clean(tmp_path):
-    from lerodoc.checks import ERROR, open_context, run_checks
+    from lerodoc.checks import open_context, run_checks
+    from lerodoc.checks.common import ERROR
     from lerodoc.ops.flatten import flatten
     from lerodoc.ops.quantiles import quantiles
 

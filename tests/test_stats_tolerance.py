@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lerodoc.checks import ERROR, WARNING, Finding, open_context, run_checks
+from lerodoc.checks import open_context, run_checks
+from lerodoc.checks.common import ERROR, Finding, WARNING
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.pi05.preflight import check_dataset, check_features, open_checked

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from lerodoc import access
-from lerodoc.checks.common import ERROR, WARNING, Context, Finding  # noqa: F401  (re-exported)
+from lerodoc.checks.common import Context, Finding
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 

@@ -15,12 +15,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lerodoc import formats
 from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_columns, episode_meta_files,
                                    finding_factory, flat_column)
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.tables.parquet_io import read_parquet
+from lerodoc.conventions import INFO_PATH
+from lerodoc.formats.jsonl import read_json
 
 CODES = {
     "IDX001": (ERROR, "metadata episode_index values are not 0..N-1 in order (gap, duplicate or unsorted)",
@@ -365,7 +366,7 @@ def _totals(ctx: Context, where: Placement) -> list[Finding]:
     """info.json totals against the real counts (totals that are absent are layout's LAY011)."""
     ds, out = ctx.dataset, []
     try:
-        raw = formats.read_json(ctx.root / formats.INFO_PATH)
+        raw = read_json(ctx.root / INFO_PATH)
     except LerodocError:
         return []
     n = len(ds.episodes)
@@ -377,9 +378,9 @@ def _totals(ctx: Context, where: Placement) -> list[Finding]:
         stated = raw.get(key)
         if isinstance(stated, int) and stated != value:
             out.append(_finding("IDX030", f"info.json {key} is {stated}, the dataset has {value}",
-                                file=formats.INFO_PATH))
+                                file=INFO_PATH))
     splits = raw.get("splits")
     if isinstance(splits, dict) and list(splits) == ["train"] and splits["train"] != f"0:{n}":
         out.append(_finding("IDX031", f"info.json splits train is {splits['train']!r}, expected '0:{n}'",
-                            file=formats.INFO_PATH))
+                            file=INFO_PATH))
     return out

@@ -24,6 +24,8 @@ from lerodoc.formats.jsonl import parse
 from lerodoc.formats.paths import UnsafePath
 from lerodoc.formats.model import Episode
 from lerodoc.promote.kept import undeclared_cameras
+from lerodoc.conventions import INFO_PATH
+from lerodoc.formats.jsonl import read_json
 
 CODES = {
     "LAY001": (ERROR, "a metadata file (or the dataset folder) is missing",
@@ -146,7 +148,7 @@ def _open_failure(ctx: Context) -> Finding:
 
 def _raw_info(ctx: Context) -> dict:
     try:
-        return formats.read_json(ctx.root / formats.INFO_PATH)
+        return read_json(ctx.root / INFO_PATH)
     except LerodocError:   # it opened a moment ago; a file changing under us is not a data problem
         return {}
 
@@ -162,7 +164,7 @@ def _placeholders(template: str) -> set[str]:
 
 def _info_fields(ctx: Context, raw: dict) -> list[Finding]:
     ds, out = ctx.dataset, []
-    info_file = formats.INFO_PATH
+    info_file = INFO_PATH
     fps = raw.get("fps")
     if isinstance(fps, float):
         out.append(_finding("LAY010", f"info.json fps is {fps!r}, a float; lerobot expects an integer",
@@ -193,7 +195,7 @@ def _info_fields(ctx: Context, raw: dict) -> list[Finding]:
 
 def _feature_specs(ctx: Context) -> list[Finding]:
     info, out = ctx.dataset.info, []
-    where = dict(file=formats.INFO_PATH)
+    where = dict(file=INFO_PATH)
     for name, spec in info.features.items():
         if not valid_spec(spec):
             out.append(_finding("LAY013", f"feature {name!r} has dtype {spec.get('dtype')!r} and shape "
@@ -224,13 +226,13 @@ def _undeclared_cameras(ctx: Context) -> list[Finding]:
         out.append(_finding("LAY044", f"camera {key!r} has {len(files)} video file(s) ({files[0]}"
                                       f"{', ...' if len(files) > 1 else ''}) and {where.format(key)}, but info.json "
                                       "does not declare it: lerobot ignores the camera and a rewrite would lose it",
-                            file=formats.INFO_PATH, feature=key))
+                            file=INFO_PATH, feature=key))
     return out
 
 
 def _names_findings(name: str, spec: dict, fps: int) -> list[Finding]:
     """names: flat, one per channel; cameras [height, width, channels]; the feature's own fps."""
-    where = dict(file=formats.INFO_PATH, feature=name)
+    where = dict(file=INFO_PATH, feature=name)
     names, shape, out = spec.get("names"), spec["shape"], []
     if spec["dtype"] in ("image", "video"):
         if names is None:
@@ -373,7 +375,7 @@ def _placement(ctx: Context) -> list[Finding]:
 def _led_by(ctx: Context, ep: Episode, key: str | None = None) -> str:
     """Which metadata value leads to an episode's data (or `key` video) file: where a wrong pointer is held."""
     file, fields, template = ctx.dataset.pointer(ep, key)
-    return f"episode {ep.index}'s {fields} in {file}, filled into {formats.INFO_PATH}'s {template}, lead there"
+    return f"episode {ep.index}'s {fields} in {file}, filled into {INFO_PATH}'s {template}, lead there"
 
 
 def _unreferenced(ctx: Context, placed: set[str]) -> list[Finding]:

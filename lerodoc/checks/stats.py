@@ -17,7 +17,8 @@ import pyarrow as pa
 from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_meta_files, finding_factory,
                                    valid_spec)
 from lerodoc.checks.indices import Run, placement
-from lerodoc.dataset import Dataset, Stats
+from lerodoc.dataset import Dataset
+from lerodoc.tables.stats import Stats
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, flat_names

@@ -16,7 +16,8 @@ import numpy as np
 
 from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_columns, finding_factory,
                                    flat_column, ragged_arange)
-from lerodoc.dataset import Dataset, Episode
+from lerodoc.dataset import Dataset
+from lerodoc.formats.model import Episode
 
 REWRITE = "lerodoc repair rewrites timestamps as frame_index/fps"
 CODES = {

@@ -18,7 +18,7 @@ import numpy as np
 from lerodoc.media.clips import read_errors, reason, window, window_frames
 from lerodoc.checks.common import ERROR, WARNING, Context, Finding, finding_factory
 from lerodoc.checks.timestamps import Rows, episode_rows, tolerance_advice
-from lerodoc.dataset import Episode
+from lerodoc.formats.model import Episode
 from lerodoc.formats import v30
 from lerodoc.formats.info import codec_name
 from lerodoc.media.frames import Index, Unreadable, index, open_video, strict_tags

@@ -11,9 +11,9 @@ from pathlib import Path
 from types import ModuleType
 
 from lerodoc import access
-from lerodoc.conventions import INFO_PATH  # noqa: F401  (re-exported: formats.INFO_PATH)
+from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
-from lerodoc.formats.jsonl import read_json  # noqa: F401  (re-exported)
+from lerodoc.formats.jsonl import read_json
 
 VERSIONS = ("v2.0", "v2.1", "v3.0")
 META_DIR = "meta"

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
-Stats = dict[str, dict[str, np.ndarray]]   # feature -> stat name -> array
+from lerodoc.tables.stats import Stats
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,8 @@ from pathlib import Path
 import av
 
 from lerodoc.media import mp4
-# re-exported: the clip primitives live in lerodoc.media.clips, which mp4 shares
-from lerodoc.media.clips import (read_errors, Clip, NotOnKeyframe, Written, fits_grid, grid_time_base,  # noqa: F401
-                           reason, window_ticks)
+from lerodoc.media.clips import (Clip, NotOnKeyframe, Written, fits_grid, grid_time_base, read_errors, reason,
+                                 window_ticks)
 from lerodoc.media.encoding import ENCODERS, LOSSLESS, mux_encoded
 from lerodoc.errors import LerodocError
 from lerodoc.files import new_file

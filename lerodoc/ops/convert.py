@@ -17,6 +17,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.ops import rewrite
 from lerodoc.promote.staging import check_output, staged_output
 from lerodoc.tables.stats import dataset_stats
+from lerodoc.conventions import INFO_PATH
 
 
 @dataclass
@@ -66,7 +67,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
         check_output(out, (ds.root,), force=force)
     ds.require_complete()
     if not ds.episodes:
-        raise LerodocError("dataset has no episodes", file=ds.root / formats.INFO_PATH)
+        raise LerodocError("dataset has no episodes", file=ds.root / INFO_PATH)
     caps = (data_file_size_mb or ds.info.data_files_size_in_mb, video_file_size_mb or ds.info.video_files_size_in_mb)
     ds.info.data_files_size_in_mb, ds.info.video_files_size_in_mb = (max(1, math.ceil(c)) for c in caps)
     out = Path(out).absolute()

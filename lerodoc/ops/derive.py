@@ -24,9 +24,11 @@ from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_digests, conform, read_parquet, read_schema, write_groups
-from lerodoc.promote.staging import link_or_copy, staged_edit
+from lerodoc.promote.staging import staged_edit
+from lerodoc.promote.links import link_or_copy
 from lerodoc.ops.stats import dataset_quantiles
 from lerodoc.tables.stats import dataset_stats, table_stats
+from lerodoc.conventions import INFO_PATH
 
 
 class Transform(Protocol):
@@ -95,7 +97,7 @@ def plan(ds: Dataset, transform: Transform, features: dict, moved: dict[str, str
     episodes already point at the files' new paths: the caller checked the files before.)"""
     ds.require_complete(files=not moved)
     if ds.version == "v2.0":
-        raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
+        raise LerodocError("v2.0 datasets are read-only here", file=ds.root / INFO_PATH,
                            hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
     module = formats.module(ds.version)
     by_file = ds.row_spans()
@@ -107,7 +109,7 @@ def plan(ds: Dataset, transform: Transform, features: dict, moved: dict[str, str
         by_file = {}
     columns = [name for name, spec in features.items() if spec["dtype"] != "video"]
     moved = moved or {}
-    rewritten = set(by_file) | module.stats_files(ds.root) | {formats.INFO_PATH} | set(moved)
+    rewritten = set(by_file) | module.stats_files(ds.root) | {INFO_PATH} | set(moved)
     return Plan(tuple(FileJob(str(ds.path(f)), f, tuple(eps)) for f, eps in by_file.items()),
                 schema_for(features, columns, base), tuple(moved.items()), tuple(sorted(rewritten)),
                 tuple(transform.changed))

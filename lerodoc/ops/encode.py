@@ -30,7 +30,8 @@ import numpy as np
 from lerodoc import formats
 from lerodoc.media import clips, encoding
 from lerodoc.media.clips import window_frames
-from lerodoc.dataset import Dataset, VideoSpan, read_rows
+from lerodoc.dataset import Dataset, read_rows
+from lerodoc.formats.model import VideoSpan
 from lerodoc.errors import LerodocError, UsageError, VerificationError
 from lerodoc.formats import v21
 from lerodoc.formats.jsonl import write_json
@@ -41,6 +42,8 @@ from lerodoc.ops.derive import derive
 from lerodoc.ops.features import FeatureEdit
 from lerodoc.run.parallel import pmap
 from lerodoc.promote.staging import output_target, scratch_beside, staged_edit
+from lerodoc.conventions import INFO_PATH
+from lerodoc.formats.jsonl import read_json
 
 SAMPLES = 3            # frames per file compared with the source for the PSNR report
 IMAGE_CODECS = {b"\x89PNG": "png", b"\xff\xd8\xff": "mjpeg"}
@@ -175,13 +178,13 @@ def encode_episode(job: ImageJob) -> dict:
 def images_to_video(ds: Dataset, out: Path | None, report: EncodeReport, settings: encoding.EncodeSettings, *,
                     in_place: bool, force: bool, workers: int, dry_run: bool, progress) -> None:
     if ds.version == "v2.0":
-        raise LerodocError("v2.0 datasets are read-only here", file=ds.root / formats.INFO_PATH,
+        raise LerodocError("v2.0 datasets are read-only here", file=ds.root / INFO_PATH,
                            hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
     keys = report.cameras
     if not keys:
         raise LerodocError("has no image features to encode" + (" (its cameras are videos already: "
                            "--reencode re-encodes them)" if ds.info.video_keys else ""),
-                           file=ds.root / formats.INFO_PATH)
+                           file=ds.root / INFO_PATH)
     ds.require_complete()
     report.files = [{"camera": k, "episodes": len(ds.episodes), "frames": ds.total_frames, "changed": True,
                      "why": "image -> video"} for k in keys]
@@ -307,7 +310,7 @@ def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: 
                     force: bool, workers: int, dry_run: bool, progress) -> None:
     keys = report.cameras
     if not keys:
-        raise LerodocError("has no video features to re-encode", file=ds.root / formats.INFO_PATH)
+        raise LerodocError("has no video features to re-encode", file=ds.root / INFO_PATH)
     ds.require_complete()
     if ds.version == "v3.0":   # the windows are kept as they are: each must hold its episode's frames
         for ep in ds.episodes:
@@ -350,18 +353,18 @@ def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: 
     if dry_run or not jobs:   # nothing to re-encode is a success that says so, and writes nothing
         return
     changed = {rel for rel, _ in jobs}
-    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=changed | {formats.INFO_PATH},
+    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=changed | {INFO_PATH},
                      seen=ds.meta_seen) as tmp:
         work = [replace(job, out=str(inside(tmp, rel, field="video_path"))) for rel, job in jobs]
         tick = progress("encoding", len(work)) if progress else None
         results = pmap(reencode_file, work, workers=workers, progress=tick)
-        raw = formats.read_json(ds.root / formats.INFO_PATH)
+        raw = read_json(ds.root / INFO_PATH)
         for key, settings in plans.items():
             if any(job.key == key for job in work):
                 first = next(job.out for job in work if job.key == key)
                 raw["features"][key]["info"] = {**(raw["features"][key].get("info") or {}),
                                                    **video_info(Path(first), settings)}
-        write_json(tmp / formats.INFO_PATH, raw)
+        write_json(tmp / INFO_PATH, raw)
     by_file = dict(zip([rel for rel, _ in jobs], results))
     for entry in report.files:
         if entry["file"] in by_file:
@@ -387,7 +390,7 @@ def encode(src: Path, out: Path | None = None, *, reencode: bool = False, codec:
     for key in cameras:
         if key not in available:
             raise UsageError(f"--cameras {key!r}: no {kind} feature of that name ({kind} features: "
-                             f"{', '.join(available) or 'none'})", file=ds.root / formats.INFO_PATH, field=key)
+                             f"{', '.join(available) or 'none'})", file=ds.root / INFO_PATH, field=key)
     report.cameras = list(cameras) or list(available)
     if reencode:
         if codec is not None:

@@ -12,13 +12,13 @@ from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 
-from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import INDEX_FEATURES
 from lerodoc.formats.paths import component
 from lerodoc.ops.derive import derive
 from lerodoc.promote.staging import output_target
+from lerodoc.conventions import INFO_PATH
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def renamed_path(path: str, old: str, new: str) -> str:
 
 def plan(ds: Dataset, drop: list[str], rename: list[str]) -> tuple[FeatureEdit, dict, dict, FeaturesReport]:
     """The transform, the new features, the video files to move or leave out, and the report."""
-    info_file = ds.root / formats.INFO_PATH
+    info_file = ds.root / INFO_PATH
     features = dict(ds.info.features)
     report = FeaturesReport(dataset=str(ds.root), output=None)
     pairs = [parse_rename(v) for v in rename]

@@ -16,13 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc import formats
-from lerodoc.dataset import Dataset, Stats
+from lerodoc.dataset import Dataset
+from lerodoc.tables.stats import Stats
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import ACTION_FEATURES, INDEX_FEATURES, STATE_FEATURES, flat_names
 from lerodoc.formats.jsonl import write_text
 from lerodoc.promote.staging import check_output, in_place_root, staged_edit, staged_meta
 from lerodoc.ops.stats import exact_stats
 from lerodoc.tables.stats import channel_flags, merge_dataset_stats
+from lerodoc.conventions import INFO_PATH
 
 # openpi's norm_stats.json keys, and the dataset features each is found in when not named
 OPENPI_FEATURES = {"state": STATE_FEATURES, "actions": ACTION_FEATURES}
@@ -68,7 +70,7 @@ def openpi_keys(ds: Dataset, named: dict[str, str | None]) -> dict[str, str]:
         if feature is None or feature not in ds.info.features:
             shown = repr(feature) if feature else " or ".join(map(repr, candidates))
             raise LerodocError(f"openpi norm stats need a {key} feature: {shown} is not in the dataset",
-                               file=ds.root / formats.INFO_PATH, field=feature or key,
+                               file=ds.root / INFO_PATH, field=feature or key,
                                hint=f"name it with --openpi-{key.rstrip('s')}-key FEATURE "
                                     f"(numeric features: {', '.join(ds.info.numeric_keys)})")
         keys[key] = feature
@@ -127,7 +129,7 @@ def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, fea
     unknown = [f for f in features if f not in numeric]
     if unknown:
         raise UsageError(f"{unknown[0]!r} is not a numeric feature of this dataset (numeric: {', '.join(numeric)})",
-                           file=ds.root / formats.INFO_PATH, field=unknown[0])
+                           file=ds.root / INFO_PATH, field=unknown[0])
     keys = openpi_keys(ds, openpi_features or {}) if openpi_path is not None else None
     if openpi_path is not None and (out is not None or in_place):   # never into the dataset, an existing file with
         check_output(Path(openpi_path), (ds.root,), force=force, folder=False)   # --force only

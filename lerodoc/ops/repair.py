@@ -21,7 +21,8 @@ import numpy as np
 from lerodoc import access, formats
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
-from lerodoc.dataset import Dataset, Episode, VideoSpan
+from lerodoc.dataset import Dataset
+from lerodoc.formats.model import Episode, VideoSpan
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature

@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lerodoc import access
-from lerodoc.dataset import Dataset, Episode, VideoSpan, read_rows
+from lerodoc.dataset import Dataset, read_rows
+from lerodoc.formats.model import Episode, VideoSpan
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema

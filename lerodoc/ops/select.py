@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import UsageError
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
@@ -26,6 +25,7 @@ from lerodoc.promote.staging import output_target
 from lerodoc.tables.parquet_io import column_matrix
 from lerodoc.ops.stats import exact_stats
 from lerodoc.tables.stats import channel_flags
+from lerodoc.conventions import INFO_PATH
 
 TARGETS = {"state": "observation.state", "action": "action"}
 PI05_MAX_DIM = 32
@@ -78,7 +78,7 @@ class SelectReport:
 def resolve(ds: Dataset, spec: str) -> Part:
     """One SPEC -> the source feature and its channel indices."""
     match = _SPEC.fullmatch(spec.strip())
-    info_file = ds.root / formats.INFO_PATH   # the features a SPEC names are info.json's
+    info_file = ds.root / INFO_PATH   # the features a SPEC names are info.json's
     feature = match.group("feature").strip() if match else spec
     if not match or feature not in ds.info.features:
         raise UsageError(f"{spec!r}: no feature {feature!r} (features: {', '.join(ds.info.numeric_keys)})",

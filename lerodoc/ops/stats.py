@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lerodoc.dataset import Dataset, Stats
+from lerodoc.dataset import Dataset
+from lerodoc.tables.stats import Stats
 from lerodoc.run.engine import TASKS_PER_CPU
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import iter_batches, open_parquet

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lerodoc import access
-from lerodoc.checks import ERROR, FAMILIES, Finding, family, open_context, run_checks
+from lerodoc.checks import FAMILIES, family, open_context, run_checks
+from lerodoc.checks.common import ERROR, Finding
 from lerodoc.conventions import TOLERANCE_S
 from lerodoc.dataset import Dataset
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lerodoc.checks import Context, open_context, run_checks
+from lerodoc.checks import open_context, run_checks
+from lerodoc.checks.common import Context
 from lerodoc.conventions import INFO_PATH
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError

@@ -92,7 +92,8 @@ def locate_weights(spec: str) -> tuple[Path, Path | None]:
     folder, a known name (lerodoc.hub.locate), or a hub id `owner/name` of a lerobot policy, taken from the
     Hugging Face cache or downloaded (config, weights and processors only; HF_HUB_OFFLINE is honoured).
     Resolved once per process: the command calls it before torch loads, the run's setup again."""
-    from lerodoc.hub import ASSETS, hub_errors, locate
+    from lerodoc.hub import ASSETS, locate
+    from lerodoc.hub_errors import hub_errors
     path = Path(spec).expanduser()
     if path.exists() or spec in ASSETS or spec.count("/") != 1:
         found = locate("weights", spec)

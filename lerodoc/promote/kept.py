@@ -15,6 +15,7 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.tables.parquet_io import read_schema
+from lerodoc.conventions import INFO_PATH
 
 
 def undeclared_cameras(ds: Dataset) -> dict[str, list[str]]:
@@ -71,4 +72,4 @@ def require_kept(sources: list[Path | Dataset], out: Path, *, dropped: set[str] 
                 "on repair's output" if any(n in cameras for n in lost) else
                 "nothing asked for this loss: please report it with the command line")
         raise VerificationError(f"the output would lose {what}, which the input holds and nothing asked to drop; "
-                                "nothing was written", file=ds.root / formats.INFO_PATH, field=lost[0], hint=hint)
+                                "nothing was written", file=ds.root / INFO_PATH, field=lost[0], hint=hint)

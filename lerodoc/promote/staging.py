@@ -23,8 +23,9 @@ from lerodoc import access, confined, formats
 from lerodoc.errors import LerodocError, UsageError, VerificationError, no_room
 from lerodoc.promote import load
 from lerodoc.promote.kept import require_kept
-from lerodoc.promote.links import link_or_copy, link_tree  # noqa: F401  (re-exported)
+from lerodoc.promote.links import link_tree
 from lerodoc.promote.locks import output_lock
+from lerodoc.conventions import INFO_PATH
 
 TEMP_SUFFIX = ".lerodoc-tmp"
 
@@ -115,7 +116,7 @@ def _real_dir(path: Path) -> bool:
 
 
 def _is_dataset(folder: Path, names: list[str]) -> bool:
-    info = folder / formats.INFO_PATH
+    info = folder / INFO_PATH
     return (os.path.isfile(info) and not os.path.islink(info)
             and all(n in DATASET_ENTRIES or n.startswith(".") and ".lerodoc-" in n for n in names))
 
@@ -311,7 +312,7 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
     tmp = fresh_folder(out, TEMP_SUFFIX)
     try:
         yield tmp
-        if (tmp / formats.INFO_PATH).is_file():
+        if (tmp / INFO_PATH).is_file():
             problems = load.problems(tmp)
             if problems:
                 raise VerificationError("the output would not load in LeRobotDataset: " + "; ".join(problems[:3])

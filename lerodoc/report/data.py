@@ -16,7 +16,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from lerodoc.media.clips import read_errors, reason
-from lerodoc.dataset import Dataset, Episode, read_rows
+from lerodoc.dataset import Dataset, read_rows
+from lerodoc.formats.model import Episode
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import INDEX_FEATURES
 from lerodoc.ops.quantiles import channel_table

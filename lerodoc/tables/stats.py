@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,8 +26,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.tables.parquet_io import column_matrix, iter_batches, leaf_values, open_parquet, read_parquet
 from lerodoc.tables.quantiles import Selection, Tally, interpolate, key_slices, row_quantiles, transpose_into
 
-if TYPE_CHECKING:
-    from lerodoc.formats.model import Stats
+Stats = dict[str, dict[str, np.ndarray]]   # feature -> stat name -> array: one episode's or the dataset's stats
 
 BASIC = ("min", "max", "mean", "std", "count")
 QUANTILES = ("q01", "q10", "q50", "q90", "q99")
