@@ -144,7 +144,7 @@ for _app in (app, train.app, evaluate.app, export.app, download.app):
 
 def _version(value: bool) -> None:
     if value:
-        render.out.print(f"lerodoc {__version__}")
+        render.out().print(f"lerodoc {__version__}")
         raise typer.Exit()
 
 

@@ -193,5 +193,5 @@ def pushing(command: str, push_to_hub: Optional[str], datasets: list, *, dry_run
         render.write_json({**body, "pushed": [p.to_json() for p in pushed]})
     if not bodies:
         for p in pushed:
-            render.out.print(f"pushed {len(p.files)} files ({render.human_bytes(p.bytes)}) of {p.dataset} to "
+            render.out().print(f"pushed {len(p.files)} files ({render.human_bytes(p.bytes)}) of {p.dataset} to "
                              f"{p.repo}: {p.url}")

@@ -23,6 +23,7 @@ file, formats.jsonl.MAX_DOCUMENT_BYTES; one string in it, MAX_STRING).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -76,7 +77,7 @@ def _escape(match: re.Match) -> str:
 def _console(stderr: bool):
     """A console whose width is the terminal's, or unlimited when it writes to a pipe or a file (rich would take
     the width of another stream's terminal, or 80, and cut piped lines there), and that prints every string it is
-    given as `shown` makes it (a command's `render.out.print(f"... {task} ...")` included), every Text escaped."""
+    given as `shown` makes it (a command's `render.out().print(f"... {task} ...")` included), every Text escaped."""
     from rich.console import Console, ConsoleDimensions
     from rich.text import Text
 
@@ -111,18 +112,18 @@ def _shown_renderable(renderable, text_type):
     return renderable
 
 
-def __getattr__(name: str):
-    """`render.out` (stdout) and `render.err` (stderr), made on first use: rich is most of what a command's
-    start-up imports, and `lerodoc --help` prints without it."""
-    if name in ("out", "err"):
-        return _stream(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+@functools.cache
+def out() -> Console:
+    """The console on stdout, made on first use: rich is most of what a command's start-up imports, and
+    `lerodoc --help` prints without it."""
+    return _console(stderr=False)
 
 
-def _stream(name: str):
-    if name not in globals():
-        globals()[name] = _console(stderr=name == "err")
-    return globals()[name]
+@functools.cache
+def err() -> Console:
+    """The console on stderr (messages, progress), made on first use."""
+    return _console(stderr=True)
+
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 level = NORMAL               # set once by the root options -q / -v
@@ -169,8 +170,8 @@ def message(kind: str, text: str, *, style: str = "yellow") -> None:
     """`kind: text` on stderr, the kind styled (warning, note); nothing under -q (only errors and results)."""
     if level > QUIET:
         from rich.text import Text
-        err = _stream("err")
-        err.print(Text.assemble((f"{kind}:", style), " ", shown(text)), soft_wrap=not err.is_terminal)
+        console = err()
+        console.print(Text.assemble((f"{kind}:", style), " ", shown(text)), soft_wrap=not console.is_terminal)
 
 
 def warning(text: str) -> None:
@@ -181,28 +182,28 @@ def note(text: str) -> None:
     """A plain line on stderr about what the command is doing (train's start line); nothing under -q."""
     if level > QUIET:
         from rich.text import Text
-        err = _stream("err")
-        err.print(Text(shown(text)), soft_wrap=not err.is_terminal)
+        console = err()
+        console.print(Text(shown(text)), soft_wrap=not console.is_terminal)
 
 
 def detail(text: str) -> None:
     """More detail, printed only under -v."""
     if level >= VERBOSE:
         from rich.text import Text
-        err = _stream("err")
-        err.print(Text(shown(text), style="dim"), soft_wrap=not err.is_terminal)
+        console = err()
+        console.print(Text(shown(text), style="dim"), soft_wrap=not console.is_terminal)
 
 
 def error(text: str, *, prefix: str = "error:") -> None:
     """The one-paragraph error, always printed (-q keeps errors)."""
     from rich.text import Text
-    err = _stream("err")
-    err.print(Text.assemble((prefix, "bold red"), " ", shown(text)), soft_wrap=not err.is_terminal)
+    console = err()
+    console.print(Text.assemble((prefix, "bold red"), " ", shown(text)), soft_wrap=not console.is_terminal)
 
 
 def heading(text: str) -> None:
     from rich.text import Text
-    _stream("out").print(Text(shown(text), style="bold"))
+    out().print(Text(shown(text), style="bold"))
 
 
 # --- JSON ---------------------------------------------------------------------------------------------------------
@@ -378,7 +379,7 @@ def progress(enabled: bool = True):
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn   # a bar runs
     bar = Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=_stream("err"), transient=True)
+                   TimeElapsedColumn(), console=err(), transient=True)
 
     def track(label: str, total: int) -> Callable[[int], None]:
         task = bar.add_task(escape(shown(label)), total=total)
@@ -407,8 +408,8 @@ def print_plan(plan: dict) -> None:
     columns = ["file", "action", "episodes", "re-encoded"]
     if not any(r[3] for r in rows):   # nothing re-encoded: no empty column
         columns, rows = columns[:3], [r[:3] for r in rows]
-    out = _stream("out")
-    out.print(table("plan: files", columns, rows))
+    console = out()
+    console.print(table("plan: files", columns, rows))
     for line in plan.get("changes", []):
-        out.print(f"plan: {line}")
-    out.print("dry run: nothing written")
+        console.print(f"plan: {line}")
+    console.print("dry run: nothing written")

@@ -54,19 +54,19 @@ def show(report, json: bool, dry_run: bool) -> None:
         render.print_json(report.to_json())
         return
     if report.unchanged:
-        render.out.print(f"{report.source} is already {report.to_version}: nothing to convert, nothing written")
+        render.out().print(f"{report.source} is already {report.to_version}: nothing to convert, nothing written")
         return
     if dry_run:
         render.print_plan(report.plan)
         return
-    render.out.print(f"converted {report.from_version} -> {report.to_version}: {report.episodes} episodes, "
+    render.out().print(f"converted {report.from_version} -> {report.to_version}: {report.episodes} episodes, "
                      f"{report.frames} frames, {report.data_files} data files, {report.video_files} video files, "
                      f"{render.human_bytes(report.bytes_out)} in {report.seconds:.2f} s -> {report.output}")
     if report.renumbered_episodes:
-        render.out.print(f"renumbered episodes to 0..N-1 ({len(report.renumbered_episodes)} moved)")
+        render.out().print(f"renumbered episodes to 0..N-1 ({len(report.renumbered_episodes)} moved)")
     for clip in report.reencoded_clips:
-        render.out.print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
+        render.out().print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
     for line in report.canonical:
-        render.out.print(f"canonical on the way (what repair would fix): {line}", highlight=False)
+        render.out().print(f"canonical on the way (what repair would fix): {line}", highlight=False)
     for warning in report.warnings:
         render.warning(warning)

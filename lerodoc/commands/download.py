@@ -47,7 +47,7 @@ def _findings(findings: list[dict], result: dict | None) -> ExitCode:
 def _show(fetched: Fetched, json: bool) -> None:
     code = _findings(fetched.findings, fetched.to_json() if json else None)
     if not json:
-        render.out.print(f"{fetched.kind} {fetched.repo} ({fetched.source}) at {fetched.path}\n"
+        render.out().print(f"{fetched.kind} {fetched.repo} ({fetched.source}) at {fetched.path}\n"
                          f"{fetched.verified}\ntrain with: {fetched.train}", soft_wrap=True)
     if code:
         raise typer.Exit(int(code))
@@ -101,7 +101,7 @@ def _show_episodes(repo_id: str, report, json: bool) -> None:
     code = _findings(report.findings, report.to_json() if json else None)
     if not json:
         t = report.transfer
-        render.out.print(f"episodes {format_ranges(report.episodes)} of {repo_id} as {len(report.episodes)} episodes, "
+        render.out().print(f"episodes {format_ranges(report.episodes)} of {repo_id} as {len(report.episodes)} episodes, "
                          f"{report.frames} frames, {report.tasks} tasks ({report.codebase_version}) at "
                          f"{report.output}\n"
                          f"fetched {render.human_bytes(t['file_bytes'])} in {t['range_reads']} range reads "

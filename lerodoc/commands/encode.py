@@ -65,7 +65,7 @@ def show(report, json: bool, dry_run: bool) -> None:
     if report.mode == "reencode":
         rows = [[f["camera"], f["file"], f["frames"], "re-encode" if f["changed"] else "keep", f["why"],
                  _psnr(f.get("psnr_db"))] for f in report.files]
-        render.out.print(render.table("video files", ["camera", "file", "frames", "action", "why", "PSNR dB"],
+        render.out().print(render.table("video files", ["camera", "file", "frames", "action", "why", "PSNR dB"],
                                       rows))
     else:
         by_camera: dict[str, list] = {}
@@ -73,10 +73,10 @@ def show(report, json: bool, dry_run: bool) -> None:
             by_camera.setdefault(f["camera"], []).append(f)
         rows = [[cam, sum(f.get("episodes", 1) for f in files), sum(f["frames"] for f in files),
                  _psnr([s for f in files for s in f.get("psnr_db", [])])] for cam, files in by_camera.items()]
-        render.out.print(render.table("image features -> video", ["camera", "episodes", "frames", "PSNR dB (min)"],
+        render.out().print(render.table("image features -> video", ["camera", "episodes", "frames", "PSNR dB (min)"],
                                       rows))
     settings = report.settings if report.mode == "images" else next(iter(report.settings.values()), {})
-    render.out.print(f"codec {settings.get('codec')}, gop {settings.get('gop')}, crf {settings.get('crf')}, "
+    render.out().print(f"codec {settings.get('codec')}, gop {settings.get('gop')}, crf {settings.get('crf')}, "
                      f"{settings.get('pix_fmt')}; {report.encoded} encoded, {report.unchanged} kept; "
                      + (f"written to {report.output} ({report.seconds:.2f} s, {report.workers} workers)"
                         if report.output else "dry run: nothing written" if dry_run

@@ -67,9 +67,9 @@ def pi05(
         else:
             rows.append([names[name], "-", "-", "-", f"not available: {b['reason']}"])
     from lerodoc.selection import format_ranges
-    render.out.print(render.table(f"{report['frames']} frames of episodes {format_ranges(report['episodes'])}"
+    render.out().print(render.table(f"{report['frames']} frames of episodes {format_ranges(report['episodes'])}"
                                   + (" (held out)" if report["held_out"] else ""),
                                   ["", "MAE", "MSE", "MAE / (q99 - q01)", "against the policy"], rows))
-    render.out.print(f"median latency of one chunk at batch 1 on {report['device']}: "
+    render.out().print(f"median latency of one chunk at batch 1 on {report['device']}: "
                      f"{report['latency_ms_median']:.1f} ms" + (f"; page written to {report['output']}"
                                                                 if report["output"] else ""))

@@ -38,7 +38,7 @@ def lerobot(
     if json:
         render.print_json(summary.to_json())
         return
-    render.out.print(f"wrote {summary.output} from step {summary.step} ({summary.checkpoint}): "
+    render.out().print(f"wrote {summary.output} from step {summary.step} ({summary.checkpoint}): "
                      f"{len(summary.cameras)} camera(s), state {summary.state_dim}, action "
                      f"{summary.action_dim} x {summary.chunk_size}; tokenizer {summary.tokenizer}")
     if not summary.lerobot_shapes:

@@ -44,7 +44,7 @@ def show(report, json: bool, dry_run: bool) -> None:
     rows = ([[n, "dropped", "-"] for n in report.dropped] + [[n, "camera dropped", "-"] for n in report.cameras_dropped]
             + [[o, "renamed", n] for o, n in report.renamed.items()]
             + [[o, "camera renamed", n] for o, n in report.cameras_renamed.items()])
-    render.out.print(render.table("features", ["feature", "change", "new name"], rows))
-    render.out.print(f"video files renamed: {report.files_moved}, left out: {report.files_left_out}; "
+    render.out().print(render.table("features", ["feature", "change", "new name"], rows))
+    render.out().print(f"video files renamed: {report.files_moved}, left out: {report.files_left_out}; "
                      + (f"written to {report.output} ({report.seconds:.2f} s)" if report.output
                         else "dry run: nothing written"))

@@ -43,11 +43,11 @@ def show(report, json: bool, dry_run: bool) -> None:
         render.print_json(report.to_json())
         return
     if report.unchanged:
-        render.out.print(f"nothing to flatten: {report.dataset} has no list column; nothing written")
+        render.out().print(f"nothing to flatten: {report.dataset} has no list column; nothing written")
         return
-    render.out.print(render.table("flattened", ["column", "was", "now", "shape"],
+    render.out().print(render.table("flattened", ["column", "was", "now", "shape"],
                                   [[n, c["from"], c["to"], tuple(c["shape"])] for n, c in report.columns.items()]))
     if dry_run:
         render.print_plan(report.plan)
     else:
-        render.out.print(f"written to {report.output} ({report.seconds:.2f} s)")
+        render.out().print(f"written to {report.output} ({report.seconds:.2f} s)")

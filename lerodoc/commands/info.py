@@ -24,7 +24,7 @@ def info(dataset: DatasetArg = None, json: JsonOpt = False) -> None:
     if json:
         render.print_json(report.to_json())
         return
-    o = render.out
+    o = render.out()
     render.heading(f"{report.dataset}  LeRobot {report.codebase_version}  {report.fps} fps  "
                    f"robot {report.robot_type}")
     o.print(f"{report.episodes} episodes, {report.frames} frames, {report.tasks} tasks, "

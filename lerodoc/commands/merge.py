@@ -59,18 +59,18 @@ def show(report, json: bool, dry_run: bool) -> None:
     if json:
         render.print_json(report.to_json())
         return
-    render.out.print(render.table(
+    render.out().print(render.table(
         "sources (in -> out)", ["source", "dataset", "version", "episodes", "frames", "excluded"],
         [[s.label, s.path, s.version, f"{s.episodes_in}->{s.episodes_out}", f"{s.frames_in}->{s.frames_out}",
           _ranges(s.excluded) or "-"] for s in report.sources]))
     for note in report.reconciled:
-        render.out.print(f"reconciled: {note}")
+        render.out().print(f"reconciled: {note}")
     if dry_run:
         render.print_plan(report.plan)
         return
     for clip in report.reencoded_clips:
-        render.out.print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
-    render.out.print(f"merged {report.episodes} episodes, {report.frames} frames, {report.tasks} tasks into "
+        render.out().print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
+    render.out().print(f"merged {report.episodes} episodes, {report.frames} frames, {report.tasks} tasks into "
                      f"{report.to_version} at {report.output} ({render.human_bytes(report.bytes_copied)}, "
                      f"{report.seconds:.2f} s)")
 

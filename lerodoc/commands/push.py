@@ -31,5 +31,5 @@ def push(
     if json:
         render.print_json(pushed.to_json())
         return
-    render.out.print(f"pushed {len(pushed.files)} files ({render.human_bytes(pushed.bytes)}) to {pushed.repo}, "
+    render.out().print(f"pushed {len(pushed.files)} files ({render.human_bytes(pushed.bytes)}) to {pushed.repo}, "
                      f"{pushed.card}\n{pushed.url}", highlight=False, soft_wrap=True)

@@ -68,7 +68,7 @@ def show(report, json: bool) -> None:
     if json:
         render.print_json(report.to_json())
         return
-    render.out.print(render.table(
+    render.out().print(render.table(
         f"{report.frames} frames, {len(report.features)} features",
         ["feature", "ch", "name", "min", "q01", "q50", "q99", "max", "flags"],
         [[r["feature"], r["channel"], r["name"], *(f"{r[k]:.6g}" for k in ("min", "q01", "q50", "q99", "max")),
@@ -77,9 +77,9 @@ def show(report, json: bool) -> None:
     if flagged:
         render.warning(f"{len(flagged)} channels flagged; drop them from state/action "
                        "with `lerodoc select` before training")
-    render.out.print(change_summary(report.changes))
+    render.out().print(change_summary(report.changes))
     where = report.output if report.stored else "nowhere (--dry-run)"
-    render.out.print(f"stats stored in {where}" + (f"; openpi norm stats in {report.openpi_norm_stats}"
+    render.out().print(f"stats stored in {where}" + (f"; openpi norm stats in {report.openpi_norm_stats}"
                                                     if report.openpi_norm_stats else "")
                      + f" ({report.seconds:.2f} s, {report.passes} pass(es) for the dataset quantiles)")
 

@@ -44,15 +44,15 @@ def show(report, json: bool, dry_run: bool) -> None:
     if json:
         render.print_json(report.to_json())
         return
-    render.out.print(render.table(
+    render.out().print(render.table(
         "selected channels", ["target", "ch", "name", "from", "q01", "q99", "flags"],
         [[c["target"], c["channel"], c["name"], f"{c['source']}[{c['source_channel']}]", f"{c['q01']:.6g}",
           f"{c['q99']:.6g}", ", ".join(c["flags"])] for c in report.channels]))
     for warning in report.warnings:
         render.warning(warning)
     if report.dropped:
-        render.out.print(f"dropped source features: {', '.join(report.dropped)}")
+        render.out().print(f"dropped source features: {', '.join(report.dropped)}")
     if dry_run:
         render.print_plan(report.plan)
     else:
-        render.out.print(f"written to {report.output} ({report.seconds:.2f} s)")
+        render.out().print(f"written to {report.output} ({report.seconds:.2f} s)")

@@ -54,12 +54,12 @@ def show(report, json: bool, dry_run: bool) -> None:
         return
     rows = [[name, f"{part['episodes']} ({format_ranges(eps)})", part["frames"], part["tasks"],
              len(part["reencoded_clips"])] for (name, eps), part in zip(report.parts.items(), report.reports.values())]
-    render.out.print(render.table(f"parts (each at {report.output}/PART)",
+    render.out().print(render.table(f"parts (each at {report.output}/PART)",
                                   ["part", "episodes (of the source)", "frames", "tasks", "re-encoded"], rows))
     for name, part in report.reports.items():
         for clip in part["reencoded_clips"]:
-            render.out.print(f"{name}: re-encoded episode {clip['episode']} {clip['camera']}: its start is not a "
+            render.out().print(f"{name}: re-encoded episode {clip['episode']} {clip['camera']}: its start is not a "
                              "keyframe")
     if report.left_out:
-        render.out.print(f"in no part: episodes {format_ranges(report.left_out)}")
-    render.out.print("dry run: nothing written" if dry_run else f"written to {report.output} ({report.seconds:.2f} s)")
+        render.out().print(f"in no part: episodes {format_ranges(report.left_out)}")
+    render.out().print("dry run: nothing written" if dry_run else f"written to {report.output} ({report.seconds:.2f} s)")

@@ -44,11 +44,11 @@ def show(report, json: bool, dry_run: bool) -> None:
     if json:
         render.print_json({**report.to_json(), "dry_run": dry_run})
         return
-    render.out.print(render.table("tasks", ["task_index", "task", "was"],
+    render.out().print(render.table("tasks", ["task_index", "task", "was"],
                                   [[i, t, " | ".join(o for o, n in report.renamed.items() if n == t) or "-"]
                                    for i, t in enumerate(report.tasks)]))
     for new, olds in report.merged.items():
-        render.out.print(f"merged into {new!r}: {', '.join(repr(o) for o in olds)}")
-    render.out.print(f"{len(report.episodes_changed)} episodes name an edited task; "
+        render.out().print(f"merged into {new!r}: {', '.join(repr(o) for o in olds)}")
+    render.out().print(f"{len(report.episodes_changed)} episodes name an edited task; "
                      + (f"written to {report.output} ({report.seconds:.2f} s)" if report.output
                         else "dry run: nothing written"))

@@ -164,7 +164,7 @@ def pi05(
         return
     held_out = (f"; held-out loss {summary['val_loss']:.4f} on episodes {format_ranges(summary['held_out'])}"
                 if summary.get("val_loss") is not None else "")
-    render.out.print(f"trained {summary['steps']} steps: loss {summary['first_loss']:.4f} -> "
+    render.out().print(f"trained {summary['steps']} steps: loss {summary['first_loss']:.4f} -> "
                      f"{summary['final_loss']:.4f}{held_out}, {summary['samples_per_s']:.1f} samples/s, data wait "
                      f"{100 * summary['data_wait']:.1f}% of the time; checkpoint {summary['checkpoint'] or 'none'}")
 
@@ -202,14 +202,14 @@ def render_sweep(sweep, as_json: bool) -> None:
     def cell(value, fmt):
         return "-" if value is None else format(value, fmt)
 
-    render.out.print(render.table("batch sweep (per device)", ["batch", "step s", "samples/s", "per device",
+    render.out().print(render.table("batch sweep (per device)", ["batch", "step s", "samples/s", "per device",
                                                                "peak GiB", "MFU", "data wait"],
                                   [[r["batch_per_device"], "out of memory"] if r.get("oom") else
                                    [r["batch_per_device"], cell(r["step_s"], ".3f"), cell(r["samples_per_s"], ".1f"),
                                     cell(r["samples_per_s_per_device"], ".1f"), cell(r["peak_gib"], ".1f"),
                                     cell(r["mfu"], ".1%"), cell(r["data_wait"], ".1%")] for r in rows]))
     if best:
-        render.out.print(f"largest batch that fits: {fits[-1]['batch_per_device']}; fastest: "
+        render.out().print(f"largest batch that fits: {fits[-1]['batch_per_device']}; fastest: "
                          f"{best['batch_per_device']} ({best['samples_per_s']:.1f} samples/s)")
 
 

@@ -47,7 +47,7 @@ def validate(
         if json:
             render.print_json({"checks": rows})
         else:
-            render.out.print(render.table("checks", ["code", "family", "severity", "meaning", "fix", "repair"],
+            render.out().print(render.table("checks", ["code", "family", "severity", "meaning", "fix", "repair"],
                                           [[r["code"], r["family"], r["severity"], r["meaning"], r["fix"],
                                             "yes" if r["repair"] else "-"] for r in rows]))
         return
@@ -60,16 +60,16 @@ def validate(
         render.print_json({**report.to_json(), "strict": strict}, exit_code=code)
     else:
         if report.findings:
-            render.out.print(render.table(
+            render.out().print(render.table(
                 f"{len(report.findings)} findings", ["code", "severity", "where", "message", "fix"],
                 [[f.code, f.severity, _where(f), f.message, (f.hint or "") + (" [repair]" if f.fixable else "")]
                  for f in report.findings]))
-        render.out.print(f"{report.dataset}: {report.errors} errors, {report.warnings} warnings "
+        render.out().print(f"{report.dataset}: {report.errors} errors, {report.warnings} warnings "
                          f"({report.seconds:.2f} s)")
         for skipped in report.skipped:
-            render.out.print(f"skipped: {skipped['checks']}, as {skipped['why']}; {skipped['run_with']} runs them")
+            render.out().print(f"skipped: {skipped['checks']}, as {skipped['why']}; {skipped['run_with']} runs them")
         if report.transfer:
-            render.out.print(render.transfer_line(report.transfer))
+            render.out().print(render.transfer_line(report.transfer))
     if code:
         raise typer.Exit(int(code))
 

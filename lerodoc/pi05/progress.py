@@ -19,7 +19,7 @@ def progress_line(enabled: bool, start: int, total: int) -> Iterator[Callable[[i
         yield lambda step, latest: None
         return
     with Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  TimeRemainingColumn(), console=render.err) as bar:
+                  TimeRemainingColumn(), console=render.err()) as bar:
         task = bar.add_task("", total=total, completed=start)
 
         def tick(step: int, latest: dict) -> None:
