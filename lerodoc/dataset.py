@@ -225,11 +225,6 @@ class Dataset:
     def path(self, relative: str) -> Path:
         return self.root / relative
 
-    def read_episode(self, episode: Episode, columns: list[str] | None = None) -> pa.Table:
-        """The episode's rows, reading only `columns` (all when None)."""
-        return read_rows(self.path(episode.data_file), episode.data_row, episode.length,
-                         columns=columns, episode=episode.index)
-
 
 # column problems (formats.hf.column_problem) no rewrite can carry: the column's values are not of the feature's kind
 UNREADABLE_COLUMN = ("LAY036", "LAY037")

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lerodoc.dataset import Dataset
+from lerodoc.dataset import Dataset, read_rows
 from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import stats_from_json
 from lerodoc.formats.v21 import read_episode_stats
@@ -24,8 +24,8 @@ def assert_aligned(root: Path, fixture) -> None:
     ds = Dataset.open(root)
     assert [e.length for e in ds.episodes] == fixture.lengths
     for ep in ds.episodes:
-        rows = ds.read_episode(ep, ["timestamp", "frame_index", "episode_index", "index",
-                                    "observation.state"]).to_pydict()
+        rows = read_rows(ds.path(ep.data_file), ep.data_row, ep.length, episode=ep.index,
+                         columns=["timestamp", "frame_index", "episode_index", "index", "observation.state"]).to_pydict()
         assert rows["frame_index"] == list(range(ep.length))
         assert rows["index"] == list(range(ep.from_index, ep.to_index))
         assert set(rows["episode_index"]) == {ep.index}
@@ -250,7 +250,6 @@ def test_read_rows_reads_only_the_row_groups_that_hold_them(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from lerodoc.dataset import read_rows
     path = tmp_path / "rows.parquet"
     pq.write_table(pa.table({"index": pa.array(np.arange(10)), "x": pa.array(np.arange(10) * 0.5)}), path,
                    row_group_size=4, compression="none")

@@ -829,18 +829,6 @@ def _list_lengths(array: pa.Array) -> np.ndarray:
     return np.diff(to_numpy(array.offsets)).astype(np.int64)
 
 
-def set_episode_columns(table: pa.Table, episode_index: int, from_index: int) -> pa.Table:
-    """Rewrite `episode_index` and `index` for an episode that moved (new number, new global rows)."""
-    n = table.num_rows
-    for name, values in (("episode_index", np.full(n, episode_index, dtype=np.int64)),
-                         ("index", np.arange(from_index, from_index + n, dtype=np.int64))):
-        if name in table.column_names:
-            position = table.column_names.index(name)
-            table = table.set_column(position, table.schema.field(name),
-                                     pa.array(values, type=table.schema.field(name).type))
-    return table
-
-
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """`table` in `schema` (columns in its order, its types and metadata). A list column whose rows each hold
     one value becomes the scalar the schema wants (the one change of representation a cast cannot make);
