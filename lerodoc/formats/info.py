@@ -132,6 +132,14 @@ class Info:
         extra = {k: v for k, v in raw.items() if k not in known}
         return cls(**values, extra=extra)
 
+    def whole_file_caps(self, data_mb: float | None = None, video_mb: float | None = None) -> tuple[float, float]:
+        """The output's file-size caps: `data_mb`/`video_mb` where given, else this info's. Returned as asked, for
+        the plan to cut files by (a test may ask for tiny files), and stored in this info as lerobot writes them:
+        whole MB, at least 1."""
+        caps = (data_mb or self.data_files_size_in_mb, video_mb or self.video_files_size_in_mb)
+        self.data_files_size_in_mb, self.video_files_size_in_mb = (max(1, math.ceil(c)) for c in caps)
+        return caps
+
     @classmethod
     def load(cls, path: Path) -> Info:
         from lerodoc.formats.jsonl import read_json

@@ -6,7 +6,6 @@ are rewritten only when the source was not numbered 0..N-1), videos their packet
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -68,8 +67,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
     ds.require_complete()
     if not ds.episodes:
         raise LerodocError("dataset has no episodes", file=ds.root / INFO_PATH)
-    caps = (data_file_size_mb or ds.info.data_files_size_in_mb, video_file_size_mb or ds.info.video_files_size_in_mb)
-    ds.info.data_files_size_in_mb, ds.info.video_files_size_in_mb = (max(1, math.ceil(c)) for c in caps)
+    caps = ds.info.whole_file_caps(data_file_size_mb, video_file_size_mb)
     out = Path(out).absolute()
     report = ConvertReport(source=str(src), output=str(out), from_version=ds.version, to_version=to,
                            episodes=len(ds.episodes), frames=ds.total_frames, data_files=0, video_files=0,

@@ -6,7 +6,6 @@ A single source with --exclude deletes episodes; with --episodes it keeps a subs
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -274,8 +273,7 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
                             if n in schema.names and s.field(n).type != schema.field(n).type})
         notes.append(f"parquet column types differ between sources; all rows written with {labels[0]}'s types "
                      f"({', '.join(differing)})")
-    info.data_files_size_in_mb = max(1, math.ceil(info.data_files_size_in_mb))
-    caps = (info.data_files_size_in_mb, info.video_files_size_in_mb)
+    caps = info.whole_file_caps()
     plan = rewrite.plan(picks, info, tasks, to, schema, caps_mb=caps, workers=workers)
 
     report = MergeReport(output=str(Path(out).absolute()), to_version=to, sources=summaries, reconciled=notes,

@@ -11,7 +11,6 @@ validated again; what is still wrong is reported as needing a human.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -332,8 +331,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         ep.stats = _clean_stats(ep.stats, info.features, sizes)
     picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
     schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds)[0])
-    caps = (info.data_files_size_in_mb, info.video_files_size_in_mb)
-    info.data_files_size_in_mb = max(1, math.ceil(info.data_files_size_in_mb))
+    caps = info.whole_file_caps()
     to = "v2.1" if ds.version == "v2.0" else ds.version
     plan = rewrite.plan(picks, info, tasks, to, schema, caps_mb=caps, retime=True, workers=workers)
     if dry_run:
