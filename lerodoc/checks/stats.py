@@ -464,7 +464,7 @@ def _channels(ds: Dataset, training: Stats) -> list[Finding]:
                 out.append(_finding("STA030", f"{label}: {basis} = {q99 - q01:.3g} < {NEAR_CONSTANT:g} "
                                               f"(values {q01:.6g} .. {q99:.6g})", **where))
             elif "extreme" in flags:
-                lo, hi = normalised(np.array([view["min"][c], view["max"][c]]), q01, q99)
+                lo, hi = normalised(np.array([view["min"][c], view["max"][c]], np.float64), np.float64(q01), q99)
                 out.append(_finding("STA031", f"{label}: min {view['min'][c]:.6g} and max {view['max'][c]:.6g} "
                                               f"normalise to {lo:.4g} .. {hi:.4g} with q01 {q01:.6g}, q99 "
                                               f"{q99:.6g} (beyond +-{EXTREME:g})", **where))

@@ -32,6 +32,7 @@ import torch
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
+from lerodoc.tables.stats import normalised
 from lerodoc.pi05.frames import FrameReader
 
 STATE_BINS = 256
@@ -57,9 +58,8 @@ class DataSpec:
 
 
 def normalise(values: np.ndarray, q01: np.ndarray, q99: np.ndarray) -> np.ndarray:
-    """2 (x - q01) / (q99 - q01) - 1 in float32, as lerobot's QUANTILES normaliser."""
-    span = np.asarray(q99, np.float64) - np.asarray(q01, np.float64)
-    return ((values - q01) * (2.0 / np.where(span == 0, 1e-8, span)) - 1.0).astype(np.float32)
+    """The quantile normalisation (`tables.stats.normalised`, the one rule) in float32, as the model takes it."""
+    return normalised(values, q01, q99).astype(np.float32)
 
 
 @dataclass

@@ -206,16 +206,17 @@ EXTREME = 10.0            # |quantile-normalised min or max| above this: the los
 
 
 def normalised(values: np.ndarray, q01: np.ndarray, q99: np.ndarray) -> np.ndarray:
-    """lerobot's QUANTILES normalisation, 2 (x - q01) / (q99 - q01) - 1 (eps 1e-8 for a zero range)."""
+    """lerobot's QUANTILES normalisation, 2 (x - q01) / (q99 - q01) - 1 (eps 1e-8 for a zero range), the one rule
+    for the channel flags, the checks and training (which casts it to float32). `x - q01` keeps numpy's types (a
+    float32 state minus float32 quantiles stays float32, as at inference); the scale is float64."""
     span = np.asarray(q99, dtype=np.float64) - np.asarray(q01, dtype=np.float64)
-    return 2 * (np.asarray(values, dtype=np.float64) - q01) / np.where(span == 0, 1e-8, span) - 1
+    return (np.asarray(values) - q01) * (2.0 / np.where(span == 0, 1e-8, span)) - 1.0
 
 
 def channel_flags(stats: dict[str, np.ndarray]) -> list[list[str]]:
     """Per channel: 'near-constant' and/or 'extreme' (see NEAR_CONSTANT, EXTREME); needs q01/q99/min/max."""
-    q01, q99 = np.ravel(stats["q01"]), np.ravel(stats["q99"])
-    reach = np.maximum(np.abs(normalised(np.ravel(stats["min"]), q01, q99)),
-                       np.abs(normalised(np.ravel(stats["max"]), q01, q99)))
+    q01, q99, low, high = (np.ravel(stats[s]).astype(np.float64) for s in ("q01", "q99", "min", "max"))
+    reach = np.maximum(np.abs(normalised(low, q01, q99)), np.abs(normalised(high, q01, q99)))
     return [(["near-constant"] if span < NEAR_CONSTANT else []) + (["extreme"] if r > EXTREME else [])
             for span, r in zip(q99 - q01, reach)]
 
