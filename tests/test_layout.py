@@ -134,6 +134,32 @@ def test_no_import_cycle():
     assert cycles(graph) == []
 
 
+def rooms(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The import graph between rooms: a subpackage (lerodoc.ops, lerodoc.pi05, ...) is one room, a top-level
+    module (lerodoc.dataset) another. Imports inside one room are left out."""
+    def room(module: str) -> str:
+        return ".".join(module.split(".")[:2]) if module != package else module
+    out: dict[str, set[str]] = {}
+    for module, edges in graph.items():
+        out.setdefault(room(module), set()).update(room(e) for e in edges if room(e) != room(module))
+    return out
+
+
+def test_the_rooms_stand_on_floors():
+    """Every import points down a floor: the rooms' graph has no cycle, so the rooms can be stacked with every
+    arrow pointing down (README's layout block lists them top down)."""
+    graph, _ = analyse(PACKAGE)
+    assert cycles(rooms(graph, PACKAGE.name)) == []
+
+
+def test_an_arrow_up_between_rooms_is_found(tmp_path):
+    root = _package(tmp_path, {"low/__init__.py": "", "low/a.py": "from pkg.high import b\n",
+                               "high/__init__.py": "", "high/b.py": "X = 1\n", "high/c.py": "from pkg.low import a\n"})
+    graph, _ = analyse(root)
+    assert cycles(graph) == []                                   # no module cycle: a -> b, c -> a
+    assert cycles(rooms(graph, root.name)) == [["pkg.high", "pkg.low"]]
+
+
 def test_no_private_import_across_modules():
     _, private = analyse(PACKAGE)
     assert private == []
