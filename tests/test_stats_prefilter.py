@@ -71,8 +71,9 @@ def _findings(root) -> list[tuple]:
 
 def test_prefilters_change_no_finding(damaged, monkeypatch):
     fast = _findings(damaged)
-    monkeypatch.setattr(stats_family, "_in_order", lambda sources: set())
-    monkeypatch.setattr(stats_family, "_agreeing", lambda ds, sources, data: set())
+    monkeypatch.setattr(stats_family, "_in_order", lambda flat, n: np.zeros(n, dtype=bool))
+    monkeypatch.setattr(stats_family, "_agreeing", lambda ds, group, data, moments: np.zeros(len(group.episodes),
+                                                                                             dtype=bool))
     slow = _findings(damaged)
     assert fast == slow
     flagged = {episode for _, _, episode, *_ in slow if episode is not None}
@@ -83,11 +84,11 @@ def test_prefilters_pass_the_clean_episodes(damaged):
     """The point of them: the undamaged episodes (every odd one) are decided without the one-by-one checks."""
     ctx = open_context(damaged)
     sources = stats_family._sources(ctx)
-    clean = stats_family._in_order(sources)
-    agreeing = stats_family._agreeing(ctx.dataset, sources, stats_family._data_stats(ctx))
+    groups = stats_family._columns(sources)
+    suspect = stats_family._suspects(ctx.dataset, groups)
+    unsure = stats_family._unsure(ctx.dataset, groups, stats_family._data_stats(ctx))
     odd = {e for e in range(1, EPISODES, 2)}
-    assert odd <= {e for e, f in clean if f == "observation.state"}
-    assert odd <= {e for e, f in agreeing if f == "observation.state"}
-    assert {e for e, f in agreeing if f == "observation.state"}.isdisjoint({2 * KINDS.index(k) for k in
-                                                                           ("mean-off", "std-off", "min-off",
-                                                                            "count-off", "q01-wild")})
+    assert not any("observation.state" in suspect.get(e, ()) for e in odd), suspect
+    assert not any("observation.state" in unsure.get(e, ()) for e in odd), unsure
+    assert all("observation.state" in unsure.get(2 * KINDS.index(k), ()) for k in
+               ("mean-off", "std-off", "min-off", "count-off", "q01-wild")), unsure

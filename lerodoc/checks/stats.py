@@ -112,12 +112,14 @@ def check(ctx: Context) -> list[Finding]:
         return []
     sources = _sources(ctx)
     out = _stats_files(ctx) + _coverage(ctx, sources)
-    clean = _in_order(sources)
+    groups = _columns(sources)
+    suspect = _suspects(ds, groups)
     for source in sources:
-        out += _well_formed(ds, source, clean)
+        if source.episode is None or source.episode in suspect:
+            out += _well_formed(ds, source, suspect.get(source.episode))
     training = _training_stats(ds)
     out += _quantiles_present(ds, training) + _channels(ds, training)
-    return out + (_agreement(ctx, sources) if ctx.stats else [])
+    return out + (_agreement(ctx, sources, groups) if ctx.stats else [])
 
 
 def _sources(ctx: Context) -> list[Source]:
@@ -179,51 +181,106 @@ def _required(ds: Dataset) -> tuple[str, ...]:
     return tuple(k for k in BASIC if k != "count") if ds.version == "v2.0" else BASIC
 
 
-def _stacked(items: list[tuple[int, dict]]) -> dict[str, np.ndarray] | None:
-    """The stats of many episodes as one (episodes, channels) float64 matrix per stat, or None when they cannot be
-    (a value that is no number): the caller then looks at each episode on its own."""
-    try:
-        return {k: np.asarray([by_stat[k] for _, by_stat in items], dtype=np.float64).reshape(len(items), -1)
-                for k in items[0][1]}
-    except (TypeError, ValueError):
-        return None
+@dataclass
+class Group:
+    """The stats of one feature over the episodes whose stats dicts hold the same stats in the same shapes: per stat,
+    the (episodes, channels) float64 matrix, stacked once (None when a value is no number)."""
+    feature: str
+    episodes: list[int]
+    dicts: list[dict]
+    shapes: dict[str, tuple]
+    matrices: dict[str, np.ndarray] | None
 
 
-def _groups(pairs) -> dict[tuple, list[tuple[int, dict]]]:
-    """(episode, feature, stats) triples grouped by feature and by the names and shapes of their stats: each group
-    stacks into matrices (`_stacked`)."""
-    groups: dict[tuple, list[tuple[int, dict]]] = {}
-    for episode, feature, by_stat in pairs:
-        signature = (feature, tuple((k, getattr(v, "shape", None)) for k, v in by_stat.items()))
-        groups.setdefault(signature, []).append((episode, by_stat))
+def _stack(values: list, n: int) -> np.ndarray:
+    return np.asarray(np.stack(values), dtype=np.float64).reshape(n, -1)
+
+
+def _columns(sources: list[Source]) -> list[Group]:
+    """The episodes' stats, one `Group` per feature (more only where episodes differ in which stats or shapes they
+    hold): a value's shape is read once per stat of a feature when all agree (issue 37)."""
+    by_feature: dict[str, tuple[list[int], list[dict]]] = {}
+    for source in sources:
+        if source.episode is None:
+            continue
+        for feature, by_stat in source.stats.items():
+            episodes, dicts = by_feature.setdefault(feature, ([], []))
+            episodes.append(source.episode)
+            dicts.append(by_stat)
+    groups = []
+    for feature, (episodes, dicts) in by_feature.items():
+        keys = set(map(tuple, dicts))
+        shapes = {}
+        if len(keys) == 1:
+            for name in next(iter(keys)):
+                found = {np.shape(d[name]) for d in dicts}
+                if len(found) != 1:
+                    break
+                shapes[name] = found.pop()
+            else:
+                groups.append(_group(feature, episodes, dicts, shapes))
+                continue
+        split: dict[tuple, tuple[list[int], list[dict]]] = {}   # the rare case: group by names and shapes
+        for episode, by_stat in zip(episodes, dicts):
+            signature = tuple((k, np.shape(v)) for k, v in by_stat.items())
+            mine = split.setdefault(signature, ([], []))
+            mine[0].append(episode)
+            mine[1].append(by_stat)
+        groups += [_group(feature, e, d, dict(signature)) for signature, (e, d) in split.items()]
     return groups
 
 
-def _in_order(sources: list[Source]) -> set[tuple[int, str]]:
-    """(episode, feature) whose stats `_values` would find nothing in, decided for all episodes at once (issue 37:
-    no Python work per episode where nothing is wrong): every value finite, std >= 0, and each pair `_values`
+def _group(feature: str, episodes: list[int], dicts: list[dict], shapes: dict[str, tuple]) -> Group:
+    try:
+        matrices = {k: _stack([d[k] for d in dicts], len(dicts)) for k in shapes}
+    except (TypeError, ValueError):
+        matrices = None
+    return Group(feature, episodes, dicts, shapes, matrices)
+
+
+def _in_order(flat: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """Per episode (row), whether `_values` would find nothing: every value finite, std >= 0, and each pair `_values`
     orders in order exactly. Its tolerances only ever forgive more, so an episode in order here has no finding
-    there; any other is looked at on its own."""
-    clean: set[tuple[int, str]] = set()
-    pairs = [(s.episode, f, by_stat) for s in sources if s.episode is not None for f, by_stat in s.stats.items()]
-    for (feature, _), items in _groups(pairs).items():
-        flat = _stacked(items)
-        if flat is None:
+    there."""
+    ok = np.ones(n, dtype=bool)
+    for values in flat.values():
+        ok &= np.isfinite(values).all(axis=1)
+    if "std" in flat:
+        ok &= (flat["std"] >= 0).all(axis=1)
+    for lo, hi in _order_pairs({k: None for k in flat if k != "count"}):
+        ok &= (flat[lo] <= flat[hi]).all(axis=1)
+    return ok
+
+
+def _suspects(ds: Dataset, groups: list[Group]) -> dict[int, set[str]]:
+    """episode -> the features whose stats `_well_formed` is to look at one by one: those with a placeholder, a
+    missing stat, a misshapen one or a value out of order (whole matrices at once); none where nothing is wrong."""
+    suspect: dict[int, set[str]] = {}
+    required = _required(ds)
+    for group in groups:
+        spec = ds.info.features.get(group.feature)
+        if spec is None or not valid_spec(spec) or spec["dtype"] == "string":
             continue
-        ok = np.ones(len(items), dtype=bool)
-        for values in flat.values():
-            ok &= np.isfinite(values).all(axis=1)
-        if "std" in flat:
-            ok &= (flat["std"] >= 0).all(axis=1)
-        for lo, hi in _order_pairs({k: None for k in flat if k != "count"}):
-            ok &= (flat[lo] <= flat[hi]).all(axis=1)
-        clean.update((episode, feature) for (episode, _), good in zip(items, ok) if good)
-    return clean
+        n, flat = len(group.episodes), group.matrices
+        shaped = group.shapes.get("count", (1,)) == (1,) and all(k in group.shapes for k in required) and all(
+            is_shaped(spec, k, np.empty(shape)) for k, shape in group.shapes.items() if k != "count")
+        if flat is None or not shaped:
+            bad = np.ones(n, dtype=bool)
+        else:
+            bad = ~_in_order(flat, n)
+            if "count" in flat and flat["count"].shape[1]:
+                bad |= ~flat["count"].any(axis=1)   # a count=0 placeholder
+        for i in np.flatnonzero(bad):
+            suspect.setdefault(group.episodes[i], set()).add(group.feature)
+    return suspect
 
 
-def _well_formed(ds: Dataset, source: Source, clean: set[tuple[int, str]] = frozenset()) -> list[Finding]:
+def _well_formed(ds: Dataset, source: Source, only: set[str] | None = None) -> list[Finding]:
+    """Findings in one stats dict (`only`: in those features alone, the others known to hold none)."""
     out = []
     for feature, by_stat in source.stats.items():
+        if only is not None and feature not in only:
+            continue
         spec = ds.info.features.get(feature)
         if spec is None or not valid_spec(spec) or spec["dtype"] == "string":
             continue
@@ -246,8 +303,7 @@ def _well_formed(ds: Dataset, source: Source, clean: set[tuple[int, str]] = froz
             out.append(_finding("STA013", f"{source.label}: {feature} stats have shapes {shown}, the feature "
                                           f"(meta/info.json: shape {spec.get('shape')}) needs {needs}", **where))
             continue
-        if (source.episode, feature) not in clean:
-            out += _values(ds, source, feature, by_stat, spec)
+        out += _values(ds, source, feature, by_stat, spec)
     return out
 
 
@@ -670,7 +726,7 @@ def _disagreement(stated: dict, actual: dict, tol: Tolerance, brackets: dict | N
     return off
 
 
-def _agreement(ctx: Context, sources: list[Source]) -> list[Finding]:
+def _agreement(ctx: Context, sources: list[Source], groups: list[Group]) -> list[Finding]:
     ds = ctx.dataset
     data = _data_stats(ctx)
     out = list(data.findings)
@@ -679,13 +735,15 @@ def _agreement(ctx: Context, sources: list[Source]) -> list[Finding]:
     if placement(ctx).complete and all(ep.index in data.per_episode for ep in ds.episodes):
         recomputed = dataset_stats([{f: data.per_episode[ep.index][f] for f in complete
                                      if f in data.per_episode[ep.index]} for ep in ds.episodes])
-    agreeing = _agreeing(ds, sources, data)
+    unsure = _unsure(ds, groups, data)
     for source in sources:
+        if source.episode is not None and source.episode not in unsure:
+            continue
         actual = recomputed if source.episode is None else data.per_episode.get(source.episode, {})
         for feature, stated in source.stats.items():
-            if feature not in actual or (source.episode, feature) in data.dirty or is_placeholder(stated):
+            if source.episode is not None and feature not in unsure[source.episode]:
                 continue
-            if (source.episode, feature) in agreeing:
+            if feature not in actual or (source.episode, feature) in data.dirty or is_placeholder(stated):
                 continue
             exact = actual[feature]
             magnitude = np.maximum(np.abs(exact["min"]), np.abs(exact["max"]))
@@ -701,58 +759,80 @@ def _agreement(ctx: Context, sources: list[Source]) -> list[Finding]:
 AGREE_MARGIN = 0.5   # the prefilter's share of each tolerance: it passes only what `_disagreement` surely does
 
 
-def _agreeing(ds: Dataset, sources: list[Source], data) -> set[tuple[int, str]]:
-    """(episode, feature) whose stated stats `_disagreement` would find nothing in, decided for all episodes of a
-    feature at once with the same tolerances (`Tolerance`, the quantiles' brackets) held to AGREE_MARGIN of their
-    size, so that rounding in the two ways of computing them cannot let one through that the exact check would
-    flag. The rest, and the dataset stats, are compared one by one."""
+def _unsure(ds: Dataset, groups: list[Group], data) -> dict[int, set[str]]:
+    """episode -> the features whose stated stats are to be compared one by one: all but those `_disagreement` surely
+    finds nothing in, decided for a feature's episodes at once on (episodes, channels) matrices with the same
+    tolerances (`Tolerance`, the quantiles' brackets) held to AGREE_MARGIN of their size, so that rounding in the two
+    ways of computing them cannot let one through that the exact check would flag."""
     moments = ("min", "max", "mean", "std", "count")
-    triples = []
-    for source in sources:
-        if source.episode is None:
-            continue
-        actual = data.per_episode.get(source.episode, {})
-        for feature, stated in source.stats.items():
-            key = (source.episode, feature)
-            exact = actual.get(feature)
-            if exact is None or key in data.dirty or is_placeholder(stated) or any(k not in exact for k in moments):
-                continue
-            brackets = data.brackets.get(key) or {}
-            triples.append((source.episode, feature, {
-                **{f"s.{k}": v for k, v in stated.items()}, **{f"a.{k}": exact[k] for k in moments},
-                **{f"b.{k}.{end}": bound for k, pair in brackets.items() if k in stated
-                   for end, bound in zip(("lo", "hi"), pair)}}))
-    agreeing: set[tuple[int, str]] = set()
-    for (feature, signature), items in _groups(triples).items():
-        flat = _stacked(items)
-        if flat is None:
-            continue
-        names = [k[2:] for k, _ in signature if k.startswith("s.") and k[2:] in moments]
-        quantiles = [k[2:-3] for k, _ in signature if k.startswith("b.") and k.endswith(".lo")]
-        if any(flat[f"s.{n}"].shape != flat[f"a.{n}"].shape for n in names) or any(
-                flat[f"s.{q}"].shape != flat[f"b.{q}.lo"].shape for q in quantiles):
-            continue   # a shape problem: reported one by one
-        dtype = ds.info.features[feature]["dtype"]
-        tol = Tolerance.of(dtype, data.dtypes.get(feature), 1, 0.0, 0.0)
-        rows = np.maximum(flat["a.count"][:, :1] * (VISUAL_PIXELS if dtype in VISUAL else 1), 1)
-        magnitude = np.maximum(np.abs(flat["a.min"]), np.abs(flat["a.max"]))
-        spread = flat["a.max"] - flat["a.min"]
-        min_max = tol.value_eps * magnitude
-        mean = (tol.value_eps + (rows / 2 + 2) * tol.sum_eps) * magnitude
-        ok = np.ones(len(items), dtype=bool)
-        for name in names:
-            have, want = flat[f"s.{name}"], flat[f"a.{name}"]
-            allowed = {"count": 0.0, "min": min_max, "max": min_max, "mean": mean}.get(name)
-            if allowed is None:   # std: the mean's error plus the sums'
-                allowed = mean + ((rows + 2) * tol.sum_eps + tol.value_eps) * want
-            ok &= (np.abs(have - want) <= AGREE_MARGIN * allowed).all(axis=1)
+    unsure: dict[int, set[str]] = {}
+    for group in groups:
+        feature, n = group.feature, len(group.episodes)
+        ok = _agreeing(ds, group, data, moments) if group.matrices is not None else np.zeros(n, dtype=bool)
+        for i in np.flatnonzero(~ok):
+            unsure.setdefault(group.episodes[i], set()).add(feature)
+    return unsure
+
+
+def _agreeing(ds: Dataset, group: Group, data, moments: tuple[str, ...]) -> np.ndarray:
+    """Per episode of `group`, whether its stated stats surely agree with the data (see `_unsure`)."""
+    feature, stated = group.feature, group.matrices
+    n = len(group.episodes)
+    exact = [data.per_episode.get(e, {}).get(feature) for e in group.episodes]
+    usable = np.fromiter((x is not None and (e, feature) not in data.dirty and all(k in x for k in moments)
+                          for e, x in zip(group.episodes, exact)), dtype=bool, count=n)
+    if "count" in stated and stated["count"].shape[1]:
+        usable &= stated["count"].any(axis=1)   # a placeholder is not compared
+    ok = np.zeros(n, dtype=bool)
+    rows = np.flatnonzero(usable)
+    if not len(rows):
+        return ok
+    try:
+        actual = {k: _stack([exact[i][k] for i in rows], len(rows)) for k in moments}
+    except (TypeError, ValueError):
+        return ok
+    names = [k for k in moments if k in stated]
+    if any(stated[k].shape[1] != actual[k].shape[1] for k in names):
+        return ok   # a shape problem: reported one by one
+    dtype = ds.info.features[feature]["dtype"]
+    tol = Tolerance.of(dtype, data.dtypes.get(feature), 1, 0.0, 0.0)
+    count = np.maximum(actual["count"][:, :1] * (VISUAL_PIXELS if dtype in VISUAL else 1), 1)
+    magnitude = np.maximum(np.abs(actual["min"]), np.abs(actual["max"]))
+    spread = actual["max"] - actual["min"]
+    min_max = tol.value_eps * magnitude
+    mean = (tol.value_eps + (count / 2 + 2) * tol.sum_eps) * magnitude
+    good = np.ones(len(rows), dtype=bool)
+    for name in names:
+        have, want = stated[name][rows], actual[name]
+        allowed = {"count": 0.0, "min": min_max, "max": min_max, "mean": mean}.get(name)
+        if allowed is None:   # std: the mean's error plus the sums'
+            allowed = mean + ((count + 2) * tol.sum_eps + tol.value_eps) * want
+        good &= (np.abs(have - want) <= AGREE_MARGIN * allowed).all(axis=1)
+    quantiles = [k for k in _quantile_keys(group.shapes) if k in stated]
+    if quantiles:
+        brackets = [data.brackets.get((group.episodes[i], feature)) for i in rows]
+        held = np.fromiter((b is not None and all(q in b for q in quantiles) for b in brackets), dtype=bool,
+                           count=len(rows))
         near = 2 * spread / QUANTILE_BINS + QUANTILE_SHARE * spread + tol.value_eps * magnitude + 1e-9 * (1 + spread)
-        for name in quantiles:
-            have = flat[f"s.{name}"]
-            gap = np.maximum(flat[f"b.{name}.lo"] - have, have - flat[f"b.{name}.hi"])
-            ok &= (gap <= AGREE_MARGIN * near).all(axis=1)
-        agreeing.update((episode, feature) for (episode, _), good in zip(items, ok) if good)
-    return agreeing
+        chosen = np.flatnonzero(held)
+        partial = np.fromiter((b is not None for b in brackets), dtype=bool, count=len(rows)) & ~held
+        good &= ~partial   # brackets for some quantiles only: one by one
+        if len(chosen):
+            for name in quantiles:
+                try:
+                    low = _stack([brackets[j][name][0] for j in chosen], len(chosen))
+                    high = _stack([brackets[j][name][1] for j in chosen], len(chosen))
+                except (TypeError, ValueError):
+                    good[chosen] = False
+                    continue
+                have = stated[name][rows[chosen]]
+                if have.shape != low.shape:
+                    good[chosen] = False
+                    continue
+                gap = np.maximum(low - have, have - high)
+                good[chosen] &= (gap <= AGREE_MARGIN * near[chosen]).all(axis=1)
+    ok[rows] = good
+    return ok
 
 
 def _describe(source: Source, feature: str, offs: list[Off], why: str = "") -> str:
