@@ -109,11 +109,12 @@ def read_bytes(path: Path) -> bytes:
         raise LerodocError(f"cannot be read ({exc.strerror or exc})", file=path) from None
 
 
-def _decoded(data: bytes, path: Path) -> str:
+def _decoded(data: bytes, path: Path, line0: int = 0) -> str:
+    """`data` as text; bytes that are not UTF-8 are a LerodocError naming the line (`line0` lines precede `data`)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = exc.object[:exc.start].count(b"\n") + 1
+        line = exc.object[:exc.start].count(b"\n") + 1 + line0
         raise LerodocError(f"line {line} is not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} "
                            f"at offset {exc.start})", file=path) from None
 
@@ -130,26 +131,28 @@ _CHUNK = 1 << 20   # bytes scanned at once (whole lines of JSON lines): some 20 
 NEWLINE = b"\n"
 
 
-def check_json(data: bytes, path: object, lines: bool = False) -> None:
+def check_json(data: bytes, path: object, lines: bool = False, line0: int = 0) -> None:
     """Refuse `data`, a JSON document (with `lines`, JSON lines), before it is parsed, when it breaks a bound: more
     than MAX_DOCUMENT_BYTES in a document, more lines than the memory budget parses (PARSED_PER_LINE each), a string
     longer than MAX_STRING bytes, or lists and objects nested deeper than MAX_DEPTH. One pass of numpy over the
-    bytes (`_scan`); a malformed document is left to the parser to name."""
+    bytes (`_scan`); a malformed document is left to the parser to name. `line0`: the lines of the file before
+    `data` (a run of its lines, `line_runs`), for the line a message names."""
     if lines:
         count = data.count(NEWLINE) + (not data.endswith(NEWLINE))
         budget.check(count * PARSED_PER_LINE, f"parsing its {count:,} lines of JSON", file=path)
     if len(data) > MAX_DOCUMENT_BYTES:
         long = _longest_line(data) if lines else 0
         if not lines or long[1] > MAX_DOCUMENT_BYTES:
-            raise LerodocError(f"{_line(data, long[0]) if lines else ''}holds more than {MAX_DOCUMENT_BYTES:,} bytes "
-                               f"of JSON, the most lerodoc reads in one {'line' if lines else 'file'}", file=path)
+            where = _line(data, long[0], line0) if lines else ""
+            raise LerodocError(f"{where}holds more than {MAX_DOCUMENT_BYTES:,} bytes of JSON, the most lerodoc reads "
+                               f"in one {'line' if lines else 'file'}", file=path)
     # an escaped backslash, then an escaped quote, as two plain bytes: each string keeps its length and its quotes
     plain = data.replace(b"\\\\", b"__").replace(b'\\"', b"__") if b"\\" in data else data
     found = _scan(plain, lines)
     if found is None:
         return
     kind, offset, size = found
-    line = _line(data, offset) if lines else ""
+    line = _line(data, offset, line0) if lines else ""
     if kind == "string":
         raise LerodocError(f"{line}holds a string of {size:,} bytes; lerodoc reads strings of up to {MAX_STRING:,}",
                            file=path)
@@ -166,8 +169,8 @@ def _longest_line(data: bytes) -> tuple[int, int]:
     return int(starts[longest]), int(sizes[longest])
 
 
-def _line(data: bytes, offset: int) -> str:
-    return f"line {data.count(NEWLINE, 0, offset) + 1} "
+def _line(data: bytes, offset: int, line0: int = 0) -> str:
+    return f"line {data.count(NEWLINE, 0, offset) + 1 + line0} "
 
 
 def _scan(plain: bytes, lines: bool) -> tuple[str, int, int] | None:
@@ -225,16 +228,44 @@ def _chunks(data: bytes, lines: bool):
         start = end
 
 
-def read_jsonl(path: Path, fields: dict[str, type] | None = None) -> list[dict]:
-    """The file's records in order; each must be a JSON object, and each of `fields` present must have its
-    type (int: a whole number in int64's range; float: any number)."""
+RUN_BYTES = 8 << 20   # the bytes of whole lines `line_runs` reads at once (a line longer: that line alone)
+
+
+def line_runs(path: Path, size: int | None = None):
+    """(lines before, bytes) of each run of whole lines of `path`, about `size` bytes each, read in turn: memory held
+    for one run, not the file. Each run is held to `check_json`'s bounds; a line over MAX_DOCUMENT_BYTES is a
+    LerodocError naming it before more of it is read (a sparse file of 10 GB reads 16 MiB of it)."""
     if not path.is_file():
         raise LerodocError("file is missing", file=path)
-    data = read_bytes(path)
-    text = _decoded(data, path)
-    check_json(data, path, lines=True)
+    lines, rest, size = 0, b"", size or RUN_BYTES
+    try:
+        with access.open_binary(path) as f:
+            while True:
+                block = f.read(size)
+                data = rest + block if rest else block
+                end = data.rfind(NEWLINE) + 1 if block else len(data)
+                if not end and len(data) > MAX_DOCUMENT_BYTES:
+                    raise LerodocError(f"line {lines + 1} holds more than {MAX_DOCUMENT_BYTES:,} bytes of JSON, the "
+                                       f"most lerodoc reads in one line", file=path)
+                if end:
+                    run, rest = data[:end], data[end:]
+                    check_json(run, path, lines=True, line0=lines)
+                    yield lines, run
+                    lines += run.count(NEWLINE)
+                else:
+                    rest = data
+                if not block:
+                    return
+    except OSError as exc:
+        raise LerodocError(f"cannot be read ({exc.strerror or exc})", file=path) from None
+
+
+def parse_lines(run: bytes | str, path: Path, line0: int = 0, fields: dict[str, type] | None = None):
+    """The records of `run`, whole lines of a JSON-lines file (`line0` lines before them) that `check_json` passed:
+    each a JSON object whose `fields` present have their type (`read_jsonl`)."""
+    text = run if isinstance(run, str) else _decoded(run, path, line0)
     rows = []
-    for lineno, line in enumerate(text.split("\n"), 1):
+    for lineno, line in enumerate(text.split("\n"), line0 + 1):
         if not line.strip():
             continue
         value = loads(line, path, lineno)
@@ -246,6 +277,17 @@ def read_jsonl(path: Path, fields: dict[str, type] | None = None) -> list[dict]:
                                    file=path, field=key)
         rows.append(Row(value, path, lineno))
     return rows
+
+
+def read_jsonl(path: Path, fields: dict[str, type] | None = None) -> list[dict]:
+    """The file's records in order; each must be a JSON object, and each of `fields` present must have its
+    type (int: a whole number in int64's range; float: any number)."""
+    if not path.is_file():
+        raise LerodocError("file is missing", file=path)
+    data = read_bytes(path)
+    text = _decoded(data, path)
+    check_json(data, path, lines=True)
+    return parse_lines(text, path, 0, fields)
 
 
 _KINDS = {int: "a whole number in int64's range", float: "a number", str: "a string", dict: "an object",

@@ -8,15 +8,17 @@ episode_chunk = episode_index // chunks_size
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from lerodoc import budget
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
-from lerodoc.formats.jsonl import (check_json, read_bytes, read_json, read_jsonl, stats_from_json, stats_to_json,
-                                   write_json, write_jsonl)
+from lerodoc.formats.jsonl import (PARSED_PER_BYTE, PARSED_PER_LINE, line_runs, parse_lines, read_json, read_jsonl,
+                                   stats_from_json, stats_to_json, write_json, write_jsonl)
 from lerodoc.formats.model import Episode, VideoSpan
 
 VERSION = "v2.1"
@@ -52,30 +54,83 @@ def read_tasks(root: Path) -> list[str]:
     return [by_index[i] for i in range(len(by_index))]
 
 
-def read_episode_stats(root: Path) -> dict[int, dict]:
+def read_episode_stats(root: Path) -> Mapping[int, dict]:
+    """episodes_stats.jsonl as {episode_index: {feature: {stat: array}}}, read a run of lines at a time
+    (jsonl.line_runs, each held to the JSON bounds before a parser sees it). The common case (`_regular_run`: every
+    line holds `episode_index` and the same features and stats, each stat numbers of one shape) becomes one array per
+    feature.stat and run, a row per episode, with no Python object per episode or value (`StatColumns`); anything
+    else is read line by line (`stats_from_json`), which names what is wrong. What is held is charged to the memory
+    budget as it grows, with the next run's parse: a file of 20,000 episodes (142 MB) holds ~45 MiB of arrays."""
     path = root / EPISODES_STATS_PATH
     if not path.is_file():
         return {}
-    check_json(read_bytes(path), path, lines=True)   # the budgets, before pyarrow's reader (10^5 levels crash it)
-    regular = _regular_episode_stats(path)
-    if regular is not None:
-        return regular
-    return {int(r["episode_index"]): stats_from_json(r["stats"], path, int(r["episode_index"]))
-            for r in read_jsonl(path, {"episode_index": int})}
+    runs, held = [], 0
+    for line0, run in line_runs(path):
+        budget.check(held + len(run) * PARSED_PER_BYTE, f"reading its per-episode stats ({budget.human(held)} "
+                     f"held, the next {len(run):,} bytes of JSON to parse)", file=path)
+        columns = _regular_run(run)
+        if columns is None or runs and columns[1].keys() != runs[0][1].keys():
+            return _line_by_line(path)
+        runs.append(columns)
+        held += sum(values.nbytes for values in columns[1].values()) + columns[0].nbytes
+    return StatColumns(runs) if runs else {}
 
 
-def _regular_episode_stats(path: Path) -> dict[int, dict] | None:
-    """The common case of episodes_stats.jsonl read in one pass by pyarrow's JSON reader: every line holds
-    `episode_index` and the same features and stats, each stat numbers of one shape for all episodes. Each
-    feature.stat becomes one array, a row per episode (the arrays `stats_from_json` gives, without a Python
-    object per value). None for anything else, which the line-by-line reader handles and names."""
+def _line_by_line(path: Path) -> dict[int, dict]:
+    out, held = {}, 0
+    for line0, run in line_runs(path):
+        budget.check(held + len(run) * PARSED_PER_BYTE, f"reading its per-episode stats line by line "
+                     f"({budget.human(held)} held)", file=path)
+        for r in parse_lines(run, path, line0, {"episode_index": int}):
+            stats = stats_from_json(r["stats"], path, int(r["episode_index"]))
+            out[int(r["episode_index"])] = stats
+            held += PARSED_PER_LINE + sum(128 + a.nbytes for by_stat in stats.values() for a in by_stat.values())
+    return out
+
+
+class StatColumns(Mapping):
+    """Per-episode stats held as columns: for each run of lines, (episode indices, {(feature, stat): (rows, *shape)
+    array}). An episode's stats are row views of those arrays, made when asked (the last line of an episode that
+    appears twice wins, as a dict built line by line keeps it)."""
+
+    def __init__(self, runs: list[tuple[np.ndarray, dict]]):
+        self.runs = runs
+        episodes = np.concatenate([index for index, _ in runs])
+        self.starts = np.cumsum([0] + [len(index) for index, _ in runs])
+        last = len(episodes) - 1 - np.unique(episodes[::-1], return_index=True)[1]   # each episode's last row
+        self.episodes, self.rows = episodes[last], last                              # sorted by episode
+        self.order = np.sort(np.unique(episodes, return_index=True)[1])              # first appearances, in order
+        self.first = episodes[self.order]
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def __iter__(self):
+        return iter(self.first.tolist())
+
+    def __getitem__(self, episode: int) -> dict:
+        at = int(np.searchsorted(self.episodes, episode))
+        if at == len(self.episodes) or self.episodes[at] != episode:
+            raise KeyError(episode)
+        row = int(self.rows[at])
+        run = int(np.searchsorted(self.starts, row, side="right")) - 1
+        out: dict[str, dict] = {}
+        for (feature, stat), values in self.runs[run][1].items():
+            out.setdefault(feature, {})[stat] = values[row - self.starts[run]]
+        return out
+
+
+def _regular_run(run: bytes) -> tuple[np.ndarray, dict] | None:
+    """(episode indices, {(feature, stat): array}) of a run of episodes_stats.jsonl lines read in one pass by
+    pyarrow's JSON reader, when every line holds `episode_index` and the same features and stats, each stat
+    numbers of one shape (the arrays `stats_from_json` gives, a row per line); else None."""
     import pyarrow as pa
     import pyarrow.json as pj
 
     from lerodoc.tables.parquet_io import regular_rows, to_numpy
     try:
-        table = pj.read_json(path, read_options=pj.ReadOptions(use_threads=False,
-                                                               block_size=max(1 << 20, path.stat().st_size + 1)))
+        table = pj.read_json(pa.BufferReader(run), read_options=pj.ReadOptions(use_threads=False,
+                                                                               block_size=len(run) + 1))
     except (pa.ArrowException, OSError, ValueError):
         return None
     if "episode_index" not in table.column_names or "stats" not in table.column_names or not table.num_rows:
@@ -94,19 +149,13 @@ def _regular_episode_stats(path: Path) -> dict[int, dict] | None:
             if values is None:
                 return None
             columns[feature.name, stat.name] = values.reshape(len(values), 1) if values.ndim == 1 else values
-    out: dict[int, dict] = {}
-    for row, episode in enumerate(to_numpy(index).tolist()):
-        episode_stats: dict[str, dict] = {}
-        for (feature, stat), values in columns.items():
-            episode_stats.setdefault(feature, {})[stat] = values[row]
-        out[episode] = episode_stats
-    return out
+    return to_numpy(index).astype(np.int64), columns
 
 
 class EpisodeStats:
-    """episodes_stats.jsonl, read on first use (`read_episode_stats`): one dict of arrays per episode is most of the
-    time of opening a dataset of many episodes, and a command that needs no episode's stats (info, train's index,
-    validate --no-stats) never reads it. Each episode's `stats` is `partial(holder.of, index)` (model.LazyStats)."""
+    """episodes_stats.jsonl, read on first use (`read_episode_stats`): reading it is most of the time of opening a
+    dataset of many episodes, and a command that needs no episode's stats (info, train's index, validate --no-stats)
+    never reads it. Each episode's `stats` is `partial(holder.of, index)` (model.LazyStats)."""
 
     def __init__(self, root: Path):
         self.root, self.by_episode = root, None
