@@ -192,8 +192,20 @@ class Group:
     matrices: dict[str, np.ndarray] | None
 
 
-def _stack(values: list, n: int) -> np.ndarray:
+def _stack(values: list, n: int, uniform: bool = False) -> np.ndarray:
+    """(n, channels) float64 from n values of one shape (`uniform`: known to be; else checked, ValueError if not)."""
+    if not uniform and len(_shapes(values)) != 1:
+        raise ValueError("values of several shapes")
+    if n and np.ndim(values[0]) > 0:
+        return np.asarray(np.concatenate(values), dtype=np.float64).reshape(n, -1)   # C-level, one copy
     return np.asarray(np.stack(values), dtype=np.float64).reshape(n, -1)
+
+
+def _shapes(values: list) -> set[tuple]:
+    try:
+        return {v.shape for v in values}
+    except AttributeError:
+        return {np.shape(v) for v in values}
 
 
 def _columns(sources: list[Source]) -> list[Group]:
@@ -213,7 +225,7 @@ def _columns(sources: list[Source]) -> list[Group]:
         shapes = {}
         if len(keys) == 1:
             for name in next(iter(keys)):
-                found = {np.shape(d[name]) for d in dicts}
+                found = _shapes([d[name] for d in dicts])
                 if len(found) != 1:
                     break
                 shapes[name] = found.pop()
@@ -232,7 +244,7 @@ def _columns(sources: list[Source]) -> list[Group]:
 
 def _group(feature: str, episodes: list[int], dicts: list[dict], shapes: dict[str, tuple]) -> Group:
     try:
-        matrices = {k: _stack([d[k] for d in dicts], len(dicts)) for k in shapes}
+        matrices = {k: _stack([d[k] for d in dicts], len(dicts), uniform=True) for k in shapes}
     except (TypeError, ValueError):
         matrices = None
     return Group(feature, episodes, dicts, shapes, matrices)
@@ -583,8 +595,16 @@ def _data_stats(ctx: Context) -> DataStats:
     result = DataStats({}, set() if where.complete else set(numeric), set(), {}, [], {})
     runs_by_file = where.by_file()
     runs_per_episode = {e: len(r) for e, r in where.by_episode().items()}
-    stated_quantiles = {(ep.index, f): _quantile_keys(by_stat) for ep in ds.episodes
-                        for f, by_stat in (ep.stats or {}).items() if _quantile_keys(by_stat)}
+    keys_of: dict[tuple, dict] = {}   # _quantile_keys once per set of stat names, not per episode
+    stated_quantiles = {}
+    for ep in ds.episodes:
+        for f, by_stat in (ep.stats or {}).items():
+            names = tuple(by_stat)
+            keys = keys_of.get(names)
+            if keys is None:
+                keys = keys_of[names] = _quantile_keys(by_stat)
+            if keys:
+                stated_quantiles[(ep.index, f)] = keys
     widths = {f: int(np.prod(ds.info.features[f]["shape"])) for f in numeric}
     units = []
     for path, data in data_files(ctx).items():
