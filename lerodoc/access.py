@@ -18,13 +18,17 @@ import hashlib
 import io
 import os
 import re
+import shutil
 import stat as stat_module
 import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
+from urllib.parse import quote
 
 from lerodoc import confined
+from lerodoc.errors import LerodocError
 from lerodoc.files import new_file, write_bytes
+from lerodoc.hub_errors import hub_errors
 
 SCHEME = "hf://"
 _URL = re.compile(r"hf://datasets/(?P<repo>[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_][A-Za-z0-9_.-]*)"
@@ -77,6 +81,7 @@ def _install_meter() -> None:
     global _installed
     if _installed:
         return
+    # huggingface_hub: loaded only for hub work, never by --help or a local command
     from huggingface_hub import set_client_factory
     from huggingface_hub.utils import _http
 
@@ -102,8 +107,8 @@ class HubStore:
 
     def __init__(self, repo: str, revision: str | None = None):
         _install_meter()
+        # huggingface_hub: loaded only for hub work, never by --help or a local command
         from huggingface_hub import HfApi, HfFileSystem
-        from lerodoc.hub_errors import hub_errors
         self.repo, self.revision = repo, revision
         self.started = METER.reading()
         self.file_bytes = 0          # bytes of file content received (range reads)
@@ -130,7 +135,6 @@ class HubStore:
     def root(self) -> HubPath:
         _STORES[(self.repo, self.sha)] = self
         cls = type("HubPath", (HubPath,), {"store": self})
-        from urllib.parse import quote
         return cls(_ANCHOR, "hub:" + quote(f"{self.url}@{self.sha}", safe=""))
 
     def open(self, rel: str) -> RangeFile:
@@ -147,7 +151,6 @@ class HubStore:
         folder = Path(folder)
         commit = folder / "commit"
         if folder.is_dir() and (not commit.is_file() or commit.read_text() != f"{self.repo}@{self.sha}"):
-            import shutil
             shutil.rmtree(folder)
         folder.mkdir(parents=True, exist_ok=True)
         if not commit.is_file():
@@ -199,7 +202,6 @@ class HubStore:
     def _request(self, rel: str, start: int, end: int, handle=None) -> bytes:
         """Bytes [start, end) of a file: one range request (huggingface_hub retries 429 and 5xx answers).
         `handle` is the file's HfFileSystemFile (`handle_of`), kept by the caller to skip opening it again."""
-        from lerodoc.hub_errors import hub_errors
         with hub_errors(f"{self.url}/{rel}"):
             data = (handle or self.handle_of(rel))._fetch_range(start, end)
         with self.lock:
@@ -246,7 +248,6 @@ class HubStore:
 
     def handle_of(self, rel: str):
         """huggingface_hub's file object for `rel` (no request: its size comes from the listing)."""
-        from lerodoc.hub_errors import hub_errors
         with hub_errors(f"{self.url}/{rel}"):
             return self.fs.open(f"{self.base}/{rel}", "rb", cache_type="none", block_size=1 << 20,
                                 size=self.sizes[rel])
@@ -443,7 +444,6 @@ def as_root(path: Path | PurePath | str) -> Path | HubPath:
 
 def open_url(text: str) -> HubPath:
     """The root of the hub dataset `text` names (lists the repository once; a HubError when that fails)."""
-    from lerodoc.errors import LerodocError
     try:
         repo, revision = parse_url(text)
     except ValueError as exc:

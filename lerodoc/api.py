@@ -21,7 +21,9 @@ from typing import Callable, Iterable, Mapping
 
 from lerodoc.conventions import TOLERANCE_S
 from lerodoc.errors import LerodocError, UsageError
+from lerodoc.hub import fetch_asset, fetch_dataset, push_dataset
 from lerodoc.results import EvalScores, Export, Info, Sweep, Trained
+from lerodoc.selection import Selection, format_ranges
 
 # Every call imports its operation inside: the operations load numpy and pyarrow (convert, merge and validate's add
 # 0.29 s to importing lerodoc.cli, median wall at load 3), and lerodoc.cli imports this module through the commands,
@@ -38,6 +40,7 @@ __all__ = ["info", "convert", "merge", "delete", "split", "tasks", "features", "
 def _dataset(value):
     """A dataset argument as the operations take it: a folder, or a hub dataset opened for range reads."""
     if isinstance(value, str) and value.startswith(("hf:/", "hf://")):
+        # start-up: --help imports lerodoc.api and not lerodoc.access
         from lerodoc.access import open_url
         return open_url(value)
     return Path(value) if isinstance(value, (str, Path)) else value   # a hub dataset the caller opened
@@ -50,17 +53,18 @@ def _optional_path(value: PathLike | None) -> Path | None:
 def _selection(numbers):
     """Episode numbers as a Selection; a Selection (what the commands parse) as it is, its typed text kept for
     the messages."""
-    from lerodoc.selection import Selection
     return numbers if isinstance(numbers, Selection) else Selection.of(int(n) for n in numbers)
 
 
 def _engine(engine: str, ray_address: str | None):
+    # start-up: --help imports lerodoc.api and not lerodoc.run.engine
     from lerodoc.run.engine import make
     return make(engine, ray_address)
 
 
 def info(dataset: PathLike):
     """`lerodoc info`: version, fps, totals, features, cameras and which stats exist (`results.Info`)."""
+    # start-up: lerodoc.ops.info loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.info import describe
     return Info.from_json(describe(_dataset(dataset)))
 
@@ -69,6 +73,7 @@ def convert(dataset: PathLike, output: PathLike, *, to: str | None = None, worke
             dry_run: bool = False, data_file_size_mb: float | None = None, video_file_size_mb: float | None = None,
             engine: str = "pool", ray_address: str | None = None, progress: Progress | None = None):
     """`lerodoc convert`: v2.x to v3.0, v3.0 to v2.1 (`to`), into `output` (`ops.convert.ConvertReport`)."""
+    # start-up: lerodoc.ops.convert loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.convert import convert as run
     return run(_dataset(dataset), Path(output), to=to, workers=workers, force=force,
                data_file_size_mb=data_file_size_mb, video_file_size_mb=video_file_size_mb, progress=progress,
@@ -81,6 +86,7 @@ def merge(datasets: Iterable[PathLike], output: PathLike, *, exclude: Mapping[in
           progress: Progress | None = None):
     """`lerodoc merge`: the datasets in order into `output`; `exclude` / `episodes` map a dataset's position in
     `datasets` to the episode numbers it leaves out / keeps only (`ops.merge.MergeReport`)."""
+    # start-up: lerodoc.ops.merge loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.merge import merge as run
     return run([_dataset(d) for d in datasets], Path(output),
                exclude={i: _selection(e) for i, e in (exclude or {}).items()},
@@ -94,6 +100,7 @@ def delete(dataset: PathLike, episodes: Iterable[int], output: PathLike | None =
            progress: Progress | None = None):
     """`lerodoc delete`: the dataset without `episodes`, renumbered, into `output` (or `in_place`)
     (`ops.merge.MergeReport`)."""
+    # start-up: lerodoc.ops.delete loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.delete import delete as run
     return run(_dataset(dataset), _optional_path(output), _selection(episodes), to=to, in_place=in_place,
                workers=workers, force=force, dry_run=dry_run, progress=progress)
@@ -107,6 +114,7 @@ def split(dataset: PathLike, output: PathLike,
     """`lerodoc split`: each part a complete dataset at `output/<part>`. `parts` maps a part's name to a fraction
     of the episodes ({"train": 0.9, "val": 0.1}; `seed` shuffles first) or to its episode numbers; `fractions`
     and `episodes` say which explicitly (one of the three) (`ops.split.SplitReport`)."""
+    # start-up: lerodoc.ops.split loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.split import split as run
     if parts is not None:
         if not parts:
@@ -125,6 +133,7 @@ def tasks(dataset: PathLike, output: PathLike | None = None, *, changes: Iterabl
           dry_run: bool = False):
     """`lerodoc tasks`: task texts edited by `changes` ('OLD TEXT=NEW TEXT', as --set takes them) or a JSON file
     (`from_file`: {"old": "new"} or the texts by task_index) (`ops.tasks.TasksReport`)."""
+    # start-up: lerodoc.ops.tasks loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.tasks import edit_tasks
     return edit_tasks(_dataset(dataset), _optional_path(output), set_=list(changes),
                       from_file=_optional_path(from_file), in_place=in_place, dry_run=dry_run, workers=workers,
@@ -136,6 +145,7 @@ def features(dataset: PathLike, output: PathLike | None = None, *, drop: Iterabl
              force: bool = False, dry_run: bool = False):
     """`lerodoc features`: features and cameras dropped, or renamed ({"old": "new"}, or 'OLD=NEW' as --rename
     takes them) (`ops.features.FeaturesReport`)."""
+    # start-up: lerodoc.ops.features loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.features import edit_features
     renames = [f"{old}={new}" for old, new in rename.items()] if isinstance(rename, Mapping) else list(rename)
     return edit_features(_dataset(dataset), _optional_path(output), drop=list(drop), rename=renames,
@@ -148,6 +158,7 @@ def encode(dataset: PathLike, output: PathLike | None = None, *, reencode: bool 
            dry_run: bool = False, progress: Progress | None = None):
     """`lerodoc encode`: image features encoded as video features, or (`reencode`) the video files whose settings
     change re-encoded (`ops.encode.EncodeReport`)."""
+    # start-up: lerodoc.ops.encode loads av, numpy, pyarrow (--help imports this module)
     from lerodoc.ops.encode import encode as run
     return run(_dataset(dataset), _optional_path(output), reencode=reencode, codec=codec, gop=gop, crf=crf,
                pix_fmt=pix_fmt, preset=preset, cameras=list(cameras), in_place=in_place, dry_run=dry_run,
@@ -159,6 +170,7 @@ def select(dataset: PathLike, output: PathLike | None = None, *, state: Iterable
            force: bool = False, dry_run: bool = False):
     """`lerodoc select`: observation.state / action built from slices, names, globs or features
     (`ops.select.SelectReport`)."""
+    # start-up: lerodoc.ops.select loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.select import select as run
     return run(_dataset(dataset), _optional_path(output), state=list(state), action=list(action),
                keep_source=keep_source, in_place=in_place, workers=workers, force=force, dry_run=dry_run)
@@ -168,6 +180,7 @@ def flatten(dataset: PathLike, output: PathLike | None = None, *, columns: Itera
             in_place: bool = False, workers: int = 1, force: bool = False, dry_run: bool = False):
     """`lerodoc flatten`: list[1] columns to scalars, constant-length lists to fixed-size lists
     (`ops.flatten.FlattenReport`)."""
+    # start-up: lerodoc.ops.flatten loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.flatten import flatten as run
     return run(_dataset(dataset), _optional_path(output), in_place=in_place,
                columns=None if columns is None else list(columns), workers=workers, force=force, dry_run=dry_run)
@@ -180,6 +193,7 @@ def quantiles(dataset: PathLike, output: PathLike | None = None, *, store: bool 
     """`lerodoc quantiles`: exact stats and q01..q99, stored in the dataset's own meta/ (the default), in a copy at
     `output`, or nowhere (`store=False`, a dry run); `budget_mb` of memory holds values
     (`ops.quantiles.QuantilesReport`)."""
+    # start-up: lerodoc.ops.quantiles loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.quantiles import quantiles as run
     return run(_dataset(dataset), _optional_path(output), in_place=store and output is None,
                features=None if features is None else list(features), workers=workers, budget=budget_mb << 17,
@@ -192,6 +206,7 @@ def validate(dataset: PathLike, *, videos: bool = False, deep: bool = False, tol
              engine: str = "pool", ray_address: str | None = None, stats: bool | None = None):
     """`lerodoc validate`: the findings (code, severity, file, episode, field, message, hint) and their counts
     (`ops.validate.ValidateReport`: `errors`, `warnings`, `findings`)."""
+    # start-up: lerodoc.ops.validate loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.validate import validate as run
     return run(_dataset(dataset), videos=videos, deep=deep, tolerance_s=tolerance_s,
                engine=_engine(engine, ray_address), stats=stats)
@@ -201,6 +216,7 @@ def repair(dataset: PathLike, output: PathLike | None = None, *, in_place: bool 
            workers: int = 1, force: bool = False, dry_run: bool = False):
     """`lerodoc repair`: metadata rebuilt from the data and video files; what changed and what still needs a
     human (`remaining`) (`ops.repair.RepairReport`)."""
+    # start-up: lerodoc.ops.repair loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.repair import repair as run
     return run(_dataset(dataset), _optional_path(output), in_place=in_place, workers=workers, force=force,
                drop_broken=drop_broken, dry_run=dry_run)
@@ -211,6 +227,7 @@ def report(dataset: PathLike, output: PathLike, *, videos: bool = False, episode
            progress: Progress | None = None):
     """`lerodoc report`: one self-contained HTML page at `output`; time series and frames of `episodes`, else of
     `sample` episodes spread evenly (`report.Report`)."""
+    # start-up: lerodoc.report loads numpy, pyarrow (--help imports this module)
     from lerodoc.report import build
     return build(_dataset(dataset), Path(output), videos=videos, sample=sample, workers=workers,
                  tolerance_s=tolerance_s, force=force, progress=progress,
@@ -223,9 +240,9 @@ def download_dataset(repo_id: str, *, revision: str | None = None, output: PathL
     """`lerodoc download dataset`: the repository fetched and validated (`hub.Fetched`, with `findings`), or with
     `episodes` only those, written to `output` as a complete dataset of their own (`ops.download.DownloadReport`)."""
     if episodes is None:
-        from lerodoc.hub import fetch_dataset
         return fetch_dataset(repo_id, revision=revision, output=_optional_path(output), source=source,
                              include=list(include))
+    # start-up: lerodoc.ops.download loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.download import download_episodes, refuse_partial
     refuse_partial(_optional_path(output), list(include), source)
     return download_episodes(repo_id, _selection(episodes), _optional_path(output), revision=revision, force=force,
@@ -235,7 +252,6 @@ def download_dataset(repo_id: str, *, revision: str | None = None, output: PathL
 def download_tokenizer(name: str = "paligemma", *, repo: str | None = None, revision: str | None = None,
                        output: PathLike | None = None, source: str = "hf"):
     """`lerodoc download tokenizer`: fetched, then loaded as a SentencePiece model (`hub.Fetched`)."""
-    from lerodoc.hub import fetch_asset
     return fetch_asset("tokenizer", name, repo=repo, revision=revision, output=_optional_path(output),
                        source=source)
 
@@ -244,7 +260,6 @@ def download_weights(name: str = "pi05_base", *, repo: str | None = None, revisi
                      output: PathLike | None = None, source: str = "hf"):
     """`lerodoc download weights`: model.safetensors fetched, its header checked against its size
     (`hub.Fetched`)."""
-    from lerodoc.hub import fetch_asset
     return fetch_asset("weights", name, repo=repo, revision=revision, output=_optional_path(output),
                        source=source)
 
@@ -252,7 +267,6 @@ def download_weights(name: str = "pi05_base", *, repo: str | None = None, revisi
 def push(dataset: PathLike, repo_id: str, *, revision: str | None = None, private: bool | None = None,
          message: str | None = None):
     """`lerodoc push`: the dataset validated, then uploaded in one commit with a generated card (`hub.Pushed`)."""
-    from lerodoc.hub import push_dataset
     return push_dataset(_dataset(dataset), repo_id, revision=revision, private=private, message=message)
 
 
@@ -276,16 +290,18 @@ def train_pi05(dataset: PathLike, output: PathLike, *, preset: str = "full", wei
     without images; `progress` draws the progress line. docs/train.md says what each option does."""
     from lerodoc.pi05.preflight import preflight_command   # before torch loads: every missing prerequisite at once
     from lerodoc.pi05.weights import weights_for
-    from lerodoc.selection import format_ranges
     dataset, output, cameras, skip_checks = _dataset(dataset), Path(output), list(cameras), list(skip_checks)
     weights = weights_for(preset, weights)
     sweep = sweep_batches is not None
     preflight_command(dataset, output, resume, sweep, tokenizer, weights, action_key, state_key, cameras,
                       ",".join(skip_checks) or None)
+    # start-up: lerodoc.pi05.tracking loads numpy (--help imports this module)
     from lerodoc.pi05.tracking import require
     require(wandb_project is not None, tensorboard)
+    # start-up: lerodoc.pi05.config loads av, numpy, pyarrow, torch (--help imports this module)
     from lerodoc.pi05.config import RunConfig
     from lerodoc.pi05.data import DataSpec
+    # start-up: lerodoc.pi05.launch loads av, numpy, pyarrow, rich, safetensors, torch (--help imports this module)
     from lerodoc.pi05.launch import run_job
     from lerodoc.pi05.preflight import AUTO
     no_state = state_key is not None and state_key.lower() == "none"
@@ -312,6 +328,7 @@ def train_pi05(dataset: PathLike, output: PathLike, *, preset: str = "full", wei
 def export_lerobot(source: PathLike, output: PathLike, *, device: str = "cuda"):
     """`lerodoc export lerobot`: a lerobot 0.6.1 PI05 policy directory from a run or checkpoint
     (`results.Export`)."""
+    # start-up: lerodoc.pi05.export loads numpy, pyarrow (--help imports this module)
     from lerodoc.pi05.export import export_lerobot as run
     return Export.from_json(run(Path(source), Path(output), device=device))
 
@@ -324,6 +341,7 @@ def eval_pi05(source: PathLike, dataset: PathLike, *, episodes: Iterable[int] | 
     else all), every `stride`-th frame: `policy` and `baselines` (hold the last action, the mean action, the base
     weights), each with MAE/MSE overall, per dimension, per horizon step and per episode; the HTML page at
     `output` when given (`results.EvalScores`)."""
+    # start-up: lerodoc.pi05.evaluate loads av, numpy, pyarrow, torch (--help imports this module)
     from lerodoc.pi05.evaluate import evaluate
     return EvalScores.from_json(evaluate(
         Path(source), _dataset(dataset), episodes=None if episodes is None else _selection(episodes),

@@ -9,6 +9,7 @@ running a download again fetches only what is missing, and a transfer cut mid-fi
 from __future__ import annotations
 
 import json
+import os
 import struct
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -55,6 +56,7 @@ def download_command(a: Asset) -> str:
 
 def modelscope_dir(repo: str) -> Path:
     """Where a ModelScope download lands without -o: beside the Hugging Face cache, so `locate` finds it."""
+    # huggingface_hub: loaded only for hub work, never by --help or a local command
     from huggingface_hub import constants
     return Path(constants.HF_HOME) / "modelscope" / repo
 
@@ -64,10 +66,12 @@ def cached_file(repo: str, filename: str, *, repo_type: str = "model", revision:
     """`filename` of `repo` at `revision` (main) in the Hugging Face cache (HF_HUB_CACHE, or `cache_dir`), found by
     huggingface_hub's own try_to_load_from_cache (the ref's snapshot, a commit hash too); None when absent. A repo
     with no folder in the cache answers before that import (most of a second), so a missing asset fails fast."""
+    # huggingface_hub: loaded only for hub work, never by --help or a local command
     from huggingface_hub import constants
     folder = f"{repo_type}s--{repo.replace('/', '--')}"   # the cache's layout (huggingface_hub's repo_folder_name)
     if not (Path(cache_dir or constants.HF_HUB_CACHE) / folder).is_dir():
         return None
+    # huggingface_hub: loaded only for hub work, never by --help or a local command
     from huggingface_hub import try_to_load_from_cache
     found = try_to_load_from_cache(repo, filename, cache_dir=cache_dir, revision=revision, repo_type=repo_type)
     return Path(found) if isinstance(found, str) and Path(found).is_file() else None
@@ -76,7 +80,7 @@ def cached_file(repo: str, filename: str, *, repo_type: str = "model", revision:
 def lerobot_home() -> Path:
     """lerobot's HF_LEROBOT_HOME (lerobot.utils.constants): $HF_LEROBOT_HOME, else $HF_HOME/lerobot. A dataset named
     by repo id lives at HF_LEROBOT_HOME/owner/name; lerobot's own hub downloads go to HF_LEROBOT_HOME/hub."""
-    import os
+    # huggingface_hub: loaded only for hub work, never by --help or a local command
     from huggingface_hub import constants
     return Path(os.environ.get("HF_LEROBOT_HOME") or Path(constants.HF_HOME) / "lerobot").expanduser()
 
@@ -87,6 +91,7 @@ DATASET_REVISIONS = (None, "v3.0", "v2.1", "v2.0")   # main, then the version ta
 def dataset_places(repo_id: str) -> list[str]:
     """Where `find_dataset` looks for a repo id, in order (for messages and docs)."""
     home = lerobot_home()
+    # huggingface_hub: loaded only for hub work, never by --help or a local command
     from huggingface_hub import constants
     return [str(home / repo_id), f"the hub cache {home / 'hub'} (lerobot's downloads)",
             f"the hub cache {constants.HF_HUB_CACHE}"]
@@ -132,6 +137,7 @@ def locate(kind: str, spec: str) -> Path:
         raise LerodocError(f"not a file, a folder or a known {kind} name", file=spec,
                            hint=f"known: {', '.join(a.name for a in ASSETS.values() if a.kind == kind)}")
     a = ASSETS[spec]
+    # huggingface_hub: loaded only for hub work, never by --help or a local command
     from huggingface_hub import constants
     cached = cached_file(a.repo, a.file)
     if cached:
@@ -168,6 +174,7 @@ def fetch_asset(kind: str, name: str, *, repo: str | None = None, revision: str 
     repo = repo or (a.repo if source == "hf" else a.modelscope_repo)
     files = [a.file, *a.extras]
     if source == "hf":
+        # huggingface_hub: loaded only for hub work, never by --help or a local command
         from huggingface_hub import hf_hub_download
         if not all(cached_file(repo, f, revision=revision) for f in files) or output:
             reach_hub(repo, "download")   # one try, in seconds, instead of the client's retries
@@ -190,6 +197,7 @@ def fetch_dataset(repo: str, *, revision: str | None = None, output: Path | None
     target = Path(output) if output else lerobot_home() / repo
     with placed_download(target, repo, placed=output is None):
         if source == "hf":
+            # huggingface_hub: loaded only for hub work, never by --help or a local command
             from huggingface_hub import snapshot_download
             reach_hub(repo, "download")
             with hub_errors(repo, "--source modelscope"):
@@ -201,6 +209,7 @@ def fetch_dataset(repo: str, *, revision: str | None = None, output: Path | None
     fetched = Fetched("dataset", repo, source, str(root), files, "not validated (--include took part of it)",
                       f"lerodoc train pi05 {repo if output is None else root}")
     if not include:
+        # start-up: lerodoc.ops.validate loads numpy, pyarrow (--help imports this module)
         from lerodoc.ops.validate import validate
         report = validate(root)
         fetched.findings = [f.to_json() for f in report.findings]
@@ -245,6 +254,7 @@ def visible_files(root: Path) -> list[str]:
 def check_tokenizer(path: Path) -> str:
     """Load the SentencePiece model; a file that does not load is a failed download."""
     try:
+        # sentencepiece: optional, loaded only where a tokenizer is built or read
         import sentencepiece
     except ImportError:
         return "not loaded (sentencepiece is not installed: pip install 'lerodoc[train]')"
@@ -280,6 +290,7 @@ def _modelscope_fetch(repo: str, repo_type: str, revision: str | None, local_dir
                       patterns: list[str] | None, a: Asset | None) -> Path:
     """Download `patterns` (file names or globs; None: everything) of a ModelScope repo into `local_dir`."""
     try:
+        # optional, only with --source modelscope
         from modelscope_hub import HubApi, HubError as ModelScopeError
     except ImportError:
         raise LerodocError("--source modelscope needs the ModelScope client",
@@ -320,8 +331,10 @@ def push_dataset(root: Path, repo: str, *, revision: str | None = None, private:
     A README.md dataset card is generated unless the dataset has its own. Hidden files (download
     metadata, lerodoc's temporary trees) are left out.
     """
+    # huggingface_hub: loaded only for hub work, never by --help or a local command
     from huggingface_hub import CommitOperationAdd, HfApi
     from lerodoc.formats.paths import regular_files
+    # start-up: lerodoc.ops.validate loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.validate import validate
 
     files = regular_files(root)   # the dataset's own files: no link leading outside it, no FIFO or device
@@ -366,6 +379,7 @@ def dataset_card(root: Path, *, warnings: int = 0) -> str:
 
     lerodoc keeps no edit history inside a dataset, so the card records the dataset as pushed.
     """
+    # start-up: lerodoc.ops.info loads numpy, pyarrow (--help imports this module)
     from lerodoc.ops.info import describe
     d = describe(root)
     data_glob = "data/*/*.parquet"

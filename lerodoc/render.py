@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import sys
+import warnings
 from contextlib import contextmanager
+from lerodoc import __version__
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
@@ -78,6 +81,7 @@ def _console(stderr: bool):
     """A console whose width is the terminal's, or unlimited when it writes to a pipe or a file (rich would take
     the width of another stream's terminal, or 80, and cut piped lines there), and that prints every string it is
     given as `shown` makes it (a command's `render.out().print(f"... {task} ...")` included), every Text escaped."""
+    # rich: --help prints click's plain text; render's consoles are made on first use
     from rich.console import Console, ConsoleDimensions
     from rich.text import Text
 
@@ -146,14 +150,14 @@ def set_level(quiet: bool, verbose: bool) -> None:
     the libraries' log on stderr."""
     global level
     level = QUIET if quiet else VERBOSE if verbose else NORMAL
+    # logging: --help imports this module and loads no logging
     import logging
-    import os
     if quiet:
-        import warnings
         warnings.simplefilter("ignore")
         logging.basicConfig(level=logging.ERROR)
         os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"   # read when huggingface_hub loads
         if "huggingface_hub" in sys.modules:
+            # huggingface_hub: loaded only for hub work, never by --help or a local command
             from huggingface_hub.utils import disable_progress_bars
             disable_progress_bars()
     elif verbose:
@@ -169,6 +173,7 @@ def shows_progress(wanted: bool = True) -> bool:
 def message(kind: str, text: str, *, style: str = "yellow") -> None:
     """`kind: text` on stderr, the kind styled (warning, note); nothing under -q (only errors and results)."""
     if level > QUIET:
+        # rich: --help prints click's plain text; render's consoles are made on first use
         from rich.text import Text
         console = err()
         console.print(Text.assemble((f"{kind}:", style), " ", shown(text)), soft_wrap=not console.is_terminal)
@@ -181,6 +186,7 @@ def warning(text: str) -> None:
 def note(text: str) -> None:
     """A plain line on stderr about what the command is doing (train's start line); nothing under -q."""
     if level > QUIET:
+        # rich: --help prints click's plain text; render's consoles are made on first use
         from rich.text import Text
         console = err()
         console.print(Text(shown(text)), soft_wrap=not console.is_terminal)
@@ -189,6 +195,7 @@ def note(text: str) -> None:
 def detail(text: str) -> None:
     """More detail, printed only under -v."""
     if level >= VERBOSE:
+        # rich: --help prints click's plain text; render's consoles are made on first use
         from rich.text import Text
         console = err()
         console.print(Text(shown(text), style="dim"), soft_wrap=not console.is_terminal)
@@ -196,12 +203,14 @@ def detail(text: str) -> None:
 
 def error(text: str, *, prefix: str = "error:") -> None:
     """The one-paragraph error, always printed (-q keeps errors)."""
+    # rich: --help prints click's plain text; render's consoles are made on first use
     from rich.text import Text
     console = err()
     console.print(Text.assemble((prefix, "bold red"), " ", shown(text)), soft_wrap=not console.is_terminal)
 
 
 def heading(text: str) -> None:
+    # rich: --help prints click's plain text; render's consoles are made on first use
     from rich.text import Text
     out().print(Text(shown(text), style="bold"))
 
@@ -212,7 +221,6 @@ def envelope(result: dict | None = None, *, exit_code: int = 0, error: dict | No
     """The JSON every `--json` prints, success or failure: the command, lerodoc's version, whether it succeeded
     (exit 0), its exit code, the command's own result keys, and `error` ({message, file, episode, field, hint})
     when it failed with one."""
-    from lerodoc import __version__
     body = dict(zip(ENVELOPE, (command, __version__, int(exit_code) == 0, int(exit_code))))
     clash = [k for k in (result or {}) if k in ENVELOPE or k == "error"]
     if clash:
@@ -263,6 +271,7 @@ _WORD = re.compile(r"\S+")
 
 def _width(text: str) -> int:
     """Terminal cells `text` takes (wide characters count two)."""
+    # rich: --help prints click's plain text; render's consoles are made on first use
     from rich.cells import cell_len
     return cell_len(text)
 
@@ -322,6 +331,7 @@ class _Table:
         self.rows = [["" if v is None else shown(v) for v in row] for row in rows]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        # rich: --help prints click's plain text; render's consoles are made on first use
         from rich import box
         from rich.table import Table
         if not console.is_terminal:
@@ -342,6 +352,7 @@ class _Table:
     def _plain(self) -> RenderResult:
         """For a pipe or a file: the title, then the header and each row on one line, cells in aligned columns
         two spaces apart, nothing cut, no rules."""
+        # rich: --help prints click's plain text; render's consoles are made on first use
         from rich.text import Text
         lines = [self.columns, *self.rows]
         widths = [max(_widest_line(line[i]) for line in lines) for i in range(len(self.columns))]
@@ -354,6 +365,7 @@ class _Table:
     def _records(self, width: int) -> RenderResult:
         """Too wide for the terminal even with whole names: each row as its first cell on a line of its own, then
         its other cells as `column: value` on an indented line that wraps between words."""
+        # rich: --help prints click's plain text; render's consoles are made on first use
         from rich.padding import Padding
         from rich.text import Text
         if self.title:
@@ -376,6 +388,7 @@ def progress(enabled: bool = True):
     if not shows_progress(enabled):
         yield None
         return
+    # rich: --help prints click's plain text; render's consoles are made on first use
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn   # a bar runs
     bar = Progress(TextColumn("{task.description:>8}"), BarColumn(), MofNCompleteColumn(),

@@ -105,3 +105,58 @@ def test_a_private_typer_use_is_found(tmp_path):
                                    "y = typer.main.get_command\n")
     assert private_typer_uses(tmp_path) == ["a.py:1 typer._coercion", "a.py:2 typer._param_types",
                                             "a.py:4 typer._click.Context", "a.py:5 click._compat"]
+
+
+# Issue 38 item 2: an import inside a function hides the module's structure, so one is there only for a start-up
+# cost (a heavy library, or a lerodoc module that pulls one in) or an import cycle, and says which in a comment: on
+# its line, on the line above, or above the first of a block of consecutive imports. dataset.py and formats/v21.py
+# were being edited by other hands when this test came; their function-level imports are still to be explained.
+NOT_YET_EXPLAINED = {"dataset.py", "formats/v21.py"}
+
+
+def unexplained_imports(root: Path) -> list[str]:
+    """`path:line` of every import inside a function of a .py file under `root` that carries no reason comment."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines))
+        nodes = {node for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))}
+        ending_at = {node.end_lineno: node for node in nodes}
+
+        def explained(node) -> bool:
+            if any("#" in line for line in lines[node.lineno - 1:node.end_lineno]):
+                return True
+            above = node.lineno - 1
+            if above >= 1 and lines[above - 1].strip().startswith("#"):
+                return True
+            return above in ending_at and explained(ending_at[above])
+
+        found += [f"{path.relative_to(root).as_posix()}:{node.lineno}"
+                  for node in sorted(nodes, key=lambda n: n.lineno) if not explained(node)]
+    return found
+
+
+def test_every_import_inside_a_function_says_why():
+    found = [where for where in unexplained_imports(ROOT / "lerodoc") if where.split(":")[0] not in NOT_YET_EXPLAINED]
+    assert found == []
+
+
+def test_an_unexplained_import_inside_a_function_is_found(tmp_path):
+    (tmp_path / "a.py").write_text(
+        "import os\n"
+        "def f():\n"
+        "    import json  # cheap, but here\n"
+        "    # torch takes 2 s to import\n"
+        "    import torch\n"
+        "    from torch import nn\n"
+        "    x = 1\n"
+        "    import shutil\n"
+        "    return x\n"
+        "class C:\n"
+        "    def g(self):\n"
+        "        from lerodoc import (\n"
+        "            api)\n"
+        "        # a cycle\n"
+        "        import lerodoc.hub\n")
+    assert unexplained_imports(tmp_path) == ["a.py:8", "a.py:12"]

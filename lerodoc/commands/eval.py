@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from lerodoc import render
+from lerodoc.api import eval_pi05
 from lerodoc.options import DatasetArg, ForceOpt, JsonOpt, existing_folder
+from lerodoc.selection import format_ranges, parse
 
 app = typer.Typer(name="eval", no_args_is_help=True, help="Evaluate trained policies on recorded episodes.")
 
@@ -47,8 +49,6 @@ def pi05(
 
     Example: lerodoc eval pi05 runs/pusht-pi05 data/pusht --episodes 190-205 -o eval.html
     """
-    from lerodoc.api import eval_pi05
-    from lerodoc.selection import parse
     chosen = parse(episodes, "--episodes") if episodes else None
     numbers = None if chosen is None else [n for lo, hi in chosen.spans for n in range(lo, hi + 1)]
     with render.progress(not json) as track:
@@ -66,7 +66,6 @@ def pi05(
                          "policy better" if report["beats"][name] else "baseline better or equal"])
         else:
             rows.append([names[name], "-", "-", "-", f"not available: {b['reason']}"])
-    from lerodoc.selection import format_ranges
     render.out().print(render.table(f"{report['frames']} frames of episodes {format_ranges(report['episodes'])}"
                                   + (" (held out)" if report["held_out"] else ""),
                                   ["", "MAE", "MSE", "MAE / (q99 - q01)", "against the policy"], rows))

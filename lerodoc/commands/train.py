@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -11,6 +12,7 @@ import typer
 from lerodoc import api, render
 from lerodoc.options import DatasetArg, JsonOpt, working_in
 from lerodoc.run.parallel import data_workers
+from lerodoc.selection import format_ranges, parse
 
 app = typer.Typer(name="train", no_args_is_help=True, help="Train policies on a dataset.")
 
@@ -158,7 +160,6 @@ def pi05(
         render_sweep(result, json)
         return
     summary = result.to_json()
-    from lerodoc.selection import format_ranges
     if json:
         render.print_json(summary)
         return
@@ -174,7 +175,6 @@ def _held_out(values: list[str] | None) -> list[int] | None:
     them as one canonical selection, `0-2,5`, which a resume compares)."""
     if not values:
         return None
-    from lerodoc.selection import parse
     chosen = parse(values, "--val-episodes")
     return sorted({n for lo, hi in chosen.spans for n in range(lo, hi + 1)})
 
@@ -191,7 +191,6 @@ def _batches(text: str) -> list[int]:
 
 def render_sweep(sweep, as_json: bool) -> None:
     """What `train pi05 --sweep` prints of `sweep` (a `results.Sweep`)."""
-    import os
     if os.environ.get("RANK", "0") != "0":
         return
     if as_json:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from lerodoc.errors import LerodocError
+from lerodoc.formats.jsonl import read_json, write_json
 from lerodoc.formats.paths import component, template
 
 # Bounds on what info.json may claim, far past any real dataset (the largest hold about 1e8 frames, record at up
@@ -142,7 +143,6 @@ class Info:
 
     @classmethod
     def load(cls, path: Path) -> Info:
-        from lerodoc.formats.jsonl import read_json
         return cls.from_dict(read_json(path), source=path)
 
     # --- features -------------------------------------------------------------------------
@@ -183,7 +183,6 @@ class Info:
         return out
 
     def write(self, path: Path, order: tuple[str, ...], derived: dict | None = None) -> None:
-        from lerodoc.formats.jsonl import write_json
         write_json(path, self.to_dict(order, derived))
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from lerodoc.formats import v21
 from lerodoc.formats.info import Info
+from lerodoc.formats.jsonl import stats_to_json, write_json
 
 VERSION = "v2.0"
 EPISODES_PATH = v21.EPISODES_PATH
@@ -28,5 +29,4 @@ def stats_files(root: Path) -> set[str]:
 
 def write_stats(root: Path, info: Info, episodes, stats: dict | None) -> None:
     """v2.0 keeps dataset stats only; per-episode stats need v2.1 (`lerodoc convert --to v2.1`)."""
-    from lerodoc.formats.jsonl import stats_to_json, write_json
     write_json(root / v21.STATS_PATH, stats_to_json(stats or {}))

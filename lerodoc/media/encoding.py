@@ -6,11 +6,13 @@ re-encoded clips (a cut that does not start on a keyframe: lerodoc.media.video) 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
 import av
+import numpy as np
 
 from lerodoc.files import new_file
 
@@ -66,7 +68,6 @@ def can_encode(codec: str) -> bool:
 
 def encode_frames(frames, out: Path, fps: int, settings: EncodeSettings, width: int, height: int) -> int:
     """Encode `frames` ((k, av.VideoFrame): frame k shown at k/fps) into the mp4 `out`; returns the count."""
-    import os
     os.environ.setdefault("SVT_LOG", "1")   # SVT-AV1 prints its banner and config on stderr otherwise
     with new_file(out) as tmp, av.open(str(tmp), "w", format="mp4") as dst:   # never into a link
         stream = dst.add_stream(settings.encoder, rate=fps, options=settings.options())
@@ -91,6 +92,5 @@ def mux_encoded(dst, stream, frames, fps: int) -> int:
 
 def psnr(a, b) -> float:
     """Peak signal-to-noise ratio (dB) of two uint8 images; inf when equal."""
-    import numpy as np
     mse = float(np.mean((np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)) ** 2))
     return float("inf") if mse == 0 else 10 * np.log10(255.0 ** 2 / mse)

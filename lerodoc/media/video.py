@@ -18,9 +18,9 @@ import av
 from lerodoc.media import mp4
 from lerodoc.media.clips import (Clip, NotOnKeyframe, Written, fits_grid, grid_time_base, read_errors, reason,
                                  window_ticks)
-from lerodoc.media.encoding import ENCODERS, LOSSLESS, mux_encoded
-from lerodoc.errors import LerodocError
+from lerodoc.errors import ExitCode, LerodocError
 from lerodoc.files import new_file
+from lerodoc.media.encoding import ENCODERS, LOSSLESS, mux_encoded
 from lerodoc.media.frames import decode_checked, demux_checked, open_stream, probe, strict_tags
 
 
@@ -242,6 +242,5 @@ def reencode(clip: Clip, out: Path, fps: int, episode: int | None = None) -> Wri
 
 class VerifyError(LerodocError):
     def __init__(self, message: str, path: Path):
-        from lerodoc.errors import ExitCode
         super().__init__(message, file=path)
         self.exit_code = ExitCode.VERIFY_FAILED

@@ -11,12 +11,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lerodoc import formats
+from lerodoc.conventions import INFO_PATH
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.ops import rewrite
+from lerodoc.ops.stats import dataset_quantiles
 from lerodoc.promote.staging import check_output, staged_output
 from lerodoc.tables.stats import dataset_stats
-from lerodoc.conventions import INFO_PATH
 
 
 @dataclass
@@ -108,7 +109,6 @@ def _stats(tmp: Path, ds: Dataset, episodes: list, workers: int, report: Convert
     """v3.0's dataset stats: the per-episode stats aggregated over the source's; where the source has no q01/q99
     for a numeric feature (lerobot's v2.1 stats, validate's STA020), exact ones from the written rows, as
     `lerodoc quantiles` computes them, and a line in `report.canonical` saying so."""
-    from lerodoc.ops.stats import dataset_quantiles
     lacking = [k for k in ds.info.numeric_keys if not {"q01", "q99"} <= set((ds.stats or {}).get(k, {}))]
     quantiles = None
     if lacking:

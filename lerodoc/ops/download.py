@@ -21,10 +21,15 @@ from pathlib import Path
 from lerodoc import access
 from lerodoc.dataset import Dataset
 from lerodoc.errors import UsageError
+from lerodoc.hub_errors import reach_hub
+from lerodoc.media import mp4
+from lerodoc.media.clips import Clip
 from lerodoc.ops import rewrite
 from lerodoc.ops.merge import merge
-from lerodoc.selection import Selection
+from lerodoc.ops.validate import validate
 from lerodoc.promote.staging import check_output
+from lerodoc.selection import Selection
+from lerodoc.tables.parquet_io import open_parquet
 
 CACHE_SUFFIX = ".lerodoc-download"
 
@@ -66,7 +71,6 @@ def download_episodes(repo: str, episodes: Selection, out: Path, *, revision: st
     started = time.perf_counter()
     out = check_output(out, force=force)   # before a byte is fetched
     cache = cache_for(out)
-    from lerodoc.hub_errors import reach_hub
     reach_hub(repo, "download")            # one try, in seconds, instead of the client's retries
     root = access.open_url(url_of(repo, revision))
     store = root.store
@@ -86,7 +90,6 @@ def download_episodes(repo: str, episodes: Selection, out: Path, *, revision: st
     report.episode_bytes = own_bytes(ds, chosen)
     report.transfer = store.transfer()
     shutil.rmtree(cache, ignore_errors=True)   # the output is in place: nothing is left to resume
-    from lerodoc.ops.validate import validate
     checked = validate(out)
     report.findings = [f.to_json() for f in checked.findings]
     report.verified = f"validate: {checked.errors} errors, {checked.warnings} warnings"
@@ -99,9 +102,6 @@ def own_bytes(ds: Dataset, numbers: list[int]) -> int:
     """The bytes that are the episodes' own in the source: the compressed column chunks of the row groups that hold
     their rows (a row group shared with other episodes counts in proportion to the rows it holds of theirs) and the
     samples of their video windows. Read from the footers and moov boxes the download fetched already."""
-    from lerodoc.media import mp4
-    from lerodoc.media.clips import Clip
-    from lerodoc.tables.parquet_io import open_parquet
     wanted = set(numbers)
     total = 0
     for relative, eps in ds.episodes_by_data_file().items():

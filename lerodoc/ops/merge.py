@@ -6,6 +6,7 @@ A single source with --exclude deletes episodes; with --episodes it keeps a subs
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -19,10 +20,10 @@ from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import Info, canonical_feature, codec_name, flat_names
 from lerodoc.formats.stats import normalise_stats
 from lerodoc.ops import rewrite
-from lerodoc.tables.parquet_io import column_matrix, read_parquet
-from lerodoc.selection import Selection, parse
-from lerodoc.promote.staging import check_output, staged_output
 from lerodoc.ops.stats import dataset_quantiles
+from lerodoc.promote.staging import check_output, staged_output
+from lerodoc.selection import Selection, parse
+from lerodoc.tables.parquet_io import column_matrix, read_parquet
 from lerodoc.tables.stats import dataset_stats
 
 STREAM_KEYS = ("video.height", "video.width", "video.pix_fmt", "video.channels")
@@ -113,7 +114,6 @@ def _same_source(label: str, source: Path, find: Callable[[str], Path] | None) -
         return bool(label)
     if access.is_remote(source):
         return False
-    import os
     given = Path(label).expanduser()
     if os.path.abspath(given) == os.path.abspath(source):
         return True

@@ -21,16 +21,17 @@ import pyarrow.parquet as pq
 
 from lerodoc import access
 from lerodoc.dataset import Dataset, read_rows
-from lerodoc.formats.model import Episode, VideoSpan
 from lerodoc.errors import LerodocError, VerificationError
+from lerodoc.files import new_file
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
-from lerodoc.files import new_file
+from lerodoc.formats.model import Episode, VideoSpan
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix, conform, from_numpy, is_list_type,
                                        iter_batches, numpy_dtype, open_parquet, read_parquet, read_schema)
+from lerodoc.formats.info import canonical_feature
 from lerodoc.promote.links import link_or_copy
 from lerodoc.tables.stats import table_stats
 
@@ -328,7 +329,7 @@ def clip_facts(args: tuple[tuple[video.Clip, ...], tuple[int, ...], int, bool]
     """Worker: per clip, whether it starts on a keyframe (else it is re-encoded); with `signatures`, what must
     be equal for it to be joined to its neighbour (`video.signature`); and whether its time base places frames
     on the k/fps grid (else its packets are re-timed onto it: `video.concat`)."""
-    from lerodoc.media import frames, video
+    from lerodoc.media import frames, video  # PyAV: a rewrite without videos loads none
     clips, episodes, fps, signatures = args
     return [(video.starts_on_keyframe(c, fps, e), video.signature(c.path, e) if signatures else None,
              video.fits_grid(frames.time_base(c.path, e), fps)) for c, e in zip(clips, episodes)]
@@ -341,6 +342,7 @@ def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ..
     re-timing and whose file can be reused as it is (`video.linkable`) is that source file; other clips are
     joined up to `cap_bytes`, a new file starting where two neighbours' signatures differ or either is
     re-encoded (its parameters are the encoder's)."""
+    # start-up: lerodoc.media.video loads av
     from lerodoc.media import video
     reencoded = {i for i, (keyframe, _, _) in enumerate(facts) if not keyframe}
     retimed = {i for i, (_, _, on_grid) in enumerate(facts) if not on_grid} - reencoded
@@ -366,6 +368,7 @@ def video_files(key: str, episodes: tuple[int, ...], clips: tuple[video.Clip, ..
 
 def write_video_file(vf: VideoFile, root: Path, fps: int) -> list[video.Written]:
     """Write one planned file under `root`; returns where each clip landed."""
+    # start-up: lerodoc.media.video loads av
     from lerodoc.media import video
     out = inside(root, vf.path, field=f"video_path of {vf.key}")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -450,6 +453,7 @@ def _group_by_size(sizes: list[int], cap: int) -> list[list[int]]:
 
 
 def _clip_of(ds: Dataset, ep: Episode, key: str) -> video.Clip:
+    # start-up: lerodoc.media.video loads av
     from lerodoc.media import video
     span = ep.videos[key]
     path = ds.path(span.file)
@@ -724,7 +728,6 @@ def canonical_features(features: dict) -> tuple[dict, list[str]]:
     where its names are missing (LAY019) or already say height, width, then its channel axis ('channel',
     LAY018). Names in another order (channels first) describe another shape and stay as they are. Returns the
     features and one line per change."""
-    from lerodoc.formats.info import canonical_feature
     out, changes = {}, []
     for name, spec in features.items():
         fixed = canonical_feature(spec)

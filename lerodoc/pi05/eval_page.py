@@ -15,6 +15,7 @@ from lerodoc import __version__
 from lerodoc.conventions import TOLERANCE_S
 from lerodoc.formats.jsonl import write_text
 from lerodoc.report import data as report_data, page
+from lerodoc.selection import format_ranges
 
 SAMPLED = 3             # episodes drawn per joint
 CHUNKS_PER_EPISODE = 12  # predicted chunks drawn over each episode's recorded actions
@@ -25,6 +26,7 @@ BASELINES = {"hold_last_action": "hold the last recorded action", "mean_action":
 
 def write_page(out: Path, result, dataset, progress=None) -> None:
     """Draw `result` (evaluate.Evaluation) and write it to `out` whole."""
+    # start-up: lerodoc.report.plots loads matplotlib
     from lerodoc.report.plots import png
     r = result.report
     sampled = _sampled(r["episodes"])
@@ -121,7 +123,6 @@ def _figure(t) -> str:
 
 
 def _ranges(numbers: list[int]) -> str:
-    from lerodoc.selection import format_ranges
     return format_ranges(numbers)
 
 
@@ -130,6 +131,7 @@ def _ranges(numbers: list[int]) -> str:
 
 def horizon_figure(r: dict):
     """Normalised MAE against chunk step, the policy and each available baseline."""
+    # matplotlib: loaded only when a plot is drawn
     from matplotlib.figure import Figure
     fig = Figure(figsize=(7, 3.6), layout="constrained")
     ax = fig.subplots()
@@ -149,6 +151,7 @@ def horizon_figure(r: dict):
 def episode_figure(result, number: int):
     """One panel per action dimension: the recorded actions of episode `number` against time, and up to
     CHUNKS_PER_EPISODE predicted chunks, evenly spaced over the evaluated frames, from where each starts."""
+    # matplotlib: loaded only when a plot is drawn
     from matplotlib.figure import Figure
     from lerodoc.report.plots import COLUMNS
     r, frames = result.report, result.frames

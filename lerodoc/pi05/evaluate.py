@@ -36,9 +36,19 @@ import torch
 
 from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError, UsageError
+from lerodoc.hub import locate
+from lerodoc.pi05 import preflight
 from lerodoc.pi05.data import DataSpec, Frames, Tokenizer, TrainingBatches, load_frames
+from lerodoc.pi05.eval_page import write_page
+from lerodoc.pi05.export import ACTION, PALIGEMMA, PREPROCESSOR, STATE, find_checkpoint
 from lerodoc.pi05.frames import FrameReader
+from lerodoc.pi05.model import PI05
 from lerodoc.pi05.policy import model_config, unnormalise
+from lerodoc.pi05.preflight import refuse
+from lerodoc.pi05.runs import load_trainer
+from lerodoc.pi05.train import to_device
+from lerodoc.pi05.weights import load_weights, locate_weights, policy_stats
+from lerodoc.promote.staging import check_output
 
 Progress = Callable[[str, int], Callable[[int], None]]
 HOLD, MEAN, BASE = "hold_last_action", "mean_action", "base_weights"
@@ -69,7 +79,6 @@ class Source:
         spec = self.run.get("weights")
         if spec is None:
             return None, "the run started from random initialisation (--weights none, the tiny preset's default)"
-        from lerodoc.pi05.weights import locate_weights
         try:
             return locate_weights(spec)[0], None
         except LerodocError as exc:
@@ -81,9 +90,6 @@ def load_source(path: Path) -> Source:
     path = Path(path)
     if (path / "lerodoc.json").is_file() and not (path / "trainer.json").is_file():
         return _export_source(path)
-    from lerodoc.hub import locate
-    from lerodoc.pi05.export import find_checkpoint
-    from lerodoc.pi05.runs import load_trainer
     folder = find_checkpoint(path)
     trainer = load_trainer(folder)
     run = trainer["run"]
@@ -102,10 +108,6 @@ def load_source(path: Path) -> Source:
 def _export_source(folder: Path) -> Source:
     """A lerobot policy folder of `lerodoc export lerobot` (or a checkpoint's lerobot/): lerodoc.json holds the
     model's shapes and data spec, the preprocessor's normaliser the quantiles, the tokenizer step its tokenizer."""
-    from lerodoc.hub import locate
-    from lerodoc.pi05.export import ACTION, PALIGEMMA, PREPROCESSOR, STATE
-    from lerodoc.pi05.runs import load_trainer
-    from lerodoc.pi05.weights import policy_stats
     meta = _read_json(folder / "lerodoc.json")
     if not isinstance(meta, dict) or not {"model", "data"} <= meta.keys():
         raise LerodocError("lacks the model and data of the policy (not written by `lerodoc export lerobot`?)",
@@ -145,8 +147,6 @@ def _read_json(path: Path):
 
 def build_model(config, weights: Path, device: torch.device):
     """The policy's PI05 in float32 on `device` (built on the meta device, then given the file's tensors)."""
-    from lerodoc.pi05.model import PI05
-    from lerodoc.pi05.weights import load_weights
     with torch.device("meta"):
         model = PI05(config)
     load_weights(model, weights)
@@ -159,7 +159,6 @@ def build_model(config, weights: Path, device: torch.device):
 def check_features(dataset, source: Source) -> None:
     """The dataset must hold what the policy reads and predicts, in its shapes: the action and state features
     (dims as the run's stats), and each camera as a video feature. Every mismatch is named at once (exit 3)."""
-    from lerodoc.pi05.preflight import refuse
     features, info = dataset.info.features, dataset.root / INFO_PATH
     spec, problems = source.data, []
 
@@ -247,8 +246,6 @@ def evaluate(source_path: Path, dataset_path: Path, *, episodes=None, stride: in
     episodes when this is the dataset it trained on and it held any out, else every episode), every `stride`-th
     frame; write the HTML page to `output` when given. Bad input raises LerodocError (a feature the policy needs
     that the dataset lacks or shapes differently: exit 3 naming it)."""
-    from lerodoc.promote.staging import check_output
-    from lerodoc.pi05 import preflight
     started = time.perf_counter()
     if stride < 1:
         raise UsageError(f"--stride {stride}: expected a positive number of frames")
@@ -328,7 +325,6 @@ def evaluate(source_path: Path, dataset_path: Path, *, episodes=None, stride: in
         "latency_ms_median": latency, "output": None}
     result = Evaluation(report, predicted, recorded, valid, rows, frames, numbers)
     if output is not None:
-        from lerodoc.pi05.eval_page import write_page
         write_page(Path(output), result, dataset, progress)
         report["output"] = str(Path(output).absolute())
     report["seconds"] = round(time.perf_counter() - started, 3)
@@ -371,7 +367,6 @@ def _inputs(batches: TrainingBatches, rows: np.ndarray, noise: torch.Tensor, siz
 
 
 def _model_inputs(batch: dict, device: torch.device) -> tuple:
-    from lerodoc.pi05.train import to_device
     moved = to_device(batch, device)
     return moved["images"], moved["image_masks"], moved["tokens"], moved["token_masks"], moved["noise"]
 

@@ -32,8 +32,9 @@ import numpy as np
 
 from lerodoc.errors import LerodocError
 from lerodoc.formats.jsonl import write_json
-from lerodoc.promote.links import link_or_copy
+from lerodoc.hub import cached_file, locate
 from lerodoc.pi05 import runs
+from lerodoc.promote.links import link_or_copy
 from lerodoc.promote.staging import staged_output
 
 PALIGEMMA = "google/paligemma-3b-pt-224"
@@ -117,6 +118,7 @@ def processors(config: dict, data: dict, tokenizer_name: str) -> tuple[dict, dic
 
 def stats_tensors(norm_stats: dict) -> dict:
     """The normaliser's state: '{feature}.{stat}' float32 tensors of the stats the run normalised with."""
+    # torch (about 2 s to import): loaded only where weights are read or written
     import torch
     out = {}
     for name, key in (("state", STATE), ("actions", ACTION)):
@@ -130,13 +132,13 @@ def stats_tensors(norm_stats: dict) -> dict:
 
 
 def paligemma_in_cache() -> bool:
-    from lerodoc.hub import cached_file
     return all(cached_file(PALIGEMMA, name) for name in TOKENIZER_FILES)
 
 
 def tokenizer_files(model_file: Path, max_length: int) -> tuple[dict, dict]:
     """tokenizer.json (the `tokenizers` format) and tokenizer_config.json for a SentencePiece model: the same
     ids as `SentencePieceProcessor.encode(text, add_bos=True)` for Unigram and BPE models."""
+    # sentencepiece: optional, loaded only where a tokenizer is built or read
     from sentencepiece import sentencepiece_model_pb2 as pb
     proto = pb.ModelProto()
     proto.ParseFromString(Path(model_file).read_bytes())
@@ -220,7 +222,6 @@ def deployable(trainer: dict) -> bool:
 def write_tokenizer(trainer: dict, folder: Path) -> tuple[str, Path]:
     """(the name the tokenizer step loads, the run's SentencePiece model): PaliGemma's repo when that is the run's
     tokenizer and the hub cache holds its tokenizer files; else `folder`, written unless it is there already."""
-    from lerodoc.hub import locate
     run = trainer["run"]
     model_file = locate("tokenizer", run["tokenizer"])
     if run["tokenizer"] == "paligemma" and paligemma_in_cache():
@@ -237,6 +238,7 @@ def write_tokenizer(trainer: dict, folder: Path) -> tuple[str, Path]:
 def write_policy(folder: Path, trainer: dict, tokenizer_name: str, device: str) -> None:
     """config.json, the pre/post-processor files and their stats into `folder` (the caller puts
     model.safetensors there)."""
+    # safetensors.torch loads torch (about 2 s): only where weights are read or written
     from safetensors.torch import save_file
     model, data, stats = trainer["model"], trainer["run"]["data"], trainer["norm_stats"]["norm_stats"]
     config = policy_config(model, data, len(stats["state"]["q01"]), device)
@@ -292,6 +294,7 @@ def export_lerobot(source: Path, output: Path, *, device: str = "cuda") -> dict:
 def is_full(model: dict) -> bool:
     """Whether lerobot's PI05Policy (gemma_2b + gemma_300m, SigLIP So400m, PaliGemma's vocabulary) has these
     shapes; otherwise it loads the weights only where its sizes are patched (tests use the tiny preset)."""
+    # start-up: lerodoc.pi05.presets loads torch
     from lerodoc.pi05.presets import full
     reference = asdict(full())
     return all(model[k] == reference[k] for k in ("vision", "vlm", "expert", "vocab_size"))

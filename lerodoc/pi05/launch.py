@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from lerodoc import render
 from lerodoc.errors import LerodocError
@@ -85,7 +86,6 @@ def start(launch: Launch, entrypoint, *args) -> object:
     returns local rank 0's result. A failed rank is one LerodocError naming it and its error."""
     # here, not at the top: the elastic launcher's modules take 0.2 s to import, which a one-process run never needs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
     several = launch.nnodes > 1
     config = LaunchConfig(
         min_nodes=launch.nnodes, max_nodes=launch.nnodes, nproc_per_node=launch.nproc,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 
 @dataclass(frozen=True)
@@ -348,6 +349,7 @@ class PI05(nn.Module):
         """torchao's float8 training (`recipe`: "tensorwise" or "rowwise") for the linears `float8_filter` picks;
         call before compile_layers. Returns how many were converted. torch._scaled_mm needs every matrix dimension
         it multiplies over to be a multiple of 16, the token counts included (the trainer checks the batch)."""
+        # torchao: optional, loaded only for float8 training
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
         convert_to_float8_training(self, config=Float8LinearConfig.from_recipe_name(recipe),
                                    module_filter_fn=float8_filter)
@@ -579,7 +581,6 @@ class CapturedCall:
     the model has its final device and dtype."""
 
     def __init__(self, fn, *args, warmup: int = 2):
-        from torch.utils._pytree import tree_flatten, tree_unflatten
         leaves, self.spec = tree_flatten(args)
         self.inputs = [x.clone() if torch.is_tensor(x) else x for x in leaves]
         side = torch.cuda.Stream()   # warm-up off the default stream, as torch.cuda.graphs asks
@@ -593,7 +594,6 @@ class CapturedCall:
             self.output = fn(*tree_unflatten(self.inputs, self.spec))
 
     def fits(self, *args) -> bool:
-        from torch.utils._pytree import tree_flatten
         leaves, spec = tree_flatten(args)
         return spec == self.spec and all(
             torch.is_tensor(x) and (x.shape, x.dtype, x.device) == (s.shape, s.dtype, s.device)
@@ -601,7 +601,6 @@ class CapturedCall:
             for x, s in zip(leaves, self.inputs))
 
     def __call__(self, *args):
-        from torch.utils._pytree import tree_flatten
         for static, x in zip(self.inputs, tree_flatten(args)[0]):
             if torch.is_tensor(static):
                 static.copy_(x)

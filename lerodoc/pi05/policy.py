@@ -18,8 +18,13 @@ import numpy as np
 import torch
 
 from lerodoc.errors import LerodocError
+from lerodoc.hub import locate
 from lerodoc.pi05.data import DataSpec, Tokenizer, normalise, pad_tokens, prompt_text
+from lerodoc.pi05.export import find_checkpoint
+from lerodoc.pi05.frames import resize_with_pad
 from lerodoc.pi05.model import GemmaConfig, PI05, PI05Config, SiglipConfig
+from lerodoc.pi05.runs import load_trainer
+from lerodoc.pi05.weights import load_weights
 
 
 def unnormalise(values: np.ndarray, q01: np.ndarray, q99: np.ndarray) -> np.ndarray:
@@ -42,8 +47,8 @@ def to_image(image, size: int) -> np.ndarray:
         raise LerodocError(f"an image is {image.dtype} {list(image.shape)}; expected (H, W, 3) uint8")
     if image.shape[:2] == (size, size):
         return image
+    # PyAV: loaded only where frames are decoded or encoded; info reads the mp4 headers without it
     import av
-    from lerodoc.pi05.frames import resize_with_pad
     return resize_with_pad(av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24"), size)
 
 
@@ -57,10 +62,6 @@ class Policy:
     @classmethod
     def load(cls, checkpoint: Path, tokenizer: Path | None = None, device: str = "cpu") -> Policy:
         """A checkpoint folder (or a run: its newest); `tokenizer` overrides the run's."""
-        from lerodoc.hub import locate
-        from lerodoc.pi05.export import find_checkpoint
-        from lerodoc.pi05.runs import load_trainer
-        from lerodoc.pi05.weights import load_weights
         folder = find_checkpoint(Path(checkpoint))
         trainer = load_trainer(folder)
         with torch.device("meta"):

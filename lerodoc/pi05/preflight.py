@@ -16,6 +16,8 @@ from lerodoc.conventions import INFO_PATH
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import ACTION_FEATURES, STATE_FEATURES, flat_names
+from lerodoc.hub import locate
+from lerodoc.pi05.weights import locate_weights
 from lerodoc.tables.stats import channel_flags
 
 MAX_ACTION_DIM = 32
@@ -78,8 +80,6 @@ def gather(dataset: Path, output: Path | None, resume: bool, tokenizer: str, wei
     errors (video windows included) and the q01/q99 stats and channels. A user fixes them all at once instead of
     meeting them one run at a time; each item carries the command that clears it, and only it. With --resume the
     run's saved features are checked later, by the run itself."""
-    from lerodoc.hub import locate
-    from lerodoc.pi05.weights import locate_weights
     problems: list[LerodocError] = []
 
     def attempt(check, *args):

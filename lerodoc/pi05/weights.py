@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lerodoc.errors import LerodocError
+from lerodoc.hub import ASSETS, locate
+from lerodoc.hub_errors import hub_errors
 
 if TYPE_CHECKING:
     import torch
@@ -52,6 +54,7 @@ def to_lerobot(state: dict[str, torch.Tensor], config: PI05Config, *, expert_lm_
     state = dict(state)
     state[LM_HEAD] = state.pop(EMBED)
     if expert_lm_head:
+        # torch (about 2 s to import): loaded only where weights are read or written
         import torch
         state[EXPERT_LM_HEAD] = torch.zeros(config.vocab_size, config.expert.width, dtype=state[LM_HEAD].dtype,
                                             device=state[LM_HEAD].device)
@@ -61,6 +64,7 @@ def to_lerobot(state: dict[str, torch.Tensor], config: PI05Config, *, expert_lm_
 def load_weights(model: PI05, path: Path) -> None:
     """Load a lerobot/openpi `model.safetensors` into `model`, refusing any missing, extra or misshapen key.
     A model built on the meta device takes the file's tensors as they are (dtype included)."""
+    # safetensors.torch loads torch (about 2 s): only where weights are read or written
     from safetensors.torch import load_file
     state = from_lerobot(load_file(str(path)))
     expected = model.state_dict()
@@ -76,6 +80,7 @@ def load_weights(model: PI05, path: Path) -> None:
 
 def save_weights(model: PI05, path: Path, *, expert_lm_head: bool = True) -> None:
     """Write `model` as a `model.safetensors` that lerobot's PI05Policy.from_pretrained loads."""
+    # safetensors.torch loads torch (about 2 s): only where weights are read or written
     from safetensors.torch import save_file
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     save_file(to_lerobot(state, model.config, expert_lm_head=expert_lm_head), str(path))
@@ -92,12 +97,11 @@ def locate_weights(spec: str) -> tuple[Path, Path | None]:
     folder, a known name (lerodoc.hub.locate), or a hub id `owner/name` of a lerobot policy, taken from the
     Hugging Face cache or downloaded (config, weights and processors only; HF_HUB_OFFLINE is honoured).
     Resolved once per process: the command calls it before torch loads, the run's setup again."""
-    from lerodoc.hub import ASSETS, locate
-    from lerodoc.hub_errors import hub_errors
     path = Path(spec).expanduser()
     if path.exists() or spec in ASSETS or spec.count("/") != 1:
         found = locate("weights", spec)
         return found, found.parent if path.is_dir() and (path / "config.json").is_file() else None
+    # huggingface_hub: loaded only for hub work, never by --help or a local command
     from huggingface_hub import snapshot_download
     with hub_errors(spec, taken_as="is no local file or folder; as a hub policy (owner/name): "):
         folder = Path(snapshot_download(spec, allow_patterns=POLICY_FILES))
@@ -123,7 +127,6 @@ def locate_assets(tokenizer: str, weights: str | None) -> tuple[Path, tuple[Path
     """The tokenizer file and (weights, policy folder) a run needs (None: random initialisation), found offline.
     Every missing one is named in one LerodocError, each with the `lerodoc download` command that fetches it, so a
     user fixes them all at once."""
-    from lerodoc.hub import locate
     found, missing = {}, []
     for kind, spec, find in (("tokenizer", tokenizer, lambda s: locate("tokenizer", s)),
                              ("weights", weights, locate_weights)):
@@ -152,6 +155,7 @@ def policy_stats(folder: Path) -> dict[str, np.ndarray]:
     files = [s["state_file"] for s in steps if s.get("registry_name") == "normalizer_processor" and s.get("state_file")]
     if not files or not (folder / files[0]).is_file():
         return {}
+    # safetensors.torch loads torch (about 2 s): only where weights are read or written
     from safetensors.numpy import load_file
     return load_file(str(folder / files[0]))
 

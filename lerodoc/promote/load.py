@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from lerodoc import access
 from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
+from lerodoc.formats.hf import CAST_ON_LOAD, schema_problems
 from lerodoc.formats.jsonl import read_json
 
 
@@ -16,10 +20,7 @@ def problems(root: Path) -> list[str]:
     against info.json's features, as the `datasets` cast on load sees it (footers only, no rows read), and
     each video's time base, which must place frames at k/fps within lerobot's tolerance, and its tags, which
     must be UTF-8 (headers only)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from lerodoc.formats.hf import CAST_ON_LOAD, schema_problems
 
     root = access.path(root)
     info = read_json(root / INFO_PATH)

@@ -9,6 +9,8 @@ inside or beside a dataset (`leftovers`).
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import functools
 import os
 import re
@@ -20,12 +22,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lerodoc import access, confined, formats
+from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError, UsageError, VerificationError, no_room
 from lerodoc.promote import load
 from lerodoc.promote.kept import require_kept
 from lerodoc.promote.links import link_tree
 from lerodoc.promote.locks import output_lock
-from lerodoc.conventions import INFO_PATH
 
 TEMP_SUFFIX = ".lerodoc-tmp"
 
@@ -354,8 +356,6 @@ def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: b
 def exchange(a: Path, b: Path) -> None:
     """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); elsewhere, or on a file system without
     it, two renames through a third name."""
-    import ctypes
-    import errno
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2
