@@ -76,7 +76,8 @@ def run(args: list[str], tree: Path | None = None) -> tuple[int, str, str]:
         import os
         import subprocess
         env = {**os.environ, "PYTHONPATH": str(tree)}
-        proc = subprocess.run([sys.executable, "-m", "lerodoc", *args], capture_output=True, text=True, env=env)
+        proc = subprocess.run([sys.executable, "-m", "lerodoc", *args], capture_output=True, text=True, env=env,
+                              cwd=tree)   # `-m` puts the working folder first on sys.path: it must be the tree
         return proc.returncode, proc.stdout, proc.stderr
     from lerodoc import cli, render
     saved_argv, saved_level = sys.argv, render.level
