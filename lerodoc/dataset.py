@@ -13,14 +13,15 @@ import numpy as np
 import pyarrow as pa
 
 from lerodoc import access, confined, formats
+from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
-from lerodoc.formats import paths
+from lerodoc.formats import paths, v30
+from lerodoc.formats.hf import ARROW, column_problem
 from lerodoc.formats.info import Info
 from lerodoc.formats.model import Episode
-from lerodoc.tables.stats import Stats
 from lerodoc.formats.stats import stat_size
 from lerodoc.tables.parquet_io import open_parquet, read_row_groups, read_schema
-from lerodoc.conventions import INFO_PATH
+from lerodoc.tables.stats import Stats
 
 @dataclass
 class Dataset:
@@ -94,7 +95,6 @@ class Dataset:
         it in the first data file (its footer only is read); with `files`, every file the episodes point at is
         there and holds their rows (`require_files`). A dataset that breaks this stops here, naming the feature
         and both files (info.json declares what the data file must hold; either may be the wrong one)."""
-        from lerodoc.formats.hf import ARROW, column_problem
         info_file = self.root / INFO_PATH
         for name, spec in self.info.features.items():
             if spec["dtype"] not in (*ARROW, "video", "image"):
@@ -182,7 +182,6 @@ class Dataset:
     def stats_held(self) -> dict[str, set[str]]:
         """Per feature, the stat names every episode's stats hold. For v3.0 from the episodes metadata footers where
         they tell (`formats.v30.stats_held`), without reading the stats themselves."""
-        from lerodoc.formats import v30
         held = v30.stats_held(self.root) if self.version == "v3.0" else None
         if held is None:
             for ep in self.episodes:

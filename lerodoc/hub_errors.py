@@ -15,6 +15,7 @@ class HubError(LerodocError):
 
 
 def offline() -> bool:
+    # huggingface_hub: loaded only for hub work, never by --help or a local command
     from huggingface_hub import constants
     return bool(constants.HF_HUB_OFFLINE)
 
@@ -31,6 +32,7 @@ def reach_hub(repo: str, operation: str) -> None:
     headers), with PROBE_TIMEOUT or HF_HUB_ETAG_TIMEOUT, whichever is smaller."""
     if offline():
         return
+    # httpx2 (huggingface_hub's client): loaded only for hub work
     import httpx2
     from huggingface_hub import constants, get_session
     timeout = min(PROBE_TIMEOUT, float(constants.HF_HUB_ETAG_TIMEOUT))
@@ -52,6 +54,7 @@ def hub_errors(repo: str, retry: str | None = None, *, taken_as: str = "", opera
     `operation` that failed ("download", "push"). `retry` is how the caller's command fetches from ModelScope
     instead, where it can (the hints offer it); `taken_as` opens each message when `repo` was only one reading of
     what the user typed (a path or a hub id)."""
+    # httpx2 (huggingface_hub's client): loaded only for hub work
     import httpx2
     from huggingface_hub import errors
 

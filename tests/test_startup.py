@@ -111,7 +111,6 @@ def test_a_private_typer_use_is_found(tmp_path):
 # cost (a heavy library, or a lerodoc module that pulls one in) or an import cycle, and says which in a comment: on
 # its line, on the line above, or above the first of a block of consecutive imports. dataset.py and formats/v21.py
 # were being edited by other hands when this test came; their function-level imports are still to be explained.
-NOT_YET_EXPLAINED = {"dataset.py", "formats/v21.py"}
 
 
 def unexplained_imports(root: Path) -> list[str]:
@@ -138,7 +137,7 @@ def unexplained_imports(root: Path) -> list[str]:
 
 
 def test_every_import_inside_a_function_says_why():
-    found = [where for where in unexplained_imports(ROOT / "lerodoc") if where.split(":")[0] not in NOT_YET_EXPLAINED]
+    found = [where for where in unexplained_imports(ROOT / "lerodoc")]
     assert found == []
 
 

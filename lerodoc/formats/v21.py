@@ -124,9 +124,9 @@ def _regular_run(run: bytes) -> tuple[np.ndarray, dict] | None:
     """(episode indices, {(feature, stat): array}) of a run of episodes_stats.jsonl lines read in one pass by
     pyarrow's JSON reader, when every line holds `episode_index` and the same features and stats, each stat
     numbers of one shape (the arrays `stats_from_json` gives, a row per line); else None."""
+    # pyarrow's JSON reader and the parquet helpers: only a v2.1 dataset's stats need them, not --help or info
     import pyarrow as pa
     import pyarrow.json as pj
-
     from lerodoc.tables.parquet_io import regular_rows, to_numpy
     try:
         table = pj.read_json(pa.BufferReader(run), read_options=pj.ReadOptions(use_threads=False,

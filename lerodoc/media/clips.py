@@ -87,6 +87,7 @@ def read_errors() -> tuple[type[BaseException], ...]:
     """What PyAV raises on a damaged or hostile file: FFmpeg's errors, the OS's, and UnicodeDecodeError where a
     string it converts (a codec or format name, say) is not UTF-8. Every place that reads a video catches these.
     A function, so that importing this module does not import PyAV (a dataset without videos never loads it)."""
+    # PyAV: loaded only where frames are decoded or encoded; info reads the mp4 headers without it
     import av
     return (av.FFmpegError, OSError, UnicodeDecodeError)
 

@@ -45,6 +45,7 @@ def _av_source(path):
 def strict_tags(path: Path | str) -> bool:
     """Whether PyAV's default, strict, reader opens the file, i.e. its metadata tags are UTF-8: lerobot's pyav
     backend reads that way, so a file lerodoc writes must pass (other faults are reported where they matter)."""
+    # PyAV: loaded only where frames are decoded or encoded; info reads the mp4 headers without it
     import av
     try:
         with av.open(_av_source(path)):
@@ -105,6 +106,7 @@ class Probe:
 
 def probe(path: Path, count_packets: bool = False) -> Probe:
     """Container facts; `count_packets` demuxes (never decodes) when the header has no frame count."""
+    # PyAV: loaded only where frames are decoded or encoded; info reads the mp4 headers without it
     import av
     with open_stream(path) as container:
         stream = container.streams.video[0]

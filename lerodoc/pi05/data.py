@@ -141,6 +141,7 @@ class Tokenizer:
     @property
     def sp(self):
         if self._sp is None:
+            # sentencepiece: optional, loaded only where a tokenizer is built or read
             import sentencepiece
             self._sp = sentencepiece.SentencePieceProcessor(model_file=str(self.path))
         return self._sp

@@ -106,6 +106,7 @@ def parallelise(model: torch.nn.Module, procs: Processes, *, fsdp: bool, bf16: b
 
 
 def _fully_shard(model: torch.nn.Module, procs: Processes, bf16: bool, reshard_after_forward: bool) -> torch.nn.Module:
+    # FSDP2 (about 1 s to import on top of torch): loaded only with --fsdp
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
     if not dist.is_initialized():  # one process: FSDP still needs a process group
         dist.init_process_group("nccl" if procs.device.type == "cuda" else "gloo", store=dist.HashStore(),

@@ -47,6 +47,7 @@ class RayEngine:
         if self._ray is not None:
             return self._ray
         try:
+            # ray: optional, loaded only by the ray engine
             import ray
         except ImportError:
             raise LerodocError("--engine ray needs Ray, which is not installed",
@@ -72,6 +73,7 @@ class RayEngine:
     def map(self, fn: Callable[[T], R], items: Iterable[T], progress: Callable[[int], None] | None = None) -> list[R]:
         """[fn(item) for item in items] as Ray tasks, in order."""
         ray = self.start()
+        # ray: optional, loaded only by the ray engine
         from ray.exceptions import RayError, RayTaskError
         items = list(items)
         size = max(1, len(items) // (self.cpus * TASKS_PER_CPU))

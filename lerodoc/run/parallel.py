@@ -22,6 +22,7 @@ def data_workers(most: int = 8) -> int:
 def _worker_init() -> None:
     """A pool worker runs pyarrow's decoding and encoding on one thread: the pool already fills the cores,
     and a thread pool per worker on top of it only adds switching."""
+    # pyarrow: --help imports this module and loads no pyarrow
     import pyarrow
     pyarrow.set_cpu_count(1)
     pyarrow.set_io_thread_count(1)
