@@ -194,4 +194,4 @@ def pushing(command: str, push_to_hub: Optional[str], datasets: list, *, dry_run
     if not bodies:
         for p in pushed:
             render.out().print(f"pushed {len(p.files)} files ({render.human_bytes(p.bytes)}) of {p.dataset} to "
-                             f"{p.repo}: {p.url}")
+                               f"{p.repo}: {p.url}")

@@ -37,7 +37,7 @@ def test_placement_runs_are_the_changes_of_episode_and_file(seed):
     lo, hi = where.runs_of(np.arange(10))
     for episode in range(10):
         assert [where.runs[r] for r in where.run_order[lo[episode]:hi[episode]]] == \
-            where.by_episode().get(episode, [])
+            [run for run in where.runs if run.episode == episode]
 
 
 @pytest.mark.parametrize("version", ["v2.1", "v3.0"])

@@ -73,7 +73,7 @@ class Run:
 class Placement:
     """Where the data puts each episode's rows: its runs as columns (global row order), over the data files whose
     episode_index column was usable, laid end to end (`rows` of them; a run's global_start is its row there).
-    `runs`, `by_episode` and `by_file` give them as Run records for callers that want one per run."""
+    `runs` and `by_file` give them as Run records for callers that want one per run."""
 
     def __init__(self, files: list[str] | None = None, file_rows: np.ndarray | None = None,
                  episodes: np.ndarray | None = None, bad_files: dict[str, str] | None = None, complete: bool = True):
@@ -115,12 +115,6 @@ class Placement:
     def run_order(self) -> np.ndarray:
         """Run ids sorted by episode (stable: each episode's runs in row order)."""
         return self._sorted[0]
-
-    def by_episode(self) -> dict[int, list[Run]]:
-        out: dict[int, list[Run]] = {}
-        for run in self.runs:
-            out.setdefault(run.episode, []).append(run)
-        return out
 
     def by_file(self) -> dict[str, list[Run]]:
         out: dict[str, list[Run]] = {}

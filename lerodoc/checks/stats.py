@@ -595,7 +595,7 @@ def _data_stats(ctx: Context) -> DataStats:
     numeric = _numeric(ds)
     result = DataStats({}, set() if where.complete else set(numeric), set(), {}, [], {})
     runs_by_file = where.by_file()
-    runs_per_episode = {e: len(r) for e, r in where.by_episode().items()}
+    runs_per_episode = dict(zip(*(a.tolist() for a in np.unique(where.episode, return_counts=True))))
     keys_of: dict[tuple, dict] = {}   # _quantile_keys once per set of stat names, not per episode
     stated_quantiles = {}
     for ep in ds.episodes:

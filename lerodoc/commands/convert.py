@@ -60,8 +60,8 @@ def show(report, json: bool, dry_run: bool) -> None:
         render.print_plan(report.plan)
         return
     render.out().print(f"converted {report.from_version} -> {report.to_version}: {report.episodes} episodes, "
-                     f"{report.frames} frames, {report.data_files} data files, {report.video_files} video files, "
-                     f"{render.human_bytes(report.bytes_out)} in {report.seconds:.2f} s -> {report.output}")
+                       f"{report.frames} frames, {report.data_files} data files, {report.video_files} video files, "
+                       f"{render.human_bytes(report.bytes_out)} in {report.seconds:.2f} s -> {report.output}")
     if report.renumbered_episodes:
         render.out().print(f"renumbered episodes to 0..N-1 ({len(report.renumbered_episodes)} moved)")
     for clip in report.reencoded_clips:

@@ -50,6 +50,6 @@ def show(report, json: bool, dry_run: bool) -> None:
         render.out().print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
     verb = "would delete" if dry_run else "deleted"
     render.out().print(f"{verb} episodes {format_ranges(source.excluded)} of {source.path}: {report.episodes} episodes, "
-                     f"{report.frames} frames, {report.tasks} tasks remain ({report.to_version})"
-                     + ("; dry run, nothing written" if dry_run else
-                        f" at {report.output} ({render.human_bytes(report.bytes_copied)}, {report.seconds:.2f} s)"))
+                       f"{report.frames} frames, {report.tasks} tasks remain ({report.to_version})"
+                       + ("; dry run, nothing written" if dry_run else
+                          f" at {report.output} ({render.human_bytes(report.bytes_copied)}, {report.seconds:.2f} s)"))

@@ -48,7 +48,7 @@ def _show(fetched: Fetched, json: bool) -> None:
     code = _findings(fetched.findings, fetched.to_json() if json else None)
     if not json:
         render.out().print(f"{fetched.kind} {fetched.repo} ({fetched.source}) at {fetched.path}\n"
-                         f"{fetched.verified}\ntrain with: {fetched.train}", soft_wrap=True)
+                           f"{fetched.verified}\ntrain with: {fetched.train}", soft_wrap=True)
     if code:
         raise typer.Exit(int(code))
 
@@ -102,14 +102,14 @@ def _show_episodes(repo_id: str, report, json: bool) -> None:
     if not json:
         t = report.transfer
         render.out().print(f"episodes {format_ranges(report.episodes)} of {repo_id} as {len(report.episodes)} episodes, "
-                         f"{report.frames} frames, {report.tasks} tasks ({report.codebase_version}) at "
-                         f"{report.output}\n"
-                         f"fetched {render.human_bytes(t['file_bytes'])} in {t['range_reads']} range reads "
-                         f"({t['requests']} requests) for episodes of {render.human_bytes(report.episode_bytes)}, "
-                         f"of a {render.human_bytes(t['repository_bytes'])} repository"
-                         + (f"; {render.human_bytes(t['resumed_bytes'])} from an earlier run"
-                            if t.get("resumed_bytes") else "")
-                         + f"\n{report.verified}\ntrain with: lerodoc train pi05 {report.output}", soft_wrap=True)
+                           f"{report.frames} frames, {report.tasks} tasks ({report.codebase_version}) at "
+                           f"{report.output}\n"
+                           f"fetched {render.human_bytes(t['file_bytes'])} in {t['range_reads']} range reads "
+                           f"({t['requests']} requests) for episodes of {render.human_bytes(report.episode_bytes)}, "
+                           f"of a {render.human_bytes(t['repository_bytes'])} repository"
+                           + (f"; {render.human_bytes(t['resumed_bytes'])} from an earlier run"
+                              if t.get("resumed_bytes") else "")
+                           + f"\n{report.verified}\ntrain with: lerodoc train pi05 {report.output}", soft_wrap=True)
     if code:
         raise typer.Exit(int(code))
 

@@ -77,10 +77,10 @@ def show(report, json: bool, dry_run: bool) -> None:
                                       rows))
     settings = report.settings if report.mode == "images" else next(iter(report.settings.values()), {})
     render.out().print(f"codec {settings.get('codec')}, gop {settings.get('gop')}, crf {settings.get('crf')}, "
-                     f"{settings.get('pix_fmt')}; {report.encoded} encoded, {report.unchanged} kept; "
-                     + (f"written to {report.output} ({report.seconds:.2f} s, {report.workers} workers)"
-                        if report.output else "dry run: nothing written" if dry_run
-                        else "nothing to re-encode: every file already has the settings asked for; nothing written"))
+                       f"{settings.get('pix_fmt')}; {report.encoded} encoded, {report.unchanged} kept; "
+                       + (f"written to {report.output} ({report.seconds:.2f} s, {report.workers} workers)"
+                          if report.output else "dry run: nothing written" if dry_run
+                          else "nothing to re-encode: every file already has the settings asked for; nothing written"))
 
 
 def _psnr(scores) -> str:

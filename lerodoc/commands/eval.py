@@ -70,5 +70,5 @@ def pi05(
                                   + (" (held out)" if report["held_out"] else ""),
                                   ["", "MAE", "MSE", "MAE / (q99 - q01)", "against the policy"], rows))
     render.out().print(f"median latency of one chunk at batch 1 on {report['device']}: "
-                     f"{report['latency_ms_median']:.1f} ms" + (f"; page written to {report['output']}"
-                                                                if report["output"] else ""))
+                       f"{report['latency_ms_median']:.1f} ms" + (f"; page written to {report['output']}"
+                                                                  if report["output"] else ""))

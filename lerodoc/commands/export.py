@@ -39,8 +39,8 @@ def lerobot(
         render.print_json(summary.to_json())
         return
     render.out().print(f"wrote {summary.output} from step {summary.step} ({summary.checkpoint}): "
-                     f"{len(summary.cameras)} camera(s), state {summary.state_dim}, action "
-                     f"{summary.action_dim} x {summary.chunk_size}; tokenizer {summary.tokenizer}")
+                       f"{len(summary.cameras)} camera(s), state {summary.state_dim}, action "
+                       f"{summary.action_dim} x {summary.chunk_size}; tokenizer {summary.tokenizer}")
     if not summary.lerobot_shapes:
         render.message("note", "these are not the full preset's shapes; lerobot's PI05Policy builds "
                                "gemma_2b/gemma_300m and loads this directory only where those sizes are patched")

@@ -46,5 +46,5 @@ def show(report, json: bool, dry_run: bool) -> None:
             + [[o, "camera renamed", n] for o, n in report.cameras_renamed.items()])
     render.out().print(render.table("features", ["feature", "change", "new name"], rows))
     render.out().print(f"video files renamed: {report.files_moved}, left out: {report.files_left_out}; "
-                     + (f"written to {report.output} ({report.seconds:.2f} s)" if report.output
-                        else "dry run: nothing written"))
+                       + (f"written to {report.output} ({report.seconds:.2f} s)" if report.output
+                          else "dry run: nothing written"))

@@ -71,8 +71,8 @@ def show(report, json: bool, dry_run: bool) -> None:
     for clip in report.reencoded_clips:
         render.out().print(f"re-encoded episode {clip['episode']} {clip['camera']}: its start is not a keyframe")
     render.out().print(f"merged {report.episodes} episodes, {report.frames} frames, {report.tasks} tasks into "
-                     f"{report.to_version} at {report.output} ({render.human_bytes(report.bytes_copied)}, "
-                     f"{report.seconds:.2f} s)")
+                       f"{report.to_version} at {report.output} ({render.human_bytes(report.bytes_copied)}, "
+                       f"{report.seconds:.2f} s)")
 
 
 def _ranges(numbers: list[int]) -> str:

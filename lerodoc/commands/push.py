@@ -32,4 +32,4 @@ def push(
         render.print_json(pushed.to_json())
         return
     render.out().print(f"pushed {len(pushed.files)} files ({render.human_bytes(pushed.bytes)}) to {pushed.repo}, "
-                     f"{pushed.card}\n{pushed.url}", highlight=False, soft_wrap=True)
+                       f"{pushed.card}\n{pushed.url}", highlight=False, soft_wrap=True)

@@ -52,7 +52,7 @@ def show(report, json: bool, dry_run: bool) -> None:
             render.out().print(f"fixed: {change}")
         gone = {c: n for c, n in report.before.items() if c not in report.after}
         render.out().print(f"findings before: {sum(report.before.values())}, after: {sum(report.after.values())}"
-                         + (f"; gone: {', '.join(sorted(gone))}" if gone else ""))
+                           + (f"; gone: {', '.join(sorted(gone))}" if gone else ""))
         for finding in report.remaining:
             render.out().print(f"needs a human: {finding['code']} {finding['message']}")
         render.out().print(f"written to {report.output} ({report.seconds:.2f} s)")

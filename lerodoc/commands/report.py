@@ -65,9 +65,10 @@ def report(
     flagged = sum(bool(r["flags"]) for r in result.channels)
     late = sum(t["mismatch"] for t in result.thumbnails)
     render.out().print(f"{result.validate['errors']} errors, {result.validate['warnings']} warnings; "
-                     f"{flagged} of {len(result.channels)} channels flagged"
-                     + (f"; {late} of {len(result.thumbnails)} frames off their row's time" if result.thumbnails else "")
-                     + f" ({result.seconds:.2f} s)")
+                       f"{flagged} of {len(result.channels)} channels flagged"
+                       + (f"; {late} of {len(result.thumbnails)} frames off their row's time"
+                          if result.thumbnails else "")
+                       + f" ({result.seconds:.2f} s)")
     render.out().print(f"report written to {result.output}")
 
 

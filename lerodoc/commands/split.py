@@ -59,7 +59,7 @@ def show(report, json: bool, dry_run: bool) -> None:
     for name, part in report.reports.items():
         for clip in part["reencoded_clips"]:
             render.out().print(f"{name}: re-encoded episode {clip['episode']} {clip['camera']}: its start is not a "
-                             "keyframe")
+                               "keyframe")
     if report.left_out:
         render.out().print(f"in no part: episodes {format_ranges(report.left_out)}")
     render.out().print("dry run: nothing written" if dry_run else f"written to {report.output} ({report.seconds:.2f} s)")

@@ -50,5 +50,5 @@ def show(report, json: bool, dry_run: bool) -> None:
     for new, olds in report.merged.items():
         render.out().print(f"merged into {new!r}: {', '.join(repr(o) for o in olds)}")
     render.out().print(f"{len(report.episodes_changed)} episodes name an edited task; "
-                     + (f"written to {report.output} ({report.seconds:.2f} s)" if report.output
-                        else "dry run: nothing written"))
+                       + (f"written to {report.output} ({report.seconds:.2f} s)" if report.output
+                          else "dry run: nothing written"))

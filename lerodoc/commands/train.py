@@ -166,8 +166,8 @@ def pi05(
     held_out = (f"; held-out loss {summary['val_loss']:.4f} on episodes {format_ranges(summary['held_out'])}"
                 if summary.get("val_loss") is not None else "")
     render.out().print(f"trained {summary['steps']} steps: loss {summary['first_loss']:.4f} -> "
-                     f"{summary['final_loss']:.4f}{held_out}, {summary['samples_per_s']:.1f} samples/s, data wait "
-                     f"{100 * summary['data_wait']:.1f}% of the time; checkpoint {summary['checkpoint'] or 'none'}")
+                       f"{summary['final_loss']:.4f}{held_out}, {summary['samples_per_s']:.1f} samples/s, data wait "
+                       f"{100 * summary['data_wait']:.1f}% of the time; checkpoint {summary['checkpoint'] or 'none'}")
 
 
 def _held_out(values: list[str] | None) -> list[int] | None:
@@ -209,7 +209,7 @@ def render_sweep(sweep, as_json: bool) -> None:
                                     cell(r["mfu"], ".1%"), cell(r["data_wait"], ".1%")] for r in rows]))
     if best:
         render.out().print(f"largest batch that fits: {fits[-1]['batch_per_device']}; fastest: "
-                         f"{best['batch_per_device']} ({best['samples_per_s']:.1f} samples/s)")
+                           f"{best['batch_per_device']} ({best['samples_per_s']:.1f} samples/s)")
 
 
 def default_run(dataset: Path) -> Path:

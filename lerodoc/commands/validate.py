@@ -65,7 +65,7 @@ def validate(
                 [[f.code, f.severity, _where(f), f.message, (f.hint or "") + (" [repair]" if f.fixable else "")]
                  for f in report.findings]))
         render.out().print(f"{report.dataset}: {report.errors} errors, {report.warnings} warnings "
-                         f"({report.seconds:.2f} s)")
+                           f"({report.seconds:.2f} s)")
         for skipped in report.skipped:
             render.out().print(f"skipped: {skipped['checks']}, as {skipped['why']}; {skipped['run_with']} runs them")
         if report.transfer:
