@@ -51,6 +51,8 @@ def test_float8_converts_the_large_layer_linears_only():
     assert not [n for n in picked if "layers.17" in n and "language_model" in n]
     assert "model.action_in_proj" not in picked and "model.time_mlp_in" not in picked
     assert any(n.endswith("vision_model.encoder.layers.0.self_attn.k_proj") for n in picked)   # 1152 x 1152
+    vlm = {name for name, module in model.named_modules() if float8_filter(module, name, expert=False)}
+    assert picked - vlm == {n for n in picked if ".gemma_expert." in n} and len(picked - vlm) == 18 * 5
 
 
 def run_config(batch: int, float8: str = "tensorwise", prompt: int = 28) -> RunConfig:
@@ -66,6 +68,8 @@ def test_float8_refuses_what_it_cannot_run_in_one_paragraph():
         check_float8(run_config(48, "fp8"), config, cpu)
     with pytest.raises(LerodocError, match="recipe 'rowwise' is not offered"):   # measured, no faster: dropped
         check_float8(run_config(48, "rowwise"), config, cpu)
+    with pytest.raises(LerodocError, match="needs a GPU with float8 matrix units"):   # the recipe is offered
+        check_float8(run_config(48, "tensorwise-vlm"), config, cpu)
     with pytest.raises(LerodocError, match="batch 3 gives 150 action and 1620 prefix tokens") as info:
         check_float8(run_config(3), config, cpu)
     assert "such as 8, 16, 24, 32" in info.value.hint

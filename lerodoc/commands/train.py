@@ -21,6 +21,7 @@ MODEL, DATA, OPTIM, RUN, PERF, VAL = "Model", "Data", "Optimisation", "Run", "Pe
 
 class Float8(str, Enum):
     tensorwise = "tensorwise"
+    tensorwise_vlm = "tensorwise-vlm"
 
 
 @app.command("pi05")
@@ -88,7 +89,8 @@ def pi05(
                                         rich_help_panel=PERF)] = "auto",
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile the model.", rich_help_panel=PERF)] = False,
     float8: Annotated[Optional[Float8], typer.Option(help="torchao float8 training of the large linear layers "
-                                                     "(tensorwise scaling; CUDA GPUs with float8 units, not with "
+                                                     "(tensorwise scaling; tensorwise-vlm keeps the action expert in "
+                                                     "bf16; CUDA GPUs with float8 units, not with "
                                                      "--fsdp; needs torchao, the float8 extra). Off by default: "
                                                      "faster at large batches, slower at small ones, slightly "
                                                      "different numerics (docs/train.md).",

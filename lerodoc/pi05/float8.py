@@ -10,12 +10,16 @@ from lerodoc.pi05.distributed import Processes
 from lerodoc.pi05.model import PI05Config
 
 
+# tensorwise scaling of every large linear, or of the SigLIP and Gemma ones only (the action expert kept in bf16)
+RECIPES = ("tensorwise", "tensorwise-vlm")
+
+
 def check_float8(run: RunConfig, config: PI05Config, procs: Processes) -> None:
     """Float8 training runs on CUDA GPUs with float8 matrix units (compute capability 8.9+), without FSDP, with
     torchao installed, and at a batch whose token counts are multiples of 16 (torch._scaled_mm's rule)."""
-    if run.float8 != "tensorwise":
+    if run.float8 not in RECIPES:
         raise LerodocError(f"float8 recipe {run.float8!r} is not offered (rowwise scaling was no faster than bf16)",
-                           hint="use tensorwise")
+                           hint=f"use {' or '.join(RECIPES)}")
     B, H = run.batch_per_device, config.action_horizon
     prefix = len(run.data.cameras) * config.vision.num_patches + run.data.max_token_len
     if (B * H) % 16 or (B * prefix) % 16:

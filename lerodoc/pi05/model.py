@@ -346,13 +346,17 @@ class PI05(nn.Module):
             layer.compile(**options)
 
     def convert_float8(self, recipe: str = "tensorwise") -> int:
-        """torchao's float8 training (`recipe`: "tensorwise" or "rowwise") for the linears `float8_filter` picks;
-        call before compile_layers. Returns how many were converted. torch._scaled_mm needs every matrix dimension
-        it multiplies over to be a multiple of 16, the token counts included (the trainer checks the batch)."""
+        """torchao's float8 training for the linears `float8_filter` picks; call before compile_layers. `recipe`:
+        a torchao recipe name ("tensorwise", "rowwise") for every picked linear, or one of FLOAT8_PARTS'
+        ("tensorwise-vlm": tensorwise for the SigLIP and Gemma linears, the action expert left in bf16). Returns
+        how many were converted. torch._scaled_mm needs every matrix dimension it multiplies over to be a multiple
+        of 16, the token counts included (the trainer checks the batch)."""
         # torchao: optional, loaded only for float8 training
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-        convert_to_float8_training(self, config=Float8LinearConfig.from_recipe_name(recipe),
-                                   module_filter_fn=float8_filter)
+        scaling, _, part = recipe.partition("-")
+        expert = FLOAT8_PARTS[part]
+        convert_to_float8_training(self, config=Float8LinearConfig.from_recipe_name(scaling),
+                                   module_filter_fn=lambda module, fqn: float8_filter(module, fqn, expert))
         return sum(type(m).__name__ == "Float8Linear" for m in self.modules())
 
     @property
@@ -608,11 +612,16 @@ class CapturedCall:
         return self.output.clone()
 
 
-def float8_filter(module: nn.Module, fqn: str) -> bool:
-    """The linears float8 training converts: those of the SigLIP, Gemma and expert layers whose in and out widths are
-    both >= 1024 (not the 256-wide Gemma k/v projections), and not the adaRMS `dense` layers (one row per sample),
-    the action and time projections or the frozen last-layer ones."""
+# the part of the model a float8 recipe's suffix names -> whether the action expert's linears are converted too
+FLOAT8_PARTS = {"": True, "vlm": False}
+
+
+def float8_filter(module: nn.Module, fqn: str, expert: bool = True) -> bool:
+    """The linears float8 training converts: those of the SigLIP, Gemma and (when `expert`) expert layers whose in
+    and out widths are both >= 1024 (not the 256-wide Gemma k/v projections), and not the adaRMS `dense` layers (one
+    row per sample), the action and time projections or the frozen last-layer ones."""
     return (isinstance(module, nn.Linear) and ".layers." in fqn and not fqn.endswith(".dense")
+            and (expert or ".gemma_expert." not in fqn)
             and module.weight.requires_grad and min(module.in_features, module.out_features) >= 1024
             and module.in_features % 16 == 0 and module.out_features % 16 == 0)
 
