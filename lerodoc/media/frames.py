@@ -30,10 +30,12 @@ NO_CODEC = "its video stream names no codec FFmpeg knows (damaged sample descrip
 
 def open_video(path: Path | str, **options):
     """av.open for reading. Metadata tags (moov/udta, stream tags) that are not UTF-8 are read with
-    replacement characters, as lerodoc never uses them: PyAV's strict default turns one flipped bit in an
-    encoder tag into a UnicodeDecodeError for a file whose frames are intact."""
+    replacement characters, as lerodoc never uses them: PyAV's strict default (before 19, which dropped the
+    option) turns one flipped bit in an encoder tag into a UnicodeDecodeError for a file whose frames are intact."""
     import av   # here, not at the top: `lerodoc info` reads mp4 headers without PyAV (video_format)
-    return av.open(_av_source(path), metadata_errors="replace", **options)
+    if int(av.__version__.split(".")[0]) < 19:
+        options.setdefault("metadata_errors", "replace")
+    return av.open(_av_source(path), **options)
 
 
 def _av_source(path):
