@@ -9,14 +9,14 @@ aggregate of episodes_stats.jsonl as lerobot 0.3 builds it, plus whatever stats.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
-from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_meta_files, finding_factory,
-                                   valid_spec)
-from lerodoc.checks.indices import Run, placement
+from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_columns, episode_meta_files,
+                                   finding_factory, valid_spec)
+from lerodoc.checks.indices import placement
 from lerodoc.dataset import Dataset
 from lerodoc.tables.stats import Stats
 from lerodoc.errors import LerodocError
@@ -26,8 +26,7 @@ from lerodoc.formats.stats import is_placeholder, is_shaped, stat_shape
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
 from lerodoc.tables.stats import (BASIC, EXTREME, NEAR_CONSTANT, aggregate, channel_flags, dataset_stats,
-                                   normalised, spans_order_statistics, spans_stats,
-                                   split_segments)
+                                   normalised, spans_order_statistics, spans_stats)
 
 CODES = {
     "STA001": (WARNING, "meta/stats.json is missing (training then has no normalisation stats)",
@@ -114,9 +113,8 @@ def check(ctx: Context) -> list[Finding]:
     out = _stats_files(ctx) + _coverage(ctx, sources)
     groups = _columns(sources)
     suspect = _suspects(ds, groups)
-    for source in sources:
-        if source.episode is None or source.episode in suspect:
-            out += _well_formed(ds, source, suspect.get(source.episode))
+    for source in _among(sources, groups, suspect):
+        out += _well_formed(ds, source, suspect.get(source.episode))
     training = _training_stats(ds)
     out += _quantiles_present(ds, training) + _channels(ds, training)
     return out + (_agreement(ctx, sources, groups) if ctx.stats else [])
@@ -186,10 +184,11 @@ class Group:
     """The stats of one feature over the episodes whose stats dicts hold the same stats in the same shapes: per stat,
     the (episodes, channels) float64 matrix, stacked once (None when a value is no number)."""
     feature: str
-    episodes: list[int]
+    episodes: np.ndarray          # episode index of each row, int64
     dicts: list[dict]
     shapes: dict[str, tuple]
     matrices: dict[str, np.ndarray] | None
+    positions: np.ndarray         # where each row's stats dict is in the sources (`_columns`' argument), int64
 
 
 def _stack(values: list, n: int, uniform: bool = False) -> np.ndarray:
@@ -211,16 +210,17 @@ def _shapes(values: list) -> set[tuple]:
 def _columns(sources: list[Source]) -> list[Group]:
     """The episodes' stats, one `Group` per feature (more only where episodes differ in which stats or shapes they
     hold): a value's shape is read once per stat of a feature when all agree (issue 37)."""
-    by_feature: dict[str, tuple[list[int], list[dict]]] = {}
-    for source in sources:
+    by_feature: dict[str, tuple[list[int], list[dict], list[int]]] = {}
+    for position, source in enumerate(sources):
         if source.episode is None:
             continue
         for feature, by_stat in source.stats.items():
-            episodes, dicts = by_feature.setdefault(feature, ([], []))
+            episodes, dicts, positions = by_feature.setdefault(feature, ([], [], []))
             episodes.append(source.episode)
             dicts.append(by_stat)
+            positions.append(position)
     groups = []
-    for feature, (episodes, dicts) in by_feature.items():
+    for feature, (episodes, dicts, positions) in by_feature.items():
         keys = set(map(tuple, dicts))
         shapes = {}
         if len(keys) == 1:
@@ -230,24 +230,37 @@ def _columns(sources: list[Source]) -> list[Group]:
                     break
                 shapes[name] = found.pop()
             else:
-                groups.append(_group(feature, episodes, dicts, shapes))
+                groups.append(_group(feature, episodes, dicts, shapes, positions))
                 continue
-        split: dict[tuple, tuple[list[int], list[dict]]] = {}   # the rare case: group by names and shapes
-        for episode, by_stat in zip(episodes, dicts):
+        split: dict[tuple, tuple[list[int], list[dict], list[int]]] = {}   # the rare case: by names and shapes
+        for episode, by_stat, position in zip(episodes, dicts, positions):
             signature = tuple((k, np.shape(v)) for k, v in by_stat.items())
-            mine = split.setdefault(signature, ([], []))
+            mine = split.setdefault(signature, ([], [], []))
             mine[0].append(episode)
             mine[1].append(by_stat)
-        groups += [_group(feature, e, d, dict(signature)) for signature, (e, d) in split.items()]
+            mine[2].append(position)
+        groups += [_group(feature, e, d, dict(signature), p) for signature, (e, d, p) in split.items()]
     return groups
 
 
-def _group(feature: str, episodes: list[int], dicts: list[dict], shapes: dict[str, tuple]) -> Group:
+def _group(feature: str, episodes: list[int], dicts: list[dict], shapes: dict[str, tuple], positions: list[int]
+           ) -> Group:
     try:
         matrices = {k: _stack([d[k] for d in dicts], len(dicts), uniform=True) for k in shapes}
     except (TypeError, ValueError):
         matrices = None
-    return Group(feature, episodes, dicts, shapes, matrices)
+    return Group(feature, np.array(episodes, dtype=np.int64), dicts, shapes, matrices,
+                 np.array(positions, dtype=np.int64))
+
+
+def _among(sources: list[Source], groups: list[Group], episodes) -> list[Source]:
+    """The dataset stats (first in `sources`, when there) and the stats dicts of `episodes` (indices), in the order of
+    `sources`: picked through the groups' rows, not by a look at every source."""
+    wanted = np.fromiter(episodes, dtype=np.int64, count=len(episodes))
+    picked = [g.positions[np.isin(g.episodes, wanted)] for g in groups] if len(wanted) else []
+    at = np.unique(np.concatenate(picked)) if picked else np.zeros(0, dtype=np.int64)
+    head = sources[:1] if sources and sources[0].episode is None else []
+    return head + [sources[i] for i in at.tolist()]
 
 
 def _in_order(flat: dict[str, np.ndarray], n: int) -> np.ndarray:
@@ -282,8 +295,8 @@ def _suspects(ds: Dataset, groups: list[Group]) -> dict[int, set[str]]:
             bad = ~_in_order(flat, n)
             if "count" in flat and flat["count"].shape[1]:
                 bad |= ~flat["count"].any(axis=1)   # a count=0 placeholder
-        for i in np.flatnonzero(bad):
-            suspect.setdefault(group.episodes[i], set()).add(group.feature)
+        for e in group.episodes[bad].tolist():
+            suspect.setdefault(e, set()).add(group.feature)
     return suspect
 
 
@@ -547,30 +560,94 @@ def _quantile_keys(by_stat: dict) -> dict[str, float]:
 
 
 def _quantile_brackets(values: np.ndarray, firsts: np.ndarray, lengths: np.ndarray, keys: dict[str, float]
-                       ) -> list[dict[str, tuple[np.ndarray, np.ndarray]]]:
+                       ) -> np.ndarray:
     """Per span [first, first + length) of the (channels, rows) `values` and per quantile key, the (low, high)
     order statistics that any interpolating estimator lands between: numpy's linear q*(n-1) and lerobot's
-    histogram ceil(q*n)-th value, one rank wider on each side."""
+    histogram ceil(q*n)-th value, one rank wider on each side. (spans, 2 * keys, channels): each key's lows, then
+    its highs."""
     n = lengths[:, None]
     q = np.array(list(keys.values()), dtype=np.float64)
     linear, histogram = q * (n - 1), np.ceil(q * n).astype(np.int64) - 1
     low = np.maximum(0, np.minimum(np.floor(linear).astype(np.int64), histogram) - 1)
     high = np.minimum(n - 1, np.maximum(np.ceil(linear).astype(np.int64), histogram) + 1)
     found = spans_order_statistics(values, firsts, lengths, np.concatenate([low, high], axis=1))
-    k = len(keys)
-    per = np.ascontiguousarray(found.transpose(1, 2, 0))   # (spans, 2 * keys, channels): rows cut without Python
-    return [dict(zip(keys, zip(lows, highs))) for lows, highs in zip(per[:, :k], per[:, k:])]
+    return np.ascontiguousarray(found.transpose(1, 2, 0))
+
+
+def _lookup(known: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The position of each of `wanted` in the sorted `known`, -1 where it is not there."""
+    at = np.searchsorted(known, wanted)
+    found = at < len(known)
+    found[found] = known[at[found]] == wanted[found]
+    return np.where(found, at, -1)
+
+
+@dataclass
+class Exact:
+    """One feature's stats recomputed from the data, a row per episode (`episodes`, sorted and unique; in one file's
+    `file_stats`, a row per run in row order): min, max, mean, std as (rows, channels) float64, count (rows, 1)
+    int64."""
+    episodes: np.ndarray
+    stats: dict[str, np.ndarray]
+
+    def of(self, row: int) -> dict[str, np.ndarray]:
+        """One row as one episode's stats dict: (channels,) values and a (1,) count."""
+        return {k: v[row] for k, v in self.stats.items()}
+
+
+@dataclass
+class Brackets:
+    """`_quantile_brackets` of one-run episodes of one feature that state the same quantile `keys` (names): per
+    episode, (2 * keys, channels) bounds, each key's lows then its highs."""
+    episodes: np.ndarray
+    keys: tuple[str, ...]
+    bounds: np.ndarray
+
+    def of(self, row: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """One episode's brackets: quantile name -> (low, high), (channels,) each."""
+        k = len(self.keys)
+        return dict(zip(self.keys, zip(self.bounds[row, :k], self.bounds[row, k:])))
 
 
 @dataclass
 class DataStats:
-    """Stats recomputed from the data, per episode and feature, and what could not be recomputed."""
-    per_episode: dict[int, Stats]
+    """Stats recomputed from the data, per feature, and what could not be recomputed."""
+    exact: dict[str, Exact]       # feature -> its episodes' stats (one file's `file_stats`: its runs')
     incomplete: set[str]          # features some rows of which were unreadable, non-finite or misshapen
     dirty: set[tuple[int, str]]   # (episode, feature) with non-finite values
     dtypes: dict[str, np.dtype]
     findings: list[Finding]       # what reading the data revealed (NaN, misshapen or unreadable columns)
-    brackets: dict[tuple[int, str], dict] = None   # (episode, feature) -> _quantile_brackets, one-run episodes
+    brackets: dict[str, list[Brackets]]   # feature -> the quantile brackets of its one-run episodes
+    _index: dict = field(default_factory=dict, repr=False)   # feature -> brackets by episode, made on first use
+
+    def episode(self, episode: int) -> Stats:
+        """One episode's recomputed stats, {feature: stats dict}, empty where the data holds none of its rows."""
+        out = {}
+        for feature, exact in self.exact.items():
+            row = int(_lookup(exact.episodes, np.array([episode], dtype=np.int64))[0])
+            if row >= 0:
+                out[feature] = exact.of(row)
+        return out
+
+    def bracket_rows(self, feature: str, episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each of `episodes`: which of the feature's `Brackets` holds it and at which row (-1, -1: none)."""
+        if feature not in self._index:
+            blocks = self.brackets.get(feature, [])
+            held = np.concatenate([b.episodes for b in blocks]) if blocks else np.zeros(0, dtype=np.int64)
+            block = np.repeat(np.arange(len(blocks)), [len(b.episodes) for b in blocks]).astype(np.int64)
+            row = np.concatenate([np.arange(len(b.episodes)) for b in blocks]) if blocks else held
+            order = np.argsort(held, kind="stable")
+            self._index[feature] = held[order], block[order], row[order]
+        known, block, row = self._index[feature]
+        at = _lookup(known, episodes)
+        if not len(known):
+            return at, at
+        return np.where(at >= 0, block[at], -1), np.where(at >= 0, row[at], -1)
+
+    def bracket(self, episode: int, feature: str) -> dict | None:
+        """One episode's quantile brackets of `feature` (`Brackets.of`), None where it has none."""
+        block, row = (int(a[0]) for a in self.bracket_rows(feature, np.array([episode], dtype=np.int64)))
+        return self.brackets[feature][block].of(row) if block >= 0 else None
 
 
 def _numeric_matrix(table: pa.Table, feature: str, width: int) -> np.ndarray | str:
@@ -587,56 +664,96 @@ def _numeric_matrix(table: pa.Table, feature: str, width: int) -> np.ndarray | s
     return values
 
 
-def _data_stats(ctx: Context) -> DataStats:
+Stated = tuple[np.ndarray, np.ndarray, list[tuple]]   # episodes (sorted), each one's keys (position), the keys
+
+
+def _stated_quantiles(groups: list[Group]) -> dict[str, Stated]:
+    """feature -> which quantiles each episode's stats of it state, as (name, level) items (`_quantile_keys`): those
+    of the last stats dict of the episode index that states any, from the groups' rows at once."""
+    held: dict[str, list[tuple[Group, tuple]]] = {}
+    for group in groups:
+        keys = tuple(_quantile_keys(group.shapes).items())
+        if keys:
+            held.setdefault(group.feature, []).append((group, keys))
+    out = {}
+    for feature, parts in held.items():
+        names = list(dict.fromkeys(keys for _, keys in parts))
+        episodes = np.concatenate([g.episodes for g, _ in parts])
+        positions = np.concatenate([g.positions for g, _ in parts])
+        which = np.concatenate([np.full(len(g.episodes), names.index(keys)) for g, keys in parts])
+        last = np.argsort(positions, kind="stable")[::-1]   # the last dict of an episode index first
+        known, first = np.unique(episodes[last], return_index=True)
+        out[feature] = (known, which[last][first], names)
+    return out
+
+
+def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
     """Exact per-episode stats of every numeric column, one projected read per data file (a unit of
     `file_stats`, run through ctx.engine when there is one); the order statistics around each per-episode
-    quantile the episode stats state."""
+    quantile the episode stats state (`groups`: `_columns` of the sources, made here when not given)."""
     ds, where = ctx.dataset, placement(ctx)
     numeric = _numeric(ds)
     result = DataStats({}, set() if where.complete else set(numeric), set(), {}, [], {})
-    runs_by_file = where.by_file()
-    runs_per_episode = dict(zip(*(a.tolist() for a in np.unique(where.episode, return_counts=True))))
-    keys_of: dict[tuple, dict] = {}   # _quantile_keys once per set of stat names, not per episode
-    stated_quantiles = {}
-    for ep in ds.episodes:
-        for f, by_stat in (ep.stats or {}).items():
-            names = tuple(by_stat)
-            keys = keys_of.get(names)
-            if keys is None:
-                keys = keys_of[names] = _quantile_keys(by_stat)
-            if keys:
-                stated_quantiles[(ep.index, f)] = keys
+    stated = _stated_quantiles(_columns(_sources(ctx)) if groups is None else groups)
+    episodes, runs = np.unique(where.episode, return_counts=True)
+    whole = episodes[runs == 1]   # the episodes of one run: their quantiles are bracketed
     widths = {f: int(np.prod(ds.info.features[f]["shape"])) for f in numeric}
+    placed = {path: i for i, path in enumerate(where.files)}
     units = []
     for path, data in data_files(ctx).items():
-        runs = runs_by_file.get(path)
-        if not data.ok or not runs:
+        lo, hi = np.searchsorted(where.file, [placed.get(path, -1), placed.get(path, -1) + 1]).tolist()
+        if not data.ok or lo == hi:   # unread, or no rows placed (its episode_index column is unusable)
             continue
         columns = [f for f in numeric if f in data.schema.names]
         result.incomplete |= set(numeric) - set(columns)
-        whole = {r.episode for r in runs if runs_per_episode.get(r.episode) == 1}
-        units.append((ctx.root / path, path, {f: widths[f] for f in columns}, runs,
-                      {k: v for k, v in stated_quantiles.items() if k[0] in whole}))
+        mine = np.intersect1d(where.episode[lo:hi], whole)
+        keys = {}
+        for feature in columns:
+            if feature in stated:
+                known, which, names = stated[feature]
+                chosen = np.isin(known, mine)
+                keys[feature] = (known[chosen], which[chosen], names)
+        units.append((ctx.root / path, path, {f: widths[f] for f in columns},
+                      (where.episode[lo:hi], where.start[lo:hi], where.length[lo:hi]), keys))
+    parts: dict[str, list[Exact]] = {}
     for part in pmap(file_stats, units, engine=ctx.engine):
         result.incomplete |= part.incomplete
         result.dirty |= part.dirty
         result.findings += part.findings
-        result.brackets.update(part.brackets)
+        for feature, blocks in part.brackets.items():
+            result.brackets.setdefault(feature, []).extend(blocks)
         for feature, dtype in part.dtypes.items():
             result.dtypes.setdefault(feature, dtype)
-        for episode, by_feature in part.per_episode.items():
-            for feature, stats in by_feature.items():
-                result.per_episode.setdefault(episode, {}).setdefault(feature, []).extend(stats)
-    for episode, by_feature in result.per_episode.items():
-        for feature, parts in by_feature.items():
-            by_feature[feature] = parts[0] if len(parts) == 1 else aggregate([{feature: p} for p in parts])[feature]
+        for feature, exact in part.exact.items():
+            parts.setdefault(feature, []).append(exact)
+    result.exact = {feature: _by_episode(feature, runs) for feature, runs in parts.items()}
     return result
 
 
-def file_stats(args: tuple[str, str, dict[str, int], list[Run], dict]) -> DataStats:
-    """Worker: the stats of one data file's runs (per_episode holds a list per feature, one entry per run),
-    and the quantile brackets of the `stated` (episode, feature) quantiles of episodes that are one run."""
-    full, path, widths, runs, stated = args
+def _by_episode(feature: str, parts: list[Exact]) -> Exact:
+    """The runs of every file (in row order) as one row per episode; an episode of several runs gets their exact
+    `aggregate`, run by run (the rare path: a split episode, or one across two files)."""
+    episodes = np.concatenate([p.episodes for p in parts])
+    stats = {k: np.concatenate([p.stats[k] for p in parts]) for k in parts[0].stats}
+    known, first, runs = np.unique(episodes, return_index=True, return_counts=True)
+    out = {k: v[first] for k, v in stats.items()}
+    split = np.flatnonzero(runs > 1)
+    if len(split):
+        order = np.argsort(episodes, kind="stable")
+        starts = np.cumsum(runs) - runs
+        for e in split.tolist():
+            pooled = aggregate([{feature: {k: v[r] for k, v in stats.items()}}
+                                for r in order[starts[e]:starts[e] + runs[e]].tolist()])[feature]
+            for k, v in out.items():
+                v[e] = pooled[k]
+    return Exact(known, out)
+
+
+def file_stats(args: tuple[str, str, dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, Stated]]
+               ) -> DataStats:
+    """Worker: the stats of one data file's runs ((episodes, first rows, lengths), in row order; `exact` holds a row
+    per run), and the quantile brackets of the runs of one-run episodes whose `stated` quantiles are known."""
+    full, path, widths, (episodes, firsts, lengths), stated = args
     result = DataStats({}, set(), set(), {}, [], {})
     try:
         table = read_parquet(full, list(widths))
@@ -653,20 +770,23 @@ def file_stats(args: tuple[str, str, dict[str, int], list[Run], dict]) -> DataSt
             continue
         result.dtypes.setdefault(feature, values.dtype)
         values = values.astype(np.float64).T          # (channels, rows)
-        _non_finite(values.T, runs, feature, result)
-        firsts = np.array([run.start for run in runs], dtype=np.int64)
-        lengths = np.array([run.stop - run.start for run in runs], dtype=np.int64)
-        stats = split_segments(spans_stats(values, firsts, lengths, quantiles=False), (feature,), (width,))
-        for run, by_feature in zip(runs, stats):
-            result.per_episode.setdefault(run.episode, {}).setdefault(feature, []).append(by_feature[feature])
-        by_keys: dict[tuple, list[int]] = {}   # runs whose stated quantiles are to be bracketed, by their keys
-        for i, run in enumerate(runs):
-            keys = stated.get((run.episode, feature))
-            if keys and (run.episode, feature) not in result.dirty and lengths[i]:
-                by_keys.setdefault(tuple(keys.items()), []).append(i)
-        for keys, chosen in by_keys.items():
-            brackets = _quantile_brackets(values, firsts[chosen], lengths[chosen], dict(keys))
-            result.brackets.update({(runs[i].episode, feature): found for i, found in zip(chosen, brackets)})
+        dirty = _non_finite(values.T, path, episodes, firsts, lengths, feature, result)
+        stats = spans_stats(values, firsts, lengths, quantiles=False)
+        stats["count"] = stats["count"].reshape(-1, 1).astype(np.int64)
+        result.exact[feature] = Exact(episodes, stats)
+        if feature not in stated:
+            continue
+        known, which, names = stated[feature]
+        if not len(known):
+            continue
+        at = _lookup(known, episodes)
+        keys = np.where(at >= 0, which[at], -1)
+        keys[dirty | (lengths == 0)] = -1
+        for k in np.unique(keys[keys >= 0]).tolist():
+            chosen = np.flatnonzero(keys == k)
+            bounds = _quantile_brackets(values, firsts[chosen], lengths[chosen], dict(names[k]))
+            result.brackets.setdefault(feature, []).append(
+                Brackets(episodes[chosen], tuple(name for name, _ in names[k]), bounds))
     return result
 
 
@@ -674,21 +794,30 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
 
-def _non_finite(values: np.ndarray, runs: list[Run], feature: str, result: DataStats) -> None:
-    """One STA050 per episode with NaN/inf in `feature`; those episodes' stats are not compared."""
+def _non_finite(values: np.ndarray, path: str, episodes: np.ndarray, firsts: np.ndarray, lengths: np.ndarray,
+                feature: str, result: DataStats) -> np.ndarray:
+    """One STA050 per run (episode) of the (rows, channels) `values` with NaN/inf in `feature`; those episodes'
+    stats are not compared. Per run, whether it has any."""
     bad = ~np.isfinite(values)
-    if not bad.any():
-        return
-    for run in runs:
-        rows, channels = np.nonzero(bad[run.start:run.stop])
-        if len(rows):
-            row, c = int(rows[0]), int(channels[0])
-            result.findings.append(_finding(
-                "STA050", f"episode {run.episode}: {feature}[{c}] is {values[run.start + row, c]} at frame {row} "
-                          f"({_plural(len(rows), 'non-finite value')} in the episode)",
-                file=run.file, episode=run.episode, feature=feature, channel=c))
-            result.dirty.add((run.episode, feature))
+    dirty = np.zeros(len(firsts), dtype=bool)
+    rows = np.flatnonzero(bad.any(axis=1))
+    if not len(rows):
+        return dirty
+    run = np.searchsorted(firsts, rows, side="right") - 1
+    inside = run >= 0
+    inside[inside] = rows[inside] < firsts[run[inside]] + lengths[run[inside]]
+    dirty[run[inside]] = True
+    for i in np.flatnonzero(dirty).tolist():   # the rare path: the runs that hold one
+        start, episode = int(firsts[i]), int(episodes[i])
+        at, channels = np.nonzero(bad[start:start + int(lengths[i])])
+        row, c = int(at[0]), int(channels[0])
+        result.findings.append(_finding(
+            "STA050", f"episode {episode}: {feature}[{c}] is {values[start + row, c]} at frame {row} "
+                      f"({_plural(len(at), 'non-finite value')} in the episode)",
+            file=path, episode=episode, feature=feature, channel=c))
+        result.dirty.add((episode, feature))
     result.incomplete.add(feature)
+    return dirty
 
 
 @dataclass
@@ -749,18 +878,13 @@ def _disagreement(stated: dict, actual: dict, tol: Tolerance, brackets: dict | N
 
 def _agreement(ctx: Context, sources: list[Source], groups: list[Group]) -> list[Finding]:
     ds = ctx.dataset
-    data = _data_stats(ctx)
+    data = _data_stats(ctx, groups)
     out = list(data.findings)
-    recomputed = {}
     complete = [f for f in _numeric(ds) if f not in data.incomplete]
-    if placement(ctx).complete and all(ep.index in data.per_episode for ep in ds.episodes):
-        recomputed = dataset_stats([{f: data.per_episode[ep.index][f] for f in complete
-                                     if f in data.per_episode[ep.index]} for ep in ds.episodes])
+    recomputed = _recomputed(ctx, data, complete) if placement(ctx).complete else {}
     unsure = _unsure(ds, groups, data)
-    for source in sources:
-        if source.episode is not None and source.episode not in unsure:
-            continue
-        actual = recomputed if source.episode is None else data.per_episode.get(source.episode, {})
+    for source in _among(sources, groups, unsure):
+        actual = recomputed if source.episode is None else data.episode(source.episode)
         for feature, stated in source.stats.items():
             if source.episode is not None and feature not in unsure[source.episode]:
                 continue
@@ -770,17 +894,50 @@ def _agreement(ctx: Context, sources: list[Source], groups: list[Group]) -> list
             magnitude = np.maximum(np.abs(exact["min"]), np.abs(exact["max"]))
             tol = Tolerance.of(ds.info.features[feature]["dtype"], data.dtypes.get(feature),
                                _rows(ds, source, exact["count"]), magnitude, exact["max"] - exact["min"])
-            brackets = data.brackets.get((source.episode, feature)) if source.episode is not None else None
+            brackets = data.bracket(source.episode, feature) if source.episode is not None else None
             short = _rows(ds, source, exact["count"], shortest=True)
             ddof = float(np.sqrt(short / (short - 1))) if short > 1 else 1.0
             out += _mismatch(ds, source, feature, _disagreement(stated, exact, tol, brackets, ddof))
     return out
 
 
+def _recomputed(ctx: Context, data: DataStats, complete: list[str]) -> Stats:
+    """Dataset stats from the recomputed per-episode ones, of the `complete` features every metadata episode has in
+    the data (none unless each has some); `_pooled` over whole (episodes, channels) matrices."""
+    indices = episode_columns(ctx).index
+    rows = {f: _lookup(exact.episodes, indices) for f, exact in data.exact.items()}
+    held = np.zeros(len(indices), dtype=bool)
+    for found in rows.values():
+        held |= found >= 0
+    if not held.all():
+        return {}
+    out = {}
+    for feature in sorted(f for f in complete if f in rows and (rows[f] >= 0).all()):
+        pooled = _pooled({k: v[rows[feature]] for k, v in data.exact[feature].stats.items()})
+        if pooled is not None:
+            out[feature] = pooled
+    return out
+
+
+def _pooled(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """`lerodoc.tables.stats.aggregate`'s arithmetic (count-weighted mean, pooled variance, min of min, max of max)
+    on one feature's (episodes, channels) matrices, bit for bit: None where it gives nothing (no rows)."""
+    counts = stats["count"][:, 0].astype(np.float64)
+    total = counts.sum()
+    if total <= 0:
+        return None
+    weights = (counts / total).reshape(-1, 1)
+    means = stats["mean"]
+    mean = (weights * means).sum(axis=0)
+    spread = (weights * (stats["std"] ** 2 + (means - mean) ** 2)).sum(axis=0)
+    return {"min": stats["min"].min(axis=0), "max": stats["max"].max(axis=0), "mean": mean,
+            "std": np.sqrt(np.maximum(spread, 0.0)), "count": np.array([int(total)], dtype=np.int64)}
+
+
 AGREE_MARGIN = 0.5   # the prefilter's share of each tolerance: it passes only what `_disagreement` surely does
 
 
-def _unsure(ds: Dataset, groups: list[Group], data) -> dict[int, set[str]]:
+def _unsure(ds: Dataset, groups: list[Group], data: DataStats) -> dict[int, set[str]]:
     """episode -> the features whose stated stats are to be compared one by one: all but those `_disagreement` surely
     finds nothing in, decided for a feature's episodes at once on (episodes, channels) matrices with the same
     tolerances (`Tolerance`, the quantiles' brackets) held to AGREE_MARGIN of their size, so that rounding in the two
@@ -790,28 +947,28 @@ def _unsure(ds: Dataset, groups: list[Group], data) -> dict[int, set[str]]:
     for group in groups:
         feature, n = group.feature, len(group.episodes)
         ok = _agreeing(ds, group, data, moments) if group.matrices is not None else np.zeros(n, dtype=bool)
-        for i in np.flatnonzero(~ok):
-            unsure.setdefault(group.episodes[i], set()).add(feature)
+        for e in group.episodes[~ok].tolist():
+            unsure.setdefault(e, set()).add(feature)
     return unsure
 
 
-def _agreeing(ds: Dataset, group: Group, data, moments: tuple[str, ...]) -> np.ndarray:
+def _agreeing(ds: Dataset, group: Group, data: DataStats, moments: tuple[str, ...]) -> np.ndarray:
     """Per episode of `group`, whether its stated stats surely agree with the data (see `_unsure`)."""
-    feature, stated = group.feature, group.matrices
-    n = len(group.episodes)
-    exact = [data.per_episode.get(e, {}).get(feature) for e in group.episodes]
-    usable = np.fromiter((x is not None and (e, feature) not in data.dirty and all(k in x for k in moments)
-                          for e, x in zip(group.episodes, exact)), dtype=bool, count=n)
+    feature, stated, episodes = group.feature, group.matrices, group.episodes
+    n = len(episodes)
+    exact = data.exact.get(feature)
+    at = _lookup(exact.episodes, episodes) if exact is not None else np.full(n, -1)
+    usable = at >= 0
+    dirty = [e for e, f in data.dirty if f == feature]
+    if dirty:
+        usable &= ~np.isin(episodes, dirty)
     if "count" in stated and stated["count"].shape[1]:
         usable &= stated["count"].any(axis=1)   # a placeholder is not compared
     ok = np.zeros(n, dtype=bool)
     rows = np.flatnonzero(usable)
     if not len(rows):
         return ok
-    try:
-        actual = {k: _stack([exact[i][k] for i in rows], len(rows)) for k in moments}
-    except (TypeError, ValueError):
-        return ok
+    actual = {k: exact.stats[k][at[rows]].astype(np.float64) for k in moments}
     names = [k for k in moments if k in stated]
     if any(stated[k].shape[1] != actual[k].shape[1] for k in names):
         return ok   # a shape problem: reported one by one
@@ -831,27 +988,26 @@ def _agreeing(ds: Dataset, group: Group, data, moments: tuple[str, ...]) -> np.n
         good &= (np.abs(have - want) <= AGREE_MARGIN * allowed).all(axis=1)
     quantiles = [k for k in _quantile_keys(group.shapes) if k in stated]
     if quantiles:
-        brackets = [data.brackets.get((group.episodes[i], feature)) for i in rows]
-        held = np.fromiter((b is not None and all(q in b for q in quantiles) for b in brackets), dtype=bool,
-                           count=len(rows))
-        near = 2 * spread / QUANTILE_BINS + QUANTILE_SHARE * spread + tol.value_eps * magnitude + 1e-9 * (1 + spread)
+        blocks = data.brackets.get(feature, [])
+        block, row = data.bracket_rows(feature, episodes[rows])
+        whole = np.array([all(q in b.keys for q in quantiles) for b in blocks] + [False])   # [-1]: none
+        held = whole[block]
+        good &= ~((block >= 0) & ~held)   # brackets for some quantiles only: one by one
         chosen = np.flatnonzero(held)
-        partial = np.fromiter((b is not None for b in brackets), dtype=bool, count=len(rows)) & ~held
-        good &= ~partial   # brackets for some quantiles only: one by one
-        if len(chosen):
-            for name in quantiles:
-                try:
-                    low = _stack([brackets[j][name][0] for j in chosen], len(chosen))
-                    high = _stack([brackets[j][name][1] for j in chosen], len(chosen))
-                except (TypeError, ValueError):
-                    good[chosen] = False
-                    continue
-                have = stated[name][rows[chosen]]
-                if have.shape != low.shape:
-                    good[chosen] = False
-                    continue
-                gap = np.maximum(low - have, have - high)
-                good[chosen] &= (gap <= AGREE_MARGIN * near[chosen]).all(axis=1)
+        near = 2 * spread / QUANTILE_BINS + QUANTILE_SHARE * spread + tol.value_eps * magnitude + 1e-9 * (1 + spread)
+        for name in quantiles if len(chosen) else ():
+            have = stated[name][rows[chosen]]
+            if have.shape[1] != blocks[block[chosen[0]]].bounds.shape[2]:
+                good[chosen] = False
+                continue
+            low, high = np.empty_like(have), np.empty_like(have)
+            for b in np.unique(block[chosen]).tolist():
+                mine = block[chosen] == b
+                k, j = len(blocks[b].keys), blocks[b].keys.index(name)
+                low[mine] = blocks[b].bounds[row[chosen][mine], j]
+                high[mine] = blocks[b].bounds[row[chosen][mine], k + j]
+            gap = np.maximum(low - have, have - high)
+            good[chosen] &= (gap <= AGREE_MARGIN * near[chosen]).all(axis=1)
     ok[rows] = good
     return ok
 

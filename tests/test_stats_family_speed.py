@@ -1,0 +1,175 @@
+"""The stats family's columnar bookkeeping (issue 37): the data's stats are held per feature as (episodes, channels)
+matrices, and an episode is looked at on its own only when a whole-matrix check has flagged it.
+
+- `_pooled` (the dataset stats from those matrices) is `aggregate`'s arithmetic, bit for bit;
+- each episode's recomputed stats are numpy's on its rows (an episode in one run), or the `aggregate` of its runs'
+  (an episode split across two files, or interleaved with another), and its quantile brackets are those of its rows
+  alone; the oracle here reads the files with pyarrow and cuts each episode's rows itself;
+- the prefilters change no finding on such a dataset (split, interleaved, NaN and tampered stats);
+- on a dataset whose stats all agree with the data, no episode's stats are looked at one by one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lerodoc.checks import open_context, run_checks, stats as stats_family
+from lerodoc.tables.parquet_io import column_matrix
+from lerodoc.tables.stats import aggregate, column_stats
+from tests.fixtures.factory import make_dataset
+from tests.helpers import run_cli
+
+DATA = "data/chunk-000/file-{:03d}.parquet"
+EPISODES_META = "meta/episodes/chunk-000/file-000.parquet"
+NUMERIC = ("observation.state", "action", "timestamp", "frame_index", "episode_index", "index", "task_index")
+
+
+def _quantiled(root):
+    """A v3.0 dataset of 9 episodes, 3 a data file, with per-episode quantiles."""
+    make_dataset(root, version="v3.0", episodes=9, lengths=[20 + 3 * e for e in range(9)], episodes_per_file=3,
+                 cameras=(), noise=0.3)
+    run_cli("quantiles", root, "--in-place")
+    return root
+
+
+def _set(table: pa.Table, name: str, values: list) -> pa.Table:
+    at = table.column_names.index(name)
+    return table.set_column(at, table.schema.field(name), pa.array(values, type=table.schema.field(name).type))
+
+
+def _tamper(root, column: str, episode: int, channel: int, by: float) -> None:
+    table = pq.read_table(root / EPISODES_META)
+    values = table.column(column).to_pylist()
+    values[episode][channel] += by
+    pq.write_table(_set(table, column, values), root / EPISODES_META)
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    return _quantiled(tmp_path_factory.mktemp("clean") / "ds")
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    """Episode 3 across files 0 and 1 (file 1's first row moved to the end of file 0); episodes 6 and 7 interleaved
+    in file 2 (their second rows swapped); a NaN in episode 8's action; tampered stats of split and whole episodes."""
+    root = _quantiled(tmp_path_factory.mktemp("split") / "ds")
+    first, second = pq.read_table(root / DATA.format(0)), pq.read_table(root / DATA.format(1))
+    pq.write_table(pa.concat_tables([first, second.slice(0, 1)]), root / DATA.format(0))
+    pq.write_table(second.slice(1), root / DATA.format(1))
+    third = pq.read_table(root / DATA.format(2))
+    episodes = np.asarray(third.column("episode_index").to_pylist())
+    order = np.arange(third.num_rows)
+    a, b = np.flatnonzero(episodes == 6)[1], np.flatnonzero(episodes == 7)[1]
+    order[a], order[b] = b, a
+    third = third.take(pa.array(order))
+    action = third.column("action").to_pylist()
+    action[int(np.flatnonzero(episodes[order] == 8)[2])][1] = float("nan")
+    pq.write_table(_set(third, "action", action), root / DATA.format(2))
+    _tamper(root, "stats/observation.state/mean", 3, 1, 0.3)       # split across files
+    _tamper(root, "stats/observation.state/std", 6, 2, 50.0)       # interleaved
+    _tamper(root, "stats/action/q50", 4, 0, 5.0)                   # whole
+    _tamper(root, "stats/observation.state/q10", 5, 2, -3.0)       # whole
+    return root
+
+
+def _runs(root) -> tuple[dict[int, list[dict]], dict[int, int]]:
+    """Per episode, the stats (numpy's, `column_stats`) of each of its runs of rows, in row order over the sorted
+    files; per episode, how many runs."""
+    runs: dict[int, list[dict]] = {}
+    for path in sorted(root.glob("data/*/*.parquet")):
+        table = pq.read_table(path)
+        episodes = np.asarray(table.column("episode_index").to_pylist())
+        values = {f: column_matrix(table.column(f), table.num_rows).astype(np.float64) for f in NUMERIC}
+        cuts = np.flatnonzero(np.diff(episodes)) + 1
+        for start, stop in zip(np.r_[0, cuts], np.r_[cuts, len(episodes)]):
+            runs.setdefault(int(episodes[start]), []).append({f: column_stats(v[start:stop]) for f, v in values.items()}
+                                                             | {"": (start, stop, values)})
+    return runs, {e: len(r) for e, r in runs.items()}
+
+
+def test_pooled_is_aggregate_bit_for_bit():
+    rng = np.random.default_rng(7)
+    n, width = 257, 5
+    parts = [{"f": {"min": rng.normal(size=width) - 3, "max": rng.normal(size=width) + 3,
+                    "mean": rng.normal(size=width) * 1e3, "std": np.abs(rng.normal(size=width)) * 1e-3,
+                    "count": np.array([int(c)], dtype=np.int64)}} for c in rng.integers(1, 400, n)]
+    expected = aggregate(parts)["f"]
+    matrices = {k: np.stack([p["f"][k] for p in parts]) for k in ("min", "max", "mean", "std", "count")}
+    got = stats_family._pooled(matrices)
+    assert set(got) == set(expected)
+    for k, v in expected.items():
+        assert got[k].dtype == v.dtype and got[k].shape == v.shape and got[k].tobytes() == v.tobytes(), k
+
+
+def test_recomputed_stats_are_numpys_per_episode_and_aggregates_of_split_ones(split):
+    ctx = open_context(split)
+    data = stats_family._data_stats(ctx)
+    runs, count = _runs(split)
+    assert count[3] == 2 and count[6] == 3 and count[7] == 3 and count[0] == 1   # the planted splits
+    assert data.dirty == {(8, "action")}
+    for episode, parts in runs.items():
+        held = data.episode(episode)
+        assert set(held) == set(NUMERIC), episode
+        for feature in NUMERIC:
+            want = parts[0][feature] if len(parts) == 1 else \
+                aggregate([{feature: p[feature]} for p in parts])[feature]
+            for k, v in want.items():
+                assert np.array_equal(held[feature][k], v, equal_nan=True), (episode, feature, k)
+                assert held[feature][k].dtype == v.dtype, (episode, feature, k)
+
+
+def test_quantile_brackets_are_those_of_the_episodes_rows_alone(split):
+    ctx = open_context(split)
+    data = stats_family._data_stats(ctx)
+    runs, count = _runs(split)
+    keys = stats_family._quantile_keys(ctx.dataset.episodes[0].stats["observation.state"])
+    assert keys
+    for episode, parts in runs.items():
+        for feature in ("observation.state", "action"):
+            found = data.bracket(episode, feature)
+            if len(parts) > 1 or (episode, feature) in data.dirty:
+                assert found is None, (episode, feature)
+                continue
+            start, stop, values = parts[0][""]
+            want = stats_family._quantile_brackets(values[feature].T, np.array([start]), np.array([stop - start]),
+                                                   keys)[0]
+            assert list(found) == list(keys)
+            for i, (low, high) in enumerate(found.values()):
+                assert np.array_equal(low, want[i]) and np.array_equal(high, want[len(keys) + i]), (episode, i)
+
+
+def _findings(root) -> list[tuple]:
+    return [(f.code, f.file, f.episode, f.feature, f.channel, f.message)
+            for f in run_checks(open_context(root), families=("stats",))]
+
+
+def test_prefilters_change_no_finding_on_split_episodes(split, monkeypatch):
+    fast = _findings(split)
+    monkeypatch.setattr(stats_family, "_in_order", lambda flat, n: np.zeros(n, dtype=bool))
+    monkeypatch.setattr(stats_family, "_agreeing", lambda ds, group, data, moments: np.zeros(len(group.episodes),
+                                                                                             dtype=bool))
+    assert fast == _findings(split)
+    flagged = {(code, episode) for code, _, episode, *_ in fast}
+    assert {("STA040", 3), ("STA040", 6), ("STA043", 4), ("STA050", 8)} <= flagged, fast
+
+
+def test_a_clean_dataset_looks_at_no_episode_on_its_own(clean, monkeypatch):
+    looked = []
+
+    def spy(name, original):
+        def wrapper(*args, **kwargs):
+            looked.append(name)
+            return original(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(stats_family.DataStats, "episode", spy("episode", stats_family.DataStats.episode))
+    monkeypatch.setattr(stats_family.DataStats, "bracket", spy("bracket", stats_family.DataStats.bracket))
+    well_formed = stats_family._well_formed
+    monkeypatch.setattr(stats_family, "_well_formed",
+                        lambda ds, source, only=None: looked.append(source.episode) or well_formed(ds, source, only))
+    assert [f for f in _findings(clean) if f[2] is not None] == []
+    assert looked == [None], looked   # the dataset stats alone
