@@ -18,7 +18,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats import paths, v30
 from lerodoc.formats.hf import ARROW, column_problem
 from lerodoc.formats.info import Info
-from lerodoc.formats.model import Episode
+from lerodoc.formats.model import Episode, stats_row
 from lerodoc.formats.stats import stat_size
 from lerodoc.tables.parquet_io import open_parquet, read_row_groups, read_schema
 from lerodoc.tables.stats import Stats
@@ -145,9 +145,13 @@ class Dataset:
         """Every data and video file the episodes point at is a file (bar the cameras a command is `dropping`), and
         each data file holds the rows its episodes claim (footers only). A pointer or a length that leads nowhere is
         named where it is held (the episodes metadata, with info.json's template), with the file it leads to."""
+        seen: dict[str, bool] = {}   # each file looked at once, however many episodes it holds
         for ep in self.episodes:
             for key in (None, *(k for k in ep.videos if k not in dropping)):
-                if not self.path(ep.data_file if key is None else ep.videos[key].file).is_file():
+                relative = ep.data_file if key is None else ep.videos[key].file
+                if relative not in seen:
+                    seen[relative] = self.path(relative).is_file()
+                if not seen[relative]:
                     raise self.missing(ep, key)
         for relative, eps in self.episodes_by_data_file().items():
             rows = open_parquet(self.path(relative), eps[0].index).metadata.num_rows
@@ -163,8 +167,16 @@ class Dataset:
         module = formats.module(self.version)
         stats_file, episodes_file = module.STATS_PATH, module.EPISODE_STATS_META
         sizes: dict[tuple[str, str], int | None] = {}    # per feature and stat, not per episode
+        # episodes whose stats are unread rows of regular tables whose columns all have the right size are
+        # checked column by column, once per table; the others (and a wrong size, to name its episode) one by one
+        rows = [(ep, stats_row(ep)) for ep in self.episodes]
+        tables = {id(r.table): r.table for _, r in rows if r is not None}
+        checked = {key for key, table in tables.items() if table.regular and all(
+            self._stat_fits(name, stat, int(np.prod(column.shape[1:])), sizes)
+            for (name, stat), column in table.columns.items())}
         for episode, stats, where in [(None, self.stats or {}, stats_file)] + \
-                [(ep.index, ep.stats, episodes_file) for ep in self.episodes]:
+                [(ep.index, ep.stats, episodes_file) for ep, r in rows
+                 if r is None or id(r.table) not in checked]:
             for name, by_stat in stats.items():
                 spec = self.info.features.get(name)
                 if spec is None:
@@ -178,6 +190,14 @@ class Dataset:
                                            f"{list(spec['shape'])} needs {want}", file=self.root / where,
                                            episode=episode, field=f"{name}.{stat}",
                                            hint="lerodoc repair recomputes the stats")
+
+    def _stat_fits(self, name: str, stat: str, size: int, sizes: dict) -> bool:
+        spec = self.info.features.get(name)
+        if spec is None:
+            return True
+        if (name, stat) not in sizes:
+            sizes[name, stat] = stat_size(spec, stat)
+        return sizes[name, stat] is None or size == sizes[name, stat]
 
     def stats_held(self) -> dict[str, set[str]]:
         """Per feature, the stat names every episode's stats hold. For v3.0 from the episodes metadata footers where

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lerodoc.tables.stats import Stats
+import numpy as np
+
+from lerodoc.formats.stats import StatsTable
+from lerodoc.tables.stats import BASIC, Stats, stack_stats
 
 
 @dataclass(frozen=True)
@@ -13,6 +16,23 @@ class VideoSpan:
     file: str
     from_timestamp: float
     to_timestamp: float
+
+
+class StatsRow:
+    """An episode's stats while nobody has read them: row `position` of a `StatsTable`, or of a holder's (an object
+    whose `table` reads it on first use). Calling it gives the row's dict (a fresh one each time, so two episodes
+    that share a row never share a dict)."""
+    __slots__ = ("holder", "position")
+
+    def __init__(self, holder, position: int):
+        self.holder, self.position = holder, position
+
+    @property
+    def table(self) -> StatsTable:
+        return self.holder if isinstance(self.holder, StatsTable) else self.holder.table
+
+    def __call__(self) -> dict:
+        return self.table.row(self.position)
 
 
 class LazyStats:
@@ -54,3 +74,118 @@ class Episode:
     @property
     def to_index(self) -> int:
         return self.from_index + self.length
+
+
+def stats_row(ep: Episode) -> StatsRow | None:
+    """The episode's stats as an unread table row, or None once they are a dict (read, set or changed)."""
+    value = ep.__dict__.get("_stats")
+    return value if isinstance(value, StatsRow) else None
+
+
+def shared_stats(ep: Episode):
+    """What a new Episode made from `ep` holds as its stats: the same unread row, else a copy of the dict."""
+    return stats_row(ep) or dict(ep.stats)
+
+
+def has_stats(ep: Episode) -> bool:
+    """Whether the episode has any stats, without reading an unread row's dict."""
+    row = stats_row(ep)
+    return bool(ep.stats) if row is None else row.table.has_stats(row.position)
+
+
+def stats_columns(episodes: list[Episode]) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]] | None:
+    """(feature, stat) -> (the episodes' values stacked (len(episodes), *shape), which rows hold one, or None when
+    all do), taken from their tables' columns without a dict per episode, when every episode's stats are an unread
+    row of a table of arrays and those tables hold the same columns of the same shapes; else None."""
+    rows = [stats_row(ep) for ep in episodes]
+    if not rows or any(r is None for r in rows):
+        return None
+    order: dict[int, int] = {}
+    which = np.array([order.setdefault(id(r.holder), len(order)) for r in rows], dtype=np.int64)
+    tables = [r.table for r in {id(r.holder): r for r in rows}.values()]   # in the order `order` numbers them
+    layout = [(key, c.shape[1:], c.dtype) for key, c in tables[0].columns.items()] if tables[0].arrays else None
+    if layout is None or not all(t.arrays and [(key, c.shape[1:], c.dtype) for key, c in t.columns.items()] == layout
+                                 for t in tables):
+        return None
+    positions = np.fromiter((r.position for r in rows), dtype=np.int64, count=len(rows))
+    starts = np.flatnonzero(np.r_[True, which[1:] != which[:-1]])
+    runs = [(tables[which[a]], positions[a:b]) for a, b in zip(starts, np.r_[starts[1:], len(rows)])]
+    out = {}
+    for key, _, _ in layout:
+        values = np.concatenate([t.columns[key][p] for t, p in runs])
+        masked = any(key in t.present for t, _ in runs)
+        out[key] = values, np.concatenate([t.present[key][p] if key in t.present else np.ones(len(p), dtype=bool)
+                                           for t, p in runs]) if masked else None
+    return out
+
+
+def stats_matrices(episodes: list[Episode]) -> dict[tuple[str, str], np.ndarray] | None:
+    """`stats_columns` where every episode holds every stat: (feature, stat) -> (len(episodes), *shape); else None
+    (`stats_stack` then stacks the dicts)."""
+    columns = stats_columns(episodes)
+    if columns is None or any(present is not None for _, present in columns.values()):
+        return None
+    return {key: values for key, (values, _) in columns.items()}
+
+
+def stats_stack(episodes: list[Episode]) -> dict[str, dict[str, np.ndarray]]:
+    """The episodes' BASIC stats stacked per feature (`tables.stats.stack_stats`, what `aggregate` reads): from their
+    tables' columns when `stats_columns` can, else from their dicts."""
+    columns = stats_columns(episodes)
+    if columns is None:
+        return stack_stats([ep.stats for ep in episodes])
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for (feature, stat), (values, present) in columns.items():
+        if stat in BASIC and present is None:
+            out.setdefault(feature, {})[stat] = values
+    return {feature: by_stat for feature, by_stat in out.items() if all(k in by_stat for k in BASIC)}
+
+
+def update_stats(episodes: list[Episode], updates: list[dict]) -> None:
+    """`ep.stats.update(u)` for each episode and its update (a feature's new stats replace all of its old ones). Done
+    column by column, into one new table whose rows the episodes become, when their stats are unread rows of
+    tables of arrays (`stats_columns`) and the updates are alike: the same features' same stats in every episode
+    updated, each of those features already held by every row, with the new stats leading its stats in the same
+    order (so every row's dict lists them as the episode-by-episode update would), or every episode updated.
+    Otherwise episode by episode."""
+    updated = np.array([bool(u) for u in updates], dtype=bool)
+    if not updated.any():
+        return
+    first = updates[int(np.argmax(updated))]
+    keys = [(feature, tuple(by_stat)) for feature, by_stat in first.items()]
+    base = stats_columns(episodes) if all(
+        [(feature, tuple(by_stat)) for feature, by_stat in u.items()] == keys for u in updates if u) else None
+    everyone = bool(updated.all())
+    if base is not None and not everyone:
+        held = {feature: [stat for f, stat in base if f == feature] for feature, _ in keys}
+        if any(tuple(held[feature][:len(stats)]) != stats or any(base[feature, s][1] is not None for s in held[feature])
+               for feature, stats in keys):
+            base = None
+    if base is None:
+        for ep, update in zip(episodes, updates):
+            if update:
+                ep.stats.update(update)
+        return
+    new = {feature: {stat: np.stack([u[feature][stat] for u in updates if u]) for stat in stats}
+           for feature, stats in keys}
+    columns: dict[tuple[str, str], np.ndarray] = {}
+    present: dict[tuple[str, str], np.ndarray] = {}
+    for feature in dict.fromkeys([*(f for f, _ in base), *new]):   # an updated feature keeps its place; new last
+        if everyone and feature in new:
+            columns.update({(feature, stat): values for stat, values in new[feature].items()})
+            continue
+        for (f, stat), (values, held) in base.items():
+            if f != feature:
+                continue
+            columns[f, stat] = values
+            if held is not None:
+                present[f, stat] = held
+            if feature in new:   # the updated rows: the new stats, and none of the feature's others
+                if stat in new[feature]:
+                    columns[f, stat] = values.copy()
+                    columns[f, stat][updated] = new[feature][stat]
+                else:
+                    present[f, stat] = ~updated
+    table = StatsTable(columns, len(episodes), present)
+    for i, ep in enumerate(episodes):
+        ep.stats = StatsRow(table, i)

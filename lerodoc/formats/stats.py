@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 
@@ -60,3 +62,58 @@ def normalise_stats(stats: dict, features: dict) -> tuple[dict, bool]:
             changed |= fixed.shape != value.shape
             out[name][stat] = fixed
     return out, changed
+
+
+class StatsTable:
+    """Per-episode stats as columns, one row per episode: (feature, stat) -> a (rows, *shape) array (the common
+    case; `present` marks the rows that hold a value where some do not) or a list of arrays and None (a ragged
+    column), in the order an episode's dict gives them (feature by feature). `row(i)` is the dict an episode's
+    stats read as; the columns themselves serve the commands that move many episodes' stats at once
+    (`formats.model.stats_columns`)."""
+
+    def __init__(self, columns: dict[tuple[str, str], np.ndarray | list], rows: int,
+                 present: dict[tuple[str, str], np.ndarray] | None = None):
+        self.columns, self.rows = columns, rows
+        self.present = {key: held for key, held in (present or {}).items() if not held.all()}
+        self.arrays = all(isinstance(c, np.ndarray) for c in columns.values())
+        self.regular = self.arrays and not self.present   # every row holds every stat, of one shape
+        self._normal: tuple[dict, bool] | None = None
+
+    def held(self, key: tuple[str, str], i: int) -> bool:
+        column, present = self.columns[key], self.present.get(key)
+        return column[i] is not None if present is None else bool(present[i])
+
+    def row(self, i: int) -> dict:
+        out: dict = {}
+        for (feature, stat), column in self.columns.items():
+            value = column[i]
+            present = self.present.get((feature, stat)) if self.present else None
+            if value is not None if present is None else present[i]:
+                out.setdefault(feature, {})[stat] = value
+        return out
+
+    @cached_property
+    def finite(self) -> bool:
+        """Every value of every row is finite (no NaN or infinity)."""
+        return self.arrays and all(np.isfinite(c if key not in self.present else c[self.present[key]]).all()
+                                   for key, c in self.columns.items())
+
+    def has_stats(self, i: int) -> bool:
+        return any(self.held(key, i) for key in self.columns)
+
+    def normal(self, features: dict) -> bool:
+        """Whether `normalise_stats` leaves every row as it is against `features`: regular columns of features it
+        declares, each row already shaped as `stat_shape` gives, and no count=0 placeholder."""
+        if self._normal is not None and self._normal[0] is features:
+            return self._normal[1]
+        ok = self.regular
+        for (feature, stat), column in self.columns.items() if ok else ():
+            spec = features.get(feature)
+            shape = None if spec is None else stat_shape(spec, stat)
+            if spec is None or (column.shape[1:] != shape if shape is not None
+                                else column.ndim != 4 or column.shape[2:] != (1, 1)) \
+                    or stat == "count" and column.shape[1:] and not column.reshape(len(column), -1).any(axis=1).all():
+                ok = False
+                break
+        self._normal = (features, ok)
+        return ok

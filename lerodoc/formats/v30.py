@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,8 @@ from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import parse, read_json, replace_file, stats_from_json, stats_to_json, write_json
-from lerodoc.formats.model import Episode, VideoSpan
+from lerodoc.formats.model import Episode, StatsRow, VideoSpan, stats_columns
+from lerodoc.formats.stats import StatsTable
 from lerodoc.tables.parquet_io import arrow_array, null_free, open_parquet, read_parquet, read_schema, regular_rows
 
 VERSION = "v3.0"
@@ -123,7 +123,7 @@ def _read_table(path: Path, info: Info, stats: bool = True) -> pa.Table:
                                        if c in used or stats and c.startswith("stats/")])
 
 
-def _stats_rows(table: pa.Table, path: Path) -> list[dict]:
+def _stats_table(table: pa.Table, path: Path) -> StatsTable:
     """`_episode_stats` of one episodes metadata file's table; malformed stats columns are a LerodocError naming it."""
     try:
         return _episode_stats(table)
@@ -134,46 +134,47 @@ def _stats_rows(table: pa.Table, path: Path) -> list[dict]:
 
 class StatsColumns:
     """The per-episode stats of one episodes metadata file, read on first use: the `stats/...` columns are most of
-    the file's bytes (a hub dataset's range reads) and, as one dict of arrays per episode, most of the time of opening
-    a dataset of many episodes; a command that needs no episode's stats (info, train's index, validate --no-stats)
-    never reads them."""
+    the file's bytes (a hub dataset's range reads) and most of the time of opening a dataset of many episodes; a
+    command that needs no episode's stats (info, train's index, validate --no-stats) never reads them. Each
+    episode's `stats` is a `StatsRow` of this holder until something reads or changes it."""
 
     def __init__(self, path: Path):
-        self.path, self.rows = path, None
+        self.path, self._table = path, None
 
-    def row(self, position: int) -> dict:
-        if self.rows is None:
+    @property
+    def table(self) -> StatsTable:
+        if self._table is None:
             names = [c for c in read_schema(self.path).names if c.startswith("stats/")]
-            self.rows = _stats_rows(read_parquet(self.path, columns=names), self.path)
-        return self.rows[position]
+            self._table = _stats_table(read_parquet(self.path, columns=names), self.path)
+        return self._table
 
 
-def _episode_stats(table: pa.Table) -> list[dict]:
-    """Per-row stats from the `stats/<feature>/<stat>` columns, each column converted in one go."""
-    stats: list[dict] = [{} for _ in range(table.num_rows)]
+def _episode_stats(table: pa.Table) -> StatsTable:
+    """Per-row stats from the `stats/<feature>/<stat>` columns, each column converted in one go: a regular column
+    (every row one shape, no null) stays one array; any other becomes a list of arrays, None where a row has no
+    value. A count is (1,) per row, and so is a scalar stat."""
+    columns: dict[tuple[str, str], np.ndarray | list] = {}
     for column in table.column_names:
         if not column.startswith("stats/"):
             continue
         feature, name = column[len("stats/"):].rsplit("/", 1)
         dtype = np.int64 if name == "count" else np.float64
         regular = regular_rows(table.column(column), dtype)   # the common case, without Python lists
-        if regular is not None and (regular.ndim > 1 or name == "count"):   # rows of one or more dimensions
-            for row, value in zip(stats, regular.reshape(len(regular), -1) if name == "count" else regular):
-                row.setdefault(feature, {})[name] = value
-            continue
         if regular is not None:
-            rows = list(regular)
-        else:
-            values = table.column(column).to_pylist()
-            try:
-                rows = list(np.array(values, dtype=dtype).reshape(len(values), -1) if name == "count"
-                            else np.array(values, dtype=dtype))
-            except (ValueError, TypeError):   # ragged or missing values: convert one by one
-                rows = [None if v is None else np.asarray(v, dtype=dtype) for v in values]
-        for row, value in zip(stats, rows):
-            if value is not None:
-                row.setdefault(feature, {})[name] = np.atleast_1d(value)
-    return stats
+            columns[feature, name] = regular.reshape(len(regular), -1) if name == "count" or regular.ndim == 1 \
+                else regular
+            continue
+        values = table.column(column).to_pylist()
+        try:
+            rows = list(np.array(values, dtype=dtype).reshape(len(values), -1) if name == "count"
+                        else np.array(values, dtype=dtype))
+        except (ValueError, TypeError):   # ragged or missing values: convert one by one
+            rows = [None if v is None else np.asarray(v, dtype=dtype) for v in values]
+        columns[feature, name] = [None if v is None else np.atleast_1d(v) for v in rows]
+    by_feature: dict[str, list] = {}   # feature by feature, as an episode's dict lists them
+    for (feature, name), values in columns.items():
+        by_feature.setdefault(feature, []).append(((feature, name), values))
+    return StatsTable({key: values for pairs in by_feature.values() for key, values in pairs}, table.num_rows)
 
 
 def stats_held(root: Path) -> dict[str, set[str]] | None:
@@ -203,8 +204,8 @@ def read(root: Path, info: Info):
     tables = [_read_table(f, info, stats=False) for f in files]
     rows = [row for t in tables for row in t.to_pylist()]
     sources = [name for f, t in zip(files, tables) for name in [f.relative_to(root).as_posix()] * t.num_rows]
-    row_stats = [partial(StatsColumns.row, holder, i) for f, t in zip(files, tables)
-                 for holder in [StatsColumns(f)] for i in range(t.num_rows)]
+    row_stats = [StatsRow(holder, i) for f, t in zip(files, tables) for holder in [StatsColumns(f)]
+                 for i in range(t.num_rows)]
     episodes, video_keys, data_files = [], info.video_keys, {}   # a data file's path made once per file
     data_path, video_path = info.data_path or DATA_PATH, info.video_path or VIDEO_PATH
     for position, row in enumerate(rows):
@@ -238,15 +239,25 @@ def read(root: Path, info: Info):
     return episodes, read_tasks(root), stats
 
 
-def _stats_columns(episodes: list[Episode]) -> dict[str, list]:
+def _stats_columns(episodes: list[Episode]) -> dict[str, pa.Array]:
+    """The episodes table's `stats/<feature>/<stat>` columns, in the order the episodes' dicts first name them (a
+    stat no episode holds has none): from the stats' own tables where every episode's stats are still an unread
+    row (`stats_columns`), else gathered from each episode's dict."""
+    columns = stats_columns(episodes)
+    if columns is not None:
+        first = {key: 0 if present is None else int(np.argmax(present)) for key, (_, present) in columns.items()
+                 if present is None or present.any()}
+        order = sorted(first, key=lambda key: (first[key], list(columns).index(key)))
+        return {f"stats/{feature}/{stat}": arrow_array(columns[feature, stat][0], present=columns[feature, stat][1])
+                for feature, stat in order}
     names = list(dict.fromkeys(f"stats/{feat}/{stat}" for ep in episodes
                                for feat, by_stat in ep.stats.items() for stat in by_stat))
-    columns = {}
+    out = {}
     for name in names:
         feature, stat = name[len("stats/"):].rsplit("/", 1)
-        columns[name] = [np.asarray(ep.stats[feature][stat])
-                         if stat in ep.stats.get(feature, {}) else None for ep in episodes]
-    return columns
+        out[name] = arrow_array([np.asarray(ep.stats[feature][stat])
+                                 if stat in ep.stats.get(feature, {}) else None for ep in episodes])
+    return out
 
 
 def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str], stats: dict | None) -> None:
@@ -291,13 +302,13 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | N
         columns[f"videos/{key}/file_index"] = [chunk_file_of(s.file)[1] for s in spans]
         columns[f"videos/{key}/from_timestamp"] = [s.from_timestamp for s in spans]
         columns[f"videos/{key}/to_timestamp"] = [s.to_timestamp for s in spans]
-    columns.update(_stats_columns(episodes))
-    columns["meta/episodes/chunk_index"] = [0] * n
-    columns["meta/episodes/file_index"] = [0] * n
     types = {"tasks": pa.list_(pa.string())}
-    table = pa.table({name: arrow_array(values, types.get(name, pa.float64() if "timestamp" in name
-                                                             and name.startswith("videos/") else None))
-                      for name, values in columns.items()})
+    arrays = {name: arrow_array(values, types.get(name, pa.float64() if "timestamp" in name
+                                                  and name.startswith("videos/") else None))
+              for name, values in columns.items()}
+    arrays.update(_stats_columns(episodes))
+    arrays.update({name: arrow_array([0] * n) for name in ("meta/episodes/chunk_index", "meta/episodes/file_index")})
+    table = pa.table(arrays)
     path = root / EPISODES_PATH.format(chunk_index=0, file_index=0)
     path.parent.mkdir(parents=True, exist_ok=True)
     replace_file(path, lambda tmp: pq.write_table(table, tmp))

@@ -18,6 +18,7 @@ from lerodoc import access, formats
 from lerodoc.dataset import Dataset, read_rows
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import Info, canonical_feature, codec_name, flat_names
+from lerodoc.formats.model import stats_row, stats_stack
 from lerodoc.formats.stats import normalise_stats
 from lerodoc.ops import rewrite
 from lerodoc.ops.stats import dataset_quantiles
@@ -255,8 +256,10 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
             if ep.index not in kept_numbers:
                 summaries[i].excluded.append(ep.index)
                 continue
-            ep.stats, changed = normalise_stats(ep.stats, info.features)
-            reshaped |= changed
+            row = stats_row(ep)
+            if row is None or not row.table.normal(info.features):   # else nothing to reshape or drop
+                ep.stats, changed = normalise_stats(ep.stats, info.features)
+                reshaped |= changed
             picks.append(rewrite.Pick(ds, ep, tuple(task_map)))
             summaries[i].episodes_out += 1
             summaries[i].frames_out += ep.length
@@ -290,7 +293,7 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
         data_files = [tmp / f for f in dict.fromkeys(ep.data_file for ep in new_eps)]
         quantiles, _ = dataset_quantiles(data_files, info.numeric_keys, info.features, sum(e.length for e in new_eps),
                                          workers=workers, engine=engine)
-        stats = dataset_stats([ep.stats for ep in new_eps], quantiles)
+        stats = dataset_stats(stats_stack(new_eps), quantiles)
         formats.module(to).write_meta(tmp, info, new_eps, tasks, stats if to == "v3.0" else None)
         rewrite.verify(tmp, to, new_eps)
         report.episodes, report.frames, report.tasks = len(new_eps), sum(e.length for e in new_eps), len(tasks)

@@ -21,6 +21,7 @@ from lerodoc.tables.stats import Stats
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import ACTION_FEATURES, INDEX_FEATURES, STATE_FEATURES, flat_names
 from lerodoc.formats.jsonl import write_text
+from lerodoc.formats.model import update_stats
 from lerodoc.promote.staging import check_output, in_place_root, staged_edit, staged_meta
 from lerodoc.ops.stats import exact_stats
 from lerodoc.tables.stats import channel_flags, merge_dataset_stats
@@ -145,8 +146,7 @@ def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, fea
         write_text(Path(openpi_path), json.dumps(norm_stats, indent=2) + "\n")
         report.openpi_norm_stats = str(openpi_path)
     module = formats.module(ds.version)
-    for ep in ds.episodes:
-        ep.stats.update(per_episode[ep.index])
+    update_stats(ds.episodes, [per_episode[ep.index] for ep in ds.episodes])
     rewrite = module.stats_files(ds.root)
     staged = (staged_meta(ds.root, rewrite, seen=ds.meta_seen) if in_place
               else staged_edit(ds.root, out, force=force, rewrite=rewrite))

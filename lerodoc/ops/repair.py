@@ -21,7 +21,7 @@ from lerodoc import access, formats
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset
-from lerodoc.formats.model import Episode, VideoSpan
+from lerodoc.formats.model import Episode, VideoSpan, shared_stats, stats_row, update_stats
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature
@@ -118,7 +118,8 @@ def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], 
         if (file, first, length) != (ep.data_file, ep.data_row, ep.length):
             changes.append(f"episode {ep.index}: rows are in {file} at row {first} ({length} rows); the metadata "
                            f"said {ep.data_file} at row {ep.data_row} ({ep.length} rows)")
-        episodes.append(replace(ep, data_file=file, data_row=first, length=length, videos=dict(ep.videos)))
+        episodes.append(replace(ep, data_file=file, data_row=first, length=length, videos=dict(ep.videos),
+                                stats=shared_stats(ep)))
     loose = formats.loose_files(ds.root, ".mp4") if ds.info.video_keys else []
     lost: list[tuple[str, str, str, list[int]]] = []      # camera, file, why, episodes: what cannot be fixed
     for key in ds.info.video_keys:
@@ -328,7 +329,9 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
                    extra=dict(ds.info.extra))
     sizes: dict = {}
     for ep in episodes:
-        ep.stats = _clean_stats(ep.stats, info.features, sizes)
+        row = stats_row(ep)
+        if row is None or not (row.table.normal(info.features) and row.table.finite):   # else nothing to clean
+            ep.stats = _clean_stats(ep.stats, info.features, sizes)
     picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
     schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds)[0])
     caps = info.whole_file_caps()
@@ -349,8 +352,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         module.write_meta(tmp, info, result.episodes, tasks, _clean_stats(ds.stats or {}, info.features))
         fixed = Dataset.open(tmp)
         numeric, per_episode, _ = exact_stats(fixed, fixed.info.numeric_keys, workers=workers)
-        for ep in fixed.episodes:
-            ep.stats.update(per_episode[ep.index])
+        update_stats(fixed.episodes, [per_episode[ep.index] for ep in fixed.episodes])
         carried = {**dataset_stats([ep.stats for ep in fixed.episodes]), **(fixed.stats or {})}   # stated ones win
         module.write_stats(tmp, fixed.info, fixed.episodes, {**carried, **numeric})
         rewrite.verify(tmp, to, result.episodes)

@@ -26,7 +26,7 @@ from lerodoc.files import new_file
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
-from lerodoc.formats.model import Episode, VideoSpan
+from lerodoc.formats.model import Episode, VideoSpan, has_stats, shared_stats, update_stats
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix, conform, from_numpy, is_list_type,
@@ -540,7 +540,7 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
     new_eps, cursor = [], 0
     for number, pick in enumerate(picks):
         new_eps.append(Episode(index=number, length=pick.episode.length, tasks=list(pick.episode.tasks),
-                               data_file="", data_row=0, from_index=cursor, stats=dict(pick.episode.stats)))
+                               data_file="", data_row=0, from_index=cursor, stats=shared_stats(pick.episode)))
         cursor += pick.episode.length
     linked: set[int] = set()
     if to == "v3.0":
@@ -560,9 +560,16 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
     first_row: dict[str, int] = {}
     for ep in new_eps:
         ep.data_row = ep.from_index - first_row.setdefault(ep.data_file, ep.from_index)
-    pieces = [RowPiece(_source(p.dataset.path(p.episode.data_file)), p.episode.data_row, p.episode.length,
+    sources: dict[tuple[int, str], str | access.HubPath] = {}
+
+    def source_of(pick: Pick) -> str | access.HubPath:   # one path per source file, not per episode
+        key = (id(pick.dataset), pick.episode.data_file)
+        if key not in sources:
+            sources[key] = _source(pick.dataset.path(pick.episode.data_file))
+        return sources[key]
+    pieces = [RowPiece(source_of(p), p.episode.data_row, p.episode.length,
                        new.data_file, new.index, new.from_index, p.episode.index, p.task_map,
-                       all_stats=not p.episode.stats, retime_fps=info.fps if retime else None, link=i in linked)
+                       all_stats=not has_stats(p.episode), retime_fps=info.fps if retime else None, link=i in linked)
               for i, (p, new) in enumerate(zip(picks, new_eps))]
     # -> v3.0: one job per output file; -> v2.1: one job per source file (read once).
     key_of = (lambda p: p.out_file) if to == "v3.0" else (lambda p: p.src_file)
@@ -637,7 +644,7 @@ def _unchanged_data_files(picks: list[Pick], new_eps: list[Episode], schema: pa.
         parquet = open_parquet(pick.dataset.path(pick.episode.data_file), pick.episode.index)
         rows, own = parquet.metadata.num_rows, parquet.schema_arrow
         same_schema = schema is None or own.equals(schema, check_metadata=False)
-        if same_ids and same_tasks and same_schema and all(p.episode.stats for p in picks[i:j]) \
+        if same_ids and same_tasks and same_schema and all(has_stats(p.episode) for p in picks[i:j]) \
                 and rows == sum(p.episode.length for p in picks[i:j]):
             runs.append((i, j))
     return tuple(runs)
@@ -663,10 +670,10 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     cluster instead of `workers` processes.
     """
     info, picks = plan_.info, plan_.picks
-    new_eps = [replace(ep, tasks=list(ep.tasks), videos={}, stats=dict(ep.stats)) for ep in plan_.episodes]
+    new_eps = [replace(ep, tasks=list(ep.tasks), videos={}, stats=shared_stats(ep)) for ep in plan_.episodes]
     result = Result(new_eps)
-    row_jobs = [[replace(p, out_file=str(inside(tmp, p.out_file, field="data_path"))) for p in job]
-                for job in plan_.row_jobs]
+    outputs = {p.out_file: str(inside(tmp, p.out_file, field="data_path")) for job in plan_.row_jobs for p in job}
+    row_jobs = [[replace(p, out_file=outputs[p.out_file]) for p in job] for job in plan_.row_jobs]
     # -> v3.0: a file per job; -> v2.1: PER_JOB episode files per job.
     step = 1 if plan_.to == "v3.0" else PER_JOB
     video_jobs = [plan_.video_files[i:i + step] for i in range(0, len(plan_.video_files), step)]
@@ -680,12 +687,12 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     done_jobs = pmap(_run, jobs, workers=workers, progress=tick, engine=engine)
     written_by_job, row_results = done_jobs[:len(video_jobs)], done_jobs[len(video_jobs):]
     rows = {r["episode"]: r for job in row_results for r in job}
+    update_stats(new_eps, [rows[ep.index]["stats"] for ep in new_eps])
     for ep in new_eps:
         done = rows[ep.index]
-        ep.stats.update(done["stats"])
         if {"episode_index", "index"} & set(done["changed"]):
             result.renumbered.append(ep.index)
-        if not picks[ep.index].episode.stats:
+        if not has_stats(picks[ep.index].episode):
             result.computed_stats.append(ep.index)
     for job, written in zip(video_jobs, written_by_job):
         for vf, clips in zip(job, written):

@@ -638,23 +638,33 @@ def from_numpy(values: np.ndarray, kind: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 
 
-def arrow_array(values: list, kind: pa.DataType | None = None) -> pa.Array:
+def arrow_array(values: list | np.ndarray, kind: pa.DataType | None = None, present: np.ndarray | None = None
+                ) -> pa.Array:
     """`pa.array(values, kind)` built from numpy buffers where it can be, since `pa.array` imports pandas on
     its first call (a third of a second or more): numbers, strings, and lists (or numpy arrays) of those nested
     to any depth with one shape per row (rows may be None). Anything else (ragged rows, mixed types) goes to
-    `pa.array`."""
-    present = [v for v in values if v is not None]
+    `pa.array`. `values` may be the rows already stacked, a (rows, *shape) array of numbers; `present` then says
+    which rows hold a value (the others are None, as in a list)."""
+    stacked = isinstance(values, np.ndarray) and values.dtype.kind in "iuf"
+    if not stacked and present is not None:
+        values = [v if p else None for v, p in zip(values, present)]
+    missing = None if not stacked or present is None or present.all() else ~np.asarray(present, dtype=bool)
+    held = (values if missing is None else values[~missing]) if stacked else [v for v in values if v is not None]
+    listed = (lambda: [None if missing is not None and missing[i] else v.tolist() for i, v in enumerate(values)]) \
+        if stacked else (lambda: [v.tolist() if isinstance(v, np.ndarray) else v for v in values])
     try:
-        if kind is not None and (pa.types.is_string(kind) or pa.types.is_list(kind)
-                                 and pa.types.is_string(kind.value_type)) or present and _has_str(present[0]):
+        if not stacked and (kind is not None and (pa.types.is_string(kind) or pa.types.is_list(kind)
+                                                  and pa.types.is_string(kind.value_type))
+                            or held and _has_str(held[0])):
             return _strings(values, kind)
-        shapes = {v.shape if isinstance(v, np.ndarray) else np.shape(v) for v in present}
+        shapes = {values.shape[1:]} if stacked else \
+            {v.shape if isinstance(v, np.ndarray) else np.shape(v) for v in held}
         if len(shapes) > 1:
             raise ValueError("ragged")
         shape = shapes.pop() if shapes else ()
-        if not shape and len(present) != len(values):
+        if not shape and len(held) != len(values):
             raise ValueError("None among scalars")
-        flat = np.asarray(present)
+        flat = np.asarray(held)
         if flat.dtype.kind not in "iuf":
             raise ValueError("not numbers")
         leaf = kind
@@ -669,12 +679,18 @@ def arrow_array(values: list, kind: pa.DataType | None = None) -> pa.Array:
             array = pa.ListArray.from_arrays(from_numpy(np.arange(0, len(array) + 1, size, dtype=np.int32),
                                                         pa.int32()), array)
         if shape:                                  # the rows' own lists, None where a row is None
-            lengths = np.array([0 if v is None else shape[0] for v in values], dtype=np.int32)
+            if stacked:
+                lengths = np.full(len(values), shape[0], dtype=np.int32)
+                if missing is not None:
+                    lengths[missing] = 0
+            else:
+                lengths = np.array([0 if v is None else shape[0] for v in values], dtype=np.int32)
             offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-            array = pa.ListArray.from_arrays(from_numpy(offsets, pa.int32()), array, mask=_mask(values))
+            array = pa.ListArray.from_arrays(from_numpy(offsets, pa.int32()), array, mask=_mask(values) if not stacked
+                                             else None if missing is None else _validity(missing))
         return array if kind is None or array.type == kind else array.cast(kind)
     except (ValueError, TypeError, pa.ArrowException):
-        return pa.array([v.tolist() if isinstance(v, np.ndarray) else v for v in values], type=kind)
+        return pa.array(listed(), type=kind)
 
 
 def regular_rows(column: pa.ChunkedArray | pa.Array, dtype) -> np.ndarray | None:
@@ -702,10 +718,14 @@ def _has_str(value) -> bool:
 
 
 def _mask(values: list) -> pa.Array | None:
-    missing = np.array([v is None for v in values])
+    return _validity(np.array([v is None for v in values], dtype=bool))
+
+
+def _validity(missing: np.ndarray) -> pa.Array | None:
+    """The mask `ListArray.from_arrays` takes, True where a row is None; None where no row is."""
     if not missing.any():
         return None
-    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(missing, bitorder="little"))])
+    return pa.Array.from_buffers(pa.bool_(), len(missing), [None, pa.py_buffer(np.packbits(missing, bitorder="little"))])
 
 
 def _strings(values: list, kind: pa.DataType | None) -> pa.Array:

@@ -150,29 +150,40 @@ def block_stats(block: np.ndarray) -> dict[str, np.ndarray]:
     return _one(segment_stats(block, [block.shape[1]]))
 
 
-def aggregate(per_episode: list[Stats]) -> Stats:
-    """Dataset stats from per-episode stats: count-weighted mean, pooled variance, min of min, max of max.
+def stack_stats(per_episode: list[Stats]) -> dict[str, dict[str, np.ndarray]]:
+    """The BASIC stats of the features every episode holds all of, stacked over the episodes: feature -> stat ->
+    (episodes, *shape), what `aggregate` reads."""
+    features = set.intersection(*(set(s) for s in per_episode)) if per_episode else set()
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for feature in sorted(features):
+        parts = [s[feature] for s in per_episode]
+        if all(all(k in p for k in BASIC) for p in parts):
+            out[feature] = {k: np.stack([p[k] for p in parts]) for k in BASIC}
+    return out
+
+
+def aggregate(per_episode: list[Stats] | dict[str, dict[str, np.ndarray]]) -> Stats:
+    """Dataset stats from per-episode stats (a list of dicts, or `stack_stats`' stacks): count-weighted mean,
+    pooled variance, min of min, max of max.
 
     Exact for the BASIC stats. Quantiles cannot be aggregated exactly and are left out here;
     a feature is aggregated only when every episode has all its BASIC stats.
     """
-    features = set.intersection(*(set(s) for s in per_episode)) if per_episode else set()
+    stacks = stack_stats(per_episode) if isinstance(per_episode, list) else per_episode
     out: Stats = {}
-    for feature in sorted(features):
-        parts = [s[feature] for s in per_episode]
-        if not all(all(k in p for k in BASIC) for p in parts):
+    for feature in sorted(stacks):
+        stack = stacks[feature]
+        if not all(k in stack for k in BASIC) or not len(stack["count"]):
             continue
-        counts = np.array([float(p["count"][0]) for p in parts])
+        counts = stack["count"].reshape(len(stack["count"]), -1)[:, 0].astype(np.float64)
         total = counts.sum()
         if total <= 0:
             continue
-        shape = (-1,) + (1,) * np.asarray(parts[0]["mean"]).ndim
-        weights = (counts / total).reshape(shape)
-        means = np.stack([p["mean"] for p in parts])
+        means = stack["mean"]
+        weights = (counts / total).reshape((-1,) + (1,) * (means.ndim - 1))
         mean = (weights * means).sum(axis=0)
-        variance = (weights * (np.stack([p["std"] for p in parts]) ** 2 + (means - mean) ** 2)).sum(axis=0)
-        out[feature] = {"min": np.min(np.stack([p["min"] for p in parts]), axis=0),
-                        "max": np.max(np.stack([p["max"] for p in parts]), axis=0),
+        variance = (weights * (stack["std"] ** 2 + (means - mean) ** 2)).sum(axis=0)
+        out[feature] = {"min": np.min(stack["min"], axis=0), "max": np.max(stack["max"], axis=0),
                         "mean": mean, "std": np.sqrt(np.maximum(variance, 0.0)),
                         "count": np.array([int(total)], dtype=np.int64)}
     return out
@@ -187,7 +198,7 @@ def merge_dataset_stats(fresh: Stats, previous: Stats | None) -> Stats:
     return merged
 
 
-def dataset_stats(per_episode: list[Stats], quantiles: Stats | None = None, *, features: list[str] | None = None,
+def dataset_stats(per_episode: list[Stats] | dict[str, dict[str, np.ndarray]], quantiles: Stats | None = None, *, features: list[str] | None = None,
                   previous: Stats | None = None) -> Stats:
     """Dataset stats, the one assembly: per feature the exact `aggregate` of the per-episode stats (BASIC),
     then its `quantiles` over all rows (`dataset_quantiles`); for `features` in that order (default: every
