@@ -1,0 +1,95 @@
+"""Per-episode stats as columns (issue 37): the column-by-column paths give what the episode-by-episode ones give.
+
+Each test runs the same step twice on the same v3.0 dataset: once with every episode's stats still an unread row of
+its table (the fast path), once after reading every episode's dict (which forces the episode-by-episode path), and
+compares what each writes or holds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from lerodoc.dataset import Dataset
+from lerodoc.formats import v30
+from lerodoc.formats.model import stats_columns, stats_row, stats_stack, update_stats
+from lerodoc.tables.parquet_io import arrow_array
+from lerodoc.tables.stats import aggregate, stack_stats
+
+ZOO = Path(__file__).parent / "zoo" / "members"
+MEMBER = ZOO / "lerobot-0.6.1-record"   # v3.0, written by lerobot's own recorder, stats with quantiles
+
+
+def _opened(read: bool) -> Dataset:
+    ds = Dataset.open(MEMBER)
+    if read:
+        for ep in ds.episodes:
+            ep.stats   # noqa: B018: reading turns the unread row into a dict
+        assert all(stats_row(ep) is None for ep in ds.episodes)
+    else:
+        assert all(stats_row(ep) is not None for ep in ds.episodes)
+    return ds
+
+
+def _written(ds: Dataset, root: Path):
+    v30.write_stats(root, ds.info, ds.episodes, None)
+    return pq.read_table(root / v30.EPISODES_PATH.format(chunk_index=0, file_index=0))
+
+
+def test_member_has_several_episodes_with_stats():
+    ds = _opened(read=False)
+    assert len(ds.episodes) >= 2 and stats_columns(ds.episodes) is not None
+
+
+def test_episodes_table_is_the_same_from_columns_and_from_dicts(tmp_path):
+    fast, slow = _written(_opened(False), tmp_path / "fast"), _written(_opened(True), tmp_path / "slow")
+    assert fast.equals(slow)
+    assert any(name.startswith("stats/") for name in fast.column_names)
+
+
+def test_aggregate_from_stacks_is_the_aggregate_of_the_dicts():
+    fast = aggregate(stats_stack(_opened(False).episodes))
+    slow = aggregate([ep.stats for ep in _opened(True).episodes])
+    assert fast.keys() == slow.keys() and fast
+    for feature in fast:
+        for stat in fast[feature]:
+            np.testing.assert_array_equal(fast[feature][stat], slow[feature][stat])
+    assert stack_stats([]) == {} and aggregate([]) == {}
+
+
+@pytest.mark.parametrize("updated", ["all", "first", "last"])
+def test_update_stats_as_columns_equals_episode_by_episode(tmp_path, updated):
+    """New BASIC stats of one feature for every episode, or all but one (renumbering in merge/delete/split): the
+    updated rows lose the feature's quantiles, the others keep them; the written table (column order included:
+    first named by the episodes' dicts) and every row's dict are those of the episode-by-episode update."""
+    fast_ds, slow_ds = _opened(False), _opened(True)
+    feature = "index"
+    n = len(fast_ds.episodes)
+    which = {"all": range(n), "first": range(1, n), "last": range(n - 1)}[updated]
+    rng = np.random.default_rng(0)
+    updates = [{feature: {"min": rng.random(1), "max": rng.random(1), "mean": rng.random(1), "std": rng.random(1),
+                          "count": np.array([7])}} if i in which else {} for i in range(n)]
+    update_stats(fast_ds.episodes, updates)
+    update_stats(slow_ds.episodes, updates)
+    assert all(stats_row(ep) is not None for ep in fast_ds.episodes)   # the column path was taken
+    for a, b in zip(fast_ds.episodes, slow_ds.episodes):
+        assert list(a.stats) == list(b.stats)
+        for f in a.stats:
+            assert list(a.stats[f]) == list(b.stats[f])
+            for stat in a.stats[f]:
+                np.testing.assert_array_equal(a.stats[f][stat], b.stats[f][stat])
+    # the fast dataset's dicts were read above: write from a fresh update, rows unread
+    fresh = _opened(False)
+    update_stats(fresh.episodes, updates)
+    assert _written(fresh, tmp_path / "fast").equals(_written(slow_ds, tmp_path / "slow"))
+
+
+def test_arrow_array_of_stacked_rows_with_missing_rows_is_the_list_form():
+    for values in (np.arange(12.0).reshape(4, 3), np.arange(8).reshape(4, 2), np.ones((4, 3, 1, 1))):
+        present = np.array([True, False, True, False])
+        listed = [v if p else None for v, p in zip(values, present)]
+        assert arrow_array(values, present=present).equals(arrow_array(listed))
+        assert arrow_array(values).equals(arrow_array(list(values)))
