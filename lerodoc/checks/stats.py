@@ -694,9 +694,13 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
     ds, where = ctx.dataset, placement(ctx)
     numeric = _numeric(ds)
     result = DataStats({}, set() if where.complete else set(numeric), set(), {}, [], {})
-    stated = _stated_quantiles(_columns(_sources(ctx)) if groups is None else groups)
     episodes, runs = np.unique(where.episode, return_counts=True)
-    whole = episodes[runs == 1]   # the episodes of one run: their quantiles are bracketed
+    whole = runs[np.searchsorted(episodes, where.episode)] == 1   # per run: its episode's only one
+    keys = {}   # feature -> per run, which of the feature's stated quantile sets to bracket (-1: none)
+    for feature, (known, which, names) in _stated_quantiles(_columns(_sources(ctx)) if groups is None
+                                                            else groups).items():
+        at = _lookup(known, where.episode)
+        keys[feature] = np.where(whole & (at >= 0), which[at], -1), names
     widths = {f: int(np.prod(ds.info.features[f]["shape"])) for f in numeric}
     placed = {path: i for i, path in enumerate(where.files)}
     units = []
@@ -706,28 +710,34 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
             continue
         columns = [f for f in numeric if f in data.schema.names]
         result.incomplete |= set(numeric) - set(columns)
-        mine = np.intersect1d(where.episode[lo:hi], whole)
-        keys = {}
-        for feature in columns:
-            if feature in stated:
-                known, which, names = stated[feature]
-                chosen = np.isin(known, mine)
-                keys[feature] = (known[chosen], which[chosen], names)
         units.append((ctx.root / path, path, {f: widths[f] for f in columns},
-                      (where.episode[lo:hi], where.start[lo:hi], where.length[lo:hi]), keys))
+                      (where.episode[lo:hi], where.start[lo:hi], where.length[lo:hi]),
+                      {f: (keys[f][0][lo:hi], keys[f][1]) for f in columns if f in keys}))
     parts: dict[str, list[Exact]] = {}
+    brackets: dict[str, dict[tuple, list[Brackets]]] = {}
     for part in pmap(file_stats, units, engine=ctx.engine):
         result.incomplete |= part.incomplete
         result.dirty |= part.dirty
         result.findings += part.findings
         for feature, blocks in part.brackets.items():
-            result.brackets.setdefault(feature, []).extend(blocks)
+            for block in blocks:
+                brackets.setdefault(feature, {}).setdefault(block.keys, []).append(block)
         for feature, dtype in part.dtypes.items():
             result.dtypes.setdefault(feature, dtype)
         for feature, exact in part.exact.items():
             parts.setdefault(feature, []).append(exact)
     result.exact = {feature: _by_episode(feature, runs) for feature, runs in parts.items()}
+    result.brackets = {feature: [_joined(blocks) for blocks in by_keys.values()]
+                       for feature, by_keys in brackets.items()}   # one block per set of keys, not per file
     return result
+
+
+def _joined(blocks: list[Brackets]) -> Brackets:
+    """Brackets of the same keys (of several files) as one."""
+    if len(blocks) == 1:
+        return blocks[0]
+    return Brackets(np.concatenate([b.episodes for b in blocks]), blocks[0].keys,
+                    np.concatenate([b.bounds for b in blocks]))
 
 
 def _by_episode(feature: str, parts: list[Exact]) -> Exact:
@@ -749,10 +759,11 @@ def _by_episode(feature: str, parts: list[Exact]) -> Exact:
     return Exact(known, out)
 
 
-def file_stats(args: tuple[str, str, dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray], dict[str, Stated]]
-               ) -> DataStats:
+def file_stats(args: tuple[str, str, dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray],
+                           dict[str, tuple[np.ndarray, list[tuple]]]]) -> DataStats:
     """Worker: the stats of one data file's runs ((episodes, first rows, lengths), in row order; `exact` holds a row
-    per run), and the quantile brackets of the runs of one-run episodes whose `stated` quantiles are known."""
+    per run), and the quantile brackets of the runs that `stated` gives quantiles to bracket: feature -> (per run,
+    which of the key sets, -1 for none; the key sets, (name, level) items)."""
     full, path, widths, (episodes, firsts, lengths), stated = args
     result = DataStats({}, set(), set(), {}, [], {})
     try:
@@ -776,17 +787,14 @@ def file_stats(args: tuple[str, str, dict[str, int], tuple[np.ndarray, np.ndarra
         result.exact[feature] = Exact(episodes, stats)
         if feature not in stated:
             continue
-        known, which, names = stated[feature]
-        if not len(known):
-            continue
-        at = _lookup(known, episodes)
-        keys = np.where(at >= 0, which[at], -1)
-        keys[dirty | (lengths == 0)] = -1
-        for k in np.unique(keys[keys >= 0]).tolist():
+        keys, names = stated[feature]
+        keys = np.where(dirty | (lengths == 0), -1, keys)
+        for k, items in enumerate(names):
             chosen = np.flatnonzero(keys == k)
-            bounds = _quantile_brackets(values, firsts[chosen], lengths[chosen], dict(names[k]))
-            result.brackets.setdefault(feature, []).append(
-                Brackets(episodes[chosen], tuple(name for name, _ in names[k]), bounds))
+            if len(chosen):
+                bounds = _quantile_brackets(values, firsts[chosen], lengths[chosen], dict(items))
+                result.brackets.setdefault(feature, []).append(
+                    Brackets(episodes[chosen], tuple(name for name, _ in items), bounds))
     return result
 
 
