@@ -173,3 +173,36 @@ def test_a_clean_dataset_looks_at_no_episode_on_its_own(clean, monkeypatch):
                         lambda ds, source, only=None: looked.append(source.episode) or well_formed(ds, source, only))
     assert [f for f in _findings(clean) if f[2] is not None] == []
     assert looked == [None], looked   # the dataset stats alone
+
+
+def test_small_files_read_together_keep_the_file_by_file_order_of_findings(tmp_path):
+    """v2.1's one-episode files go to one worker unit together (BATCH_ROWS); what reading them finds is still listed
+    file by file, each file's in feature order: NaN in two features of one file, a ragged column and a NaN in the
+    next, then one feature each of two later files."""
+    root = make_dataset(tmp_path / "ds", version="v2.1", episodes=6, lengths=[12, 9, 14, 10, 11, 13], cameras=(),
+                        noise=0.3).root
+    path = "data/chunk-000/episode_{:06d}.parquet"
+
+    def edit(episode: int, feature: str, change, kind=None) -> None:
+        table = pq.read_table(root / path.format(episode))
+        values = table.column(feature).to_pylist()
+        change(values)
+        at = table.column_names.index(feature)
+        kind = kind or table.schema.field(feature).type
+        pq.write_table(table.set_column(at, pa.field(feature, kind), pa.array(values, type=kind)),
+                       root / path.format(episode))
+
+    def nan(row: int, channel: int):
+        return lambda values: values[row].__setitem__(channel, float("nan"))
+
+    edit(1, "action", nan(3, 2))
+    edit(1, "observation.state", nan(0, 1))
+    edit(2, "observation.state", lambda values: values.__setitem__(4, values[4][:-1]), pa.list_(pa.float32()))
+    edit(2, "action", nan(7, 3))
+    edit(4, "observation.state", nan(2, 5))
+    edit(5, "action", nan(0, 0))
+    found = [(code, file, episode, feature) for code, file, episode, feature, *_ in _findings(root)
+             if code in ("STA050", "STA051", "STA052")]
+    assert found == [("STA050", path.format(1), 1, "observation.state"), ("STA050", path.format(1), 1, "action"),
+                     ("STA051", path.format(2), None, "observation.state"), ("STA050", path.format(2), 2, "action"),
+                     ("STA050", path.format(4), 4, "observation.state"), ("STA050", path.format(5), 5, "action")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import numpy as np
 import pyarrow as pa
@@ -687,6 +688,10 @@ def _stated_quantiles(groups: list[Group]) -> dict[str, Stated]:
     return out
 
 
+BATCH_ROWS = 1 << 16   # data files of fewer rows go to a worker together, up to this many rows: a v2.1 dataset's
+                       # one-episode files then cost their numpy calls once a batch, not once a file
+
+
 def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
     """Exact per-episode stats of every numeric column, one projected read per data file (a unit of
     `file_stats`, run through ctx.engine when there is one); the order statistics around each per-episode
@@ -703,16 +708,22 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
         keys[feature] = np.where(whole & (at >= 0), which[at], -1), names
     widths = {f: int(np.prod(ds.info.features[f]["shape"])) for f in numeric}
     placed = {path: i for i, path in enumerate(where.files)}
-    units = []
+    units, batch, rows = [], [], 0
     for path, data in data_files(ctx).items():
         lo, hi = np.searchsorted(where.file, [placed.get(path, -1), placed.get(path, -1) + 1]).tolist()
         if not data.ok or lo == hi:   # unread, or no rows placed (its episode_index column is unusable)
             continue
         columns = [f for f in numeric if f in data.schema.names]
         result.incomplete |= set(numeric) - set(columns)
-        units.append((ctx.root / path, path, {f: widths[f] for f in columns},
+        size = int(where.length[lo:hi].sum())
+        if batch and rows + size > BATCH_ROWS:
+            units.append(batch)
+            batch, rows = [], 0
+        batch.append((ctx.root / path, path, {f: widths[f] for f in columns},
                       (where.episode[lo:hi], where.start[lo:hi], where.length[lo:hi]),
                       {f: (keys[f][0][lo:hi], keys[f][1]) for f in columns if f in keys}))
+        rows += size
+    units += [batch] if batch else []
     parts: dict[str, list[Exact]] = {}
     brackets: dict[str, dict[tuple, list[Brackets]]] = {}
     for part in pmap(file_stats, units, engine=ctx.engine):
@@ -759,53 +770,91 @@ def _by_episode(feature: str, parts: list[Exact]) -> Exact:
     return Exact(known, out)
 
 
-def file_stats(args: tuple[str, str, dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray],
-                           dict[str, tuple[np.ndarray, list[tuple]]]]) -> DataStats:
-    """Worker: the stats of one data file's runs ((episodes, first rows, lengths), in row order; `exact` holds a row
-    per run), and the quantile brackets of the runs that `stated` gives quantiles to bracket: feature -> (per run,
-    which of the key sets, -1 for none; the key sets, (name, level) items)."""
-    full, path, widths, (episodes, firsts, lengths), stated = args
+@dataclass
+class _Column:
+    """One feature's column of one data file of a batch: the file's place in the batch and the feature's in the file
+    (the order its findings keep), its (rows, width) values, its runs and their stated quantile sets (or None)."""
+    file: int
+    rank: int
+    path: str
+    values: np.ndarray
+    runs: tuple[np.ndarray, np.ndarray, np.ndarray]
+    stated: tuple[np.ndarray, list[tuple]] | None
+
+
+def file_stats(batch: list[tuple[str, str, dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray],
+                                 dict[str, tuple[np.ndarray, list[tuple]]]]]) -> DataStats:
+    """Worker: the stats of the runs of some consecutive data files (each (full path, path, widths, (episodes, first
+    rows, lengths) of its runs in row order, stated)); `exact` holds a row per run, in file and row order. Each file
+    is read on its own and its findings are its own, in the order file by file gives them; each feature's columns of
+    the files are then worked on at once. The quantile brackets are those of the runs that `stated` gives quantiles
+    to bracket: feature -> (per run, which of the key sets, -1 for none; the key sets, (name, level) items)."""
     result = DataStats({}, set(), set(), {}, [], {})
-    try:
-        table = read_parquet(full, list(widths))
-    except LerodocError as exc:
-        result.findings.append(_finding("STA052", f"{path}: {exc.message}", file=path))
-        result.incomplete |= set(widths)
-        return result
-    for feature, width in widths.items():
-        values = _numeric_matrix(table, feature, width)
-        if isinstance(values, str):
-            result.findings.append(_finding("STA051", f"{path}: {feature} {values} (meta/info.json's shape: "
-                                                      f"{widths[feature]} values a row)", file=path, feature=feature))
-            result.incomplete.add(feature)
-            continue
-        result.dtypes.setdefault(feature, values.dtype)
-        values = values.astype(np.float64).T          # (channels, rows)
-        dirty = _non_finite(values.T, path, episodes, firsts, lengths, feature, result)
-        stats = spans_stats(values, firsts, lengths, quantiles=False)
-        stats["count"] = stats["count"].reshape(-1, 1).astype(np.int64)
-        result.exact[feature] = Exact(episodes, stats)
-        if feature not in stated:
-            continue
-        keys, names = stated[feature]
-        keys = np.where(dirty | (lengths == 0), -1, keys)
-        for k, items in enumerate(names):
-            chosen = np.flatnonzero(keys == k)
-            if len(chosen):
-                bounds = _quantile_brackets(values, firsts[chosen], lengths[chosen], dict(items))
-                result.brackets.setdefault(feature, []).append(
-                    Brackets(episodes[chosen], tuple(name for name, _ in items), bounds))
+    found: list[tuple[tuple[int, int, int], Finding]] = []   # (file, feature in it, run) -> finding
+    tables = []
+    for i, (full, path, widths, _, _) in enumerate(batch):
+        try:
+            tables.append(read_parquet(full, list(widths)))
+        except LerodocError as exc:
+            tables.append(None)
+            found.append(((i, -1, 0), _finding("STA052", f"{path}: {exc.message}", file=path)))
+            result.incomplete |= set(widths)
+    for feature in dict.fromkeys(f for unit in batch for f in unit[2]):
+        columns = []
+        for i, (table, (_, path, widths, runs, stated)) in enumerate(zip(tables, batch)):
+            if table is None or feature not in widths:
+                continue
+            rank = list(widths).index(feature)
+            values = _numeric_matrix(table, feature, widths[feature])
+            if isinstance(values, str):
+                found.append(((i, rank, 0), _finding("STA051", f"{path}: {feature} {values} (meta/info.json's shape: "
+                                                               f"{widths[feature]} values a row)", file=path,
+                                                     feature=feature)))
+                result.incomplete.add(feature)
+                continue
+            result.dtypes.setdefault(feature, values.dtype)
+            columns.append(_Column(i, rank, path, values, runs, stated.get(feature)))
+        if columns:
+            _feature_stats(feature, columns, result, found)
+    result.findings = [finding for _, finding in sorted(found, key=itemgetter(0))]
     return result
+
+
+def _feature_stats(feature: str, columns: list[_Column], result: DataStats,
+                   found: list[tuple[tuple[int, int, int], Finding]]) -> None:
+    """One feature's stats and quantile brackets over its columns of a batch, all runs at once."""
+    values = columns[0].values.astype(np.float64) if len(columns) == 1 else \
+        np.concatenate([c.values.astype(np.float64) for c in columns])   # (rows, channels)
+    sizes = np.array([len(c.values) for c in columns], dtype=np.int64)
+    episodes, firsts, lengths = (np.concatenate([c.runs[k] for c in columns]) for k in range(3))
+    column = np.repeat(np.arange(len(columns)), [len(c.runs[0]) for c in columns])   # each run's
+    firsts = firsts + (np.cumsum(sizes) - sizes)[column]
+    dirty = _non_finite(values, columns, column, episodes, firsts, lengths, feature, result, found)
+    values = values.T   # (channels, rows)
+    stats = spans_stats(values, firsts, lengths, quantiles=False)
+    stats["count"] = stats["count"].reshape(-1, 1).astype(np.int64)
+    result.exact[feature] = Exact(episodes, stats)
+    if columns[0].stated is None:
+        return
+    names = columns[0].stated[1]
+    keys = np.where(dirty | (lengths == 0), -1, np.concatenate([c.stated[0] for c in columns]))
+    for k, items in enumerate(names):
+        chosen = np.flatnonzero(keys == k)
+        if len(chosen):
+            bounds = _quantile_brackets(values, firsts[chosen], lengths[chosen], dict(items))
+            result.brackets.setdefault(feature, []).append(
+                Brackets(episodes[chosen], tuple(name for name, _ in items), bounds))
 
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
 
-def _non_finite(values: np.ndarray, path: str, episodes: np.ndarray, firsts: np.ndarray, lengths: np.ndarray,
-                feature: str, result: DataStats) -> np.ndarray:
-    """One STA050 per run (episode) of the (rows, channels) `values` with NaN/inf in `feature`; those episodes'
-    stats are not compared. Per run, whether it has any."""
+def _non_finite(values: np.ndarray, columns: list[_Column], column: np.ndarray, episodes: np.ndarray,
+                firsts: np.ndarray, lengths: np.ndarray, feature: str, result: DataStats,
+                found: list[tuple[tuple[int, int, int], Finding]]) -> np.ndarray:
+    """One STA050 per run (episode) of the (rows, channels) `values` with NaN/inf in `feature` (run r of
+    columns[column[r]]); those episodes' stats are not compared. Per run, whether it has any."""
     bad = ~np.isfinite(values)
     dirty = np.zeros(len(firsts), dtype=bool)
     rows = np.flatnonzero(bad.any(axis=1))
@@ -815,14 +864,14 @@ def _non_finite(values: np.ndarray, path: str, episodes: np.ndarray, firsts: np.
     inside = run >= 0
     inside[inside] = rows[inside] < firsts[run[inside]] + lengths[run[inside]]
     dirty[run[inside]] = True
-    for i in np.flatnonzero(dirty).tolist():   # the rare path: the runs that hold one
-        start, episode = int(firsts[i]), int(episodes[i])
-        at, channels = np.nonzero(bad[start:start + int(lengths[i])])
+    for r in np.flatnonzero(dirty).tolist():   # the rare path: the runs that hold one
+        start, episode, where = int(firsts[r]), int(episodes[r]), columns[column[r]]
+        at, channels = np.nonzero(bad[start:start + int(lengths[r])])
         row, c = int(at[0]), int(channels[0])
-        result.findings.append(_finding(
+        found.append(((where.file, where.rank, r), _finding(
             "STA050", f"episode {episode}: {feature}[{c}] is {values[start + row, c]} at frame {row} "
                       f"({_plural(len(at), 'non-finite value')} in the episode)",
-            file=path, episode=episode, feature=feature, channel=c))
+            file=where.path, episode=episode, feature=feature, channel=c)))
         result.dirty.add((episode, feature))
     result.incomplete.add(feature)
     return dirty
