@@ -699,8 +699,8 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
     ds, where = ctx.dataset, placement(ctx)
     numeric = _numeric(ds)
     result = DataStats({}, set() if where.complete else set(numeric), set(), {}, [], {})
-    episodes, runs = np.unique(where.episode, return_counts=True)
-    whole = runs[np.searchsorted(episodes, where.episode)] == 1   # per run: its episode's only one
+    episodes, counts = np.unique(where.episode, return_counts=True)
+    whole = counts[np.searchsorted(episodes, where.episode)] == 1   # per run: its episode's only one
     keys = {}   # feature -> per run, which of the feature's stated quantile sets to bracket (-1: none)
     for feature, (known, which, names) in _stated_quantiles(_columns(_sources(ctx)) if groups is None
                                                             else groups).items():
@@ -710,7 +710,8 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
     placed = {path: i for i, path in enumerate(where.files)}
     units, batch, rows = [], [], 0
     for path, data in data_files(ctx).items():
-        lo, hi = np.searchsorted(where.file, [placed.get(path, -1), placed.get(path, -1) + 1]).tolist()
+        at = placed.get(path, -1)
+        lo, hi = np.searchsorted(where.file, [at, at + 1]).tolist()
         if not data.ok or lo == hi:   # unread, or no rows placed (its episode_index column is unusable)
             continue
         columns = [f for f in numeric if f in data.schema.names]
@@ -737,7 +738,7 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
             result.dtypes.setdefault(feature, dtype)
         for feature, exact in part.exact.items():
             parts.setdefault(feature, []).append(exact)
-    result.exact = {feature: _by_episode(feature, runs) for feature, runs in parts.items()}
+    result.exact = {feature: _by_episode(feature, exacts) for feature, exacts in parts.items()}
     result.brackets = {feature: [_joined(blocks) for blocks in by_keys.values()]
                        for feature, by_keys in brackets.items()}   # one block per set of keys, not per file
     return result
