@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,8 @@ from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import parse, read_json, replace_file, stats_from_json, stats_to_json, write_json
 from lerodoc.formats.model import Episode, StatsRow, VideoSpan, stats_columns
 from lerodoc.formats.stats import StatsTable
-from lerodoc.tables.parquet_io import arrow_array, null_free, open_parquet, read_parquet, read_schema, regular_rows
+from lerodoc.tables.parquet_io import (arrow_array, null_free, open_parquet, read_parquet, read_schema, regular_rows,
+                                      to_numpy)
 
 VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -196,40 +198,85 @@ def stats_held(root: Path) -> dict[str, set[str]] | None:
     return held
 
 
+def _whole_columns(tables: list[pa.Table], names: list[str], video_keys: list[str], data_path: str, video_path: str,
+                   row_stats: list, sources: list[str]) -> list[Episode] | None:
+    """`read`'s episodes made column by column, where every pointer and count is an integer column and every
+    window a number column, with no null: each file's path made once, no dict per row. None otherwise (`read`
+    then reads row by row, and names the first row it cannot read)."""
+    def numbers(t: pa.Table, name: str) -> bool:
+        kind = t.schema.field(name).type
+        return pa.types.is_integer(kind) or name.endswith("timestamp") and pa.types.is_floating(kind)
+    if not all(name in t.column_names and not t.column(name).null_count and numbers(t, name)
+               for t in tables for name in names):
+        return None
+    column = {name: np.concatenate([to_numpy(t.column(name).combine_chunks()) for t in tables]) for name in names}
+    tasks = [v for t in tables for v in (t.column("tasks").to_pylist() if "tasks" in t.column_names
+                                         else [None] * t.num_rows)]
+
+    def files(template: str, chunks: np.ndarray, numbers: np.ndarray, **key) -> list[str]:
+        pairs, which = np.unique(np.stack([chunks, numbers], axis=1), axis=0, return_inverse=True)
+        paths = [template.format(chunk_index=int(c), file_index=int(f), **key) for c, f in pairs]
+        return [paths[k] for k in which.reshape(-1).tolist()]
+    data = files(data_path, column["data/chunk_index"], column["data/file_index"])
+    spans = [list(map(VideoSpan, files(video_path, column[f"videos/{key}/chunk_index"],
+                                       column[f"videos/{key}/file_index"], video_key=key),
+                      column[f"videos/{key}/from_timestamp"].astype(float).tolist(),
+                      column[f"videos/{key}/to_timestamp"].astype(float).tolist())) for key in video_keys]
+    videos = [dict(zip(video_keys, row)) for row in zip(*spans)] if spans else [{} for _ in sources]
+    return [Episode(index=index, length=length, tasks=list(task or []), data_file=file, data_row=0,
+                    from_index=start, videos=windows, stats=stats, source=source)
+            for index, length, task, file, start, windows, stats, source in zip(
+                column["episode_index"].tolist(), column["length"].tolist(), tasks, data,
+                column["dataset_from_index"].tolist(), videos, row_stats, sources)]
+
+
 def read(root: Path, info: Info):
     """Episodes, tasks and dataset stats of a v3.0 dataset."""
     files = sorted(root.glob(EPISODES_GLOB))
     if not files:
         raise LerodocError("no episodes metadata files", file=root / EPISODES_META)
     tables = [_read_table(f, info, stats=False) for f in files]
-    rows = [row for t in tables for row in t.to_pylist()]
     sources = [name for f, t in zip(files, tables) for name in [f.relative_to(root).as_posix()] * t.num_rows]
     row_stats = [StatsRow(holder, i) for f, t in zip(files, tables) for holder in [StatsColumns(f)]
                  for i in range(t.num_rows)]
-    episodes, video_keys, data_files = [], info.video_keys, {}   # a data file's path made once per file
+    video_keys, data_files, video_files = info.video_keys, {}, {}   # a file's path made once per file
     data_path, video_path = info.data_path or DATA_PATH, info.video_path or VIDEO_PATH
-    for position, row in enumerate(rows):
-        try:
-            index = int(row["episode_index"])
-            d_chunk, d_file = int(row["data/chunk_index"]), int(row["data/file_index"])
-            videos = {key: VideoSpan(
-                video_path.format(video_key=key, chunk_index=int(row[f"videos/{key}/chunk_index"]),
-                                  file_index=int(row[f"videos/{key}/file_index"])),
-                float(row[f"videos/{key}/from_timestamp"]), float(row[f"videos/{key}/to_timestamp"]))
-                for key in video_keys}
-            if (d_chunk, d_file) not in data_files:
-                data_files[d_chunk, d_file] = data_path.format(chunk_index=d_chunk, file_index=d_file)
-            episodes.append(Episode(
-                index=index, length=int(row["length"]), tasks=list(row.get("tasks") or []),
-                data_file=data_files[d_chunk, d_file],
-                data_row=0, from_index=int(row["dataset_from_index"]), videos=videos,
-                stats=row_stats[position], source=sources[position]))
-        except (KeyError, TypeError) as exc:
-            camera = next((k for k in info.video_keys if isinstance(exc, KeyError) and str(exc.args[0]).startswith(
-                f"videos/{k}/")), None)   # a camera info.json declares that the episodes metadata does not know
-            because = f" (meta/info.json declares {camera!r} a video feature)" if camera else ""
-            raise LerodocError(f"episodes metadata row {position} lacks or mistypes {exc}{because}",
-                               file=root / sources[position], episode=row.get("episode_index")) from None
+
+    def episode(position: int, value: Callable[[str], object], tasks) -> Episode:
+        """Row `position`, whose column `name` holds value(name), as an Episode (KeyError, TypeError or ValueError
+        where a value is missing or of the wrong kind, in the order the row is read)."""
+        index = int(value("episode_index"))
+        where = (int(value("data/chunk_index")), int(value("data/file_index")))
+        videos = {}
+        for key in video_keys:
+            at = (key, int(value(f"videos/{key}/chunk_index")), int(value(f"videos/{key}/file_index")))
+            if at not in video_files:
+                video_files[at] = video_path.format(video_key=key, chunk_index=at[1], file_index=at[2])
+            videos[key] = VideoSpan(video_files[at], float(value(f"videos/{key}/from_timestamp")),
+                                    float(value(f"videos/{key}/to_timestamp")))
+        if where not in data_files:
+            data_files[where] = data_path.format(chunk_index=where[0], file_index=where[1])
+        return Episode(index=index, length=int(value("length")), tasks=list(tasks or []), data_file=data_files[where],
+                       data_row=0, from_index=int(value("dataset_from_index")), videos=videos,
+                       stats=row_stats[position], source=sources[position])
+
+    names = ["episode_index", "length", "data/chunk_index", "data/file_index", "dataset_from_index",
+             *(f"videos/{key}/{name}" for key in video_keys for name in VIDEO_COLUMNS)]
+    try:
+        episodes = _whole_columns(tables, names, video_keys, data_path, video_path, row_stats, sources)
+    except (KeyError, IndexError, TypeError, ValueError):   # e.g. a path template asking for more: named below
+        episodes = None
+    if episodes is None:
+        episodes = []
+        for position, row in enumerate(row for t in tables for row in t.to_pylist()):
+            try:
+                episodes.append(episode(position, row.__getitem__, row.get("tasks")))
+            except (KeyError, TypeError, ValueError) as exc:
+                camera = next((k for k in info.video_keys if isinstance(exc, KeyError) and str(exc.args[0])
+                               .startswith(f"videos/{k}/")), None)   # a camera the episodes metadata does not know
+                because = f" (meta/info.json declares {camera!r} a video feature)" if camera else ""
+                raise LerodocError(f"episodes metadata row {position} lacks or mistypes {exc}{because}",
+                                   file=root / sources[position], episode=row.get("episode_index")) from None
     first_row: dict[str, int] = {}
     for ep in episodes:
         first_row.setdefault(ep.data_file, ep.from_index)

@@ -14,6 +14,7 @@ from lerodoc import formats
 from lerodoc.conventions import INFO_PATH
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
+from lerodoc.formats.model import stats_stack
 from lerodoc.ops import rewrite
 from lerodoc.ops.stats import dataset_quantiles
 from lerodoc.promote.staging import check_output, staged_output
@@ -116,4 +117,4 @@ def _stats(tmp: Path, ds: Dataset, episodes: list, workers: int, report: Convert
         quantiles, _ = dataset_quantiles(files, lacking, ds.info.features, sum(ep.length for ep in episodes),
                                          workers=workers)
         report.canonical.append(f"exact q01..q99 computed for {', '.join(lacking)}: the source had none (STA020)")
-    return dataset_stats([ep.stats for ep in episodes], quantiles, previous=ds.stats)
+    return dataset_stats(stats_stack(episodes), quantiles, previous=ds.stats)

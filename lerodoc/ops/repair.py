@@ -21,7 +21,7 @@ from lerodoc import access, formats
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset
-from lerodoc.formats.model import Episode, VideoSpan, shared_stats, stats_row, update_stats
+from lerodoc.formats.model import Episode, VideoSpan, shared_stats, stats_row, stats_stack, update_stats
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature
@@ -353,7 +353,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         fixed = Dataset.open(tmp)
         numeric, per_episode, _ = exact_stats(fixed, fixed.info.numeric_keys, workers=workers)
         update_stats(fixed.episodes, [per_episode[ep.index] for ep in fixed.episodes])
-        carried = {**dataset_stats([ep.stats for ep in fixed.episodes]), **(fixed.stats or {})}   # stated ones win
+        carried = {**dataset_stats(stats_stack(fixed.episodes)), **(fixed.stats or {})}   # stated ones win
         module.write_stats(tmp, fixed.info, fixed.episodes, {**carried, **numeric})
         rewrite.verify(tmp, to, result.episodes)
     after = validate(target, videos=True)

@@ -672,7 +672,8 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     info, picks = plan_.info, plan_.picks
     new_eps = [replace(ep, tasks=list(ep.tasks), videos={}, stats=shared_stats(ep)) for ep in plan_.episodes]
     result = Result(new_eps)
-    outputs = {p.out_file: str(inside(tmp, p.out_file, field="data_path")) for job in plan_.row_jobs for p in job}
+    outputs = {name: str(inside(tmp, name, field="data_path"))
+               for name in dict.fromkeys(p.out_file for job in plan_.row_jobs for p in job)}
     row_jobs = [[replace(p, out_file=outputs[p.out_file]) for p in job] for job in plan_.row_jobs]
     # -> v3.0: a file per job; -> v2.1: PER_JOB episode files per job.
     step = 1 if plan_.to == "v3.0" else PER_JOB

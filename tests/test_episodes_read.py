@@ -1,0 +1,69 @@
+"""v3.0's episodes metadata read column by column (issue 37) gives the episodes the row-by-row reading gives, and a
+value the column reading cannot take falls back to the row reading, which names the row (exit 3, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
+from lerodoc.formats import v30
+from tests.helpers import run_cli
+
+MEMBER = Path(__file__).parent / "zoo" / "members" / "lerobot-0.6.1-record"   # v3.0 with a camera
+
+
+def _episodes_file(root: Path) -> Path:
+    return sorted(root.glob(v30.EPISODES_GLOB))[0]
+
+
+def _recast(root: Path, name: str, kind: pa.DataType) -> None:
+    path = _episodes_file(root)
+    table = pq.read_table(path)
+    pq.write_table(table.set_column(table.column_names.index(name), name, table[name].cast(kind)), path)
+
+
+def _plain(ds: Dataset) -> list[tuple]:
+    return [(e.index, e.length, e.tasks, e.data_file, e.data_row, e.from_index, e.videos, e.source)
+            for e in ds.episodes]
+
+
+@pytest.fixture
+def copy(tmp_path):
+    shutil.copytree(MEMBER, tmp_path / "ds")
+    return tmp_path / "ds"
+
+
+def test_rows_read_column_by_column_equal_rows_read_one_by_one(copy):
+    fast = _plain(Dataset.open(copy))
+    assert fast and any(e[6] for e in fast)   # episodes with camera windows
+    # float lengths and string episode indices: the column reading declines, the row reading takes them as lerobot does
+    _recast(copy, "length", pa.float64())
+    _recast(copy, "episode_index", pa.string())
+    assert _plain(Dataset.open(copy)) == fast
+
+
+def test_a_value_neither_reading_takes_is_named_at_its_row(copy):
+    path = _episodes_file(copy)
+    table = pq.read_table(path)
+    values = table["length"].to_pylist()
+    values[1] = "many"
+    pq.write_table(table.set_column(table.column_names.index("length"), "length", pa.array(
+        [str(v) for v in values])), path)
+    with pytest.raises(LerodocError, match="episodes metadata row 1 lacks or mistypes"):
+        Dataset.open(copy)
+
+
+def test_a_path_template_with_an_unknown_field_is_refused_not_a_crash(copy):
+    info = json.loads((copy / "meta/info.json").read_text())
+    info["data_path"] = "data/{chunk_index:03d}/{shard}.parquet"
+    (copy / "meta/info.json").write_text(json.dumps(info))
+    proc = run_cli("info", copy, "--json", check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
