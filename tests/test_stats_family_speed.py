@@ -206,3 +206,20 @@ def test_small_files_read_together_keep_the_file_by_file_order_of_findings(tmp_p
     assert found == [("STA050", path.format(1), 1, "observation.state"), ("STA050", path.format(1), 1, "action"),
                      ("STA051", path.format(2), None, "observation.state"), ("STA050", path.format(2), 2, "action"),
                      ("STA050", path.format(4), 4, "observation.state"), ("STA050", path.format(5), 5, "action")]
+
+
+def test_stats_read_as_columns_give_the_findings_of_stats_read_as_dicts(split, monkeypatch):
+    """v3.0's episode stats are table rows (StatsRow): `_columns` takes them as columns; with that switched off it
+    stacks each episode's dict, and the findings are the same."""
+    from_columns = _findings(split)
+    monkeypatch.setattr(stats_family, "stats_matrices", lambda episodes: None)
+    assert from_columns == _findings(split)
+
+
+def test_a_clean_dataset_reads_no_episodes_stats_dict(clean):
+    """The clean v3.0 dataset's episode stats stay unread table rows through the stats family."""
+    from lerodoc.formats.model import stats_row
+    ctx = open_context(clean)
+    assert all(stats_row(ep) is not None for ep in ctx.dataset.episodes)
+    assert [f for f in run_checks(ctx, families=("stats",)) if f.episode is not None] == []
+    assert all(stats_row(ep) is not None for ep in ctx.dataset.episodes)

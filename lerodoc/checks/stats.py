@@ -23,6 +23,7 @@ from lerodoc.tables.stats import Stats
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
+from lerodoc.formats.model import Episode, has_stats, stats_matrices
 from lerodoc.formats.stats import is_placeholder, is_shaped, stat_shape
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
@@ -96,10 +97,16 @@ ORDER = ("min", "q01", "q10", "q50", "q90", "q99", "max")
 
 @dataclass
 class Source:
-    """One stats dict and where it lives: dataset stats (episode None) or one episode's."""
+    """One stats dict and where it lives: dataset stats (episode None) or one episode's. An episode's is `held` as the
+    Episode and read from it only when asked (`stats`): while its stats are an unread row of a table, the common path
+    takes them as columns (`_columns`) and no dict is made."""
     file: str
     episode: int | None
-    stats: Stats
+    held: Stats | Episode
+
+    @property
+    def stats(self) -> Stats:
+        return self.held.stats if isinstance(self.held, Episode) else self.held
 
     @property
     def label(self) -> str:
@@ -127,7 +134,7 @@ def _sources(ctx: Context) -> list[Source]:
     if ds.version == "v2.0" or not ctx.stats:
         return sources
     files = episode_meta_files(ctx) if ds.version == "v3.0" else [v21.EPISODES_STATS_PATH] * len(ds.episodes)
-    return sources + [Source(file, ep.index, ep.stats) for file, ep in zip(files, ds.episodes) if ep.stats]
+    return sources + [Source(file, ep.index, ep) for file, ep in zip(files, ds.episodes) if has_stats(ep)]
 
 
 def _stats_files(ctx: Context) -> list[Finding]:
@@ -186,7 +193,6 @@ class Group:
     the (episodes, channels) float64 matrix, stacked once (None when a value is no number)."""
     feature: str
     episodes: np.ndarray          # episode index of each row, int64
-    dicts: list[dict]
     shapes: dict[str, tuple]
     matrices: dict[str, np.ndarray] | None
     positions: np.ndarray         # where each row's stats dict is in the sources (`_columns`' argument), int64
@@ -210,7 +216,16 @@ def _shapes(values: list) -> set[tuple]:
 
 def _columns(sources: list[Source]) -> list[Group]:
     """The episodes' stats, one `Group` per feature (more only where episodes differ in which stats or shapes they
-    hold): a value's shape is read once per stat of a feature when all agree (issue 37)."""
+    hold): straight from their tables' columns when every episode's stats are an unread row holding every stat
+    (`stats_matrices`), else from their dicts, a value's shape read once per stat of a feature when all agree
+    (issue 37)."""
+    first = 1 if sources and sources[0].episode is None else 0   # the dataset stats come first (`_sources`)
+    episodic = sources[first:]
+    if episodic and all(isinstance(s.held, Episode) for s in episodic):
+        columns = stats_matrices([s.held for s in episodic])
+        if columns:
+            return _table_groups(columns, np.array([s.episode for s in episodic], dtype=np.int64),
+                                 np.arange(first, len(sources), dtype=np.int64))
     by_feature: dict[str, tuple[list[int], list[dict], list[int]]] = {}
     for position, source in enumerate(sources):
         if source.episode is None:
@@ -250,8 +265,19 @@ def _group(feature: str, episodes: list[int], dicts: list[dict], shapes: dict[st
         matrices = {k: _stack([d[k] for d in dicts], len(dicts), uniform=True) for k in shapes}
     except (TypeError, ValueError):
         matrices = None
-    return Group(feature, np.array(episodes, dtype=np.int64), dicts, shapes, matrices,
-                 np.array(positions, dtype=np.int64))
+    return Group(feature, np.array(episodes, dtype=np.int64), shapes, matrices, np.array(positions, dtype=np.int64))
+
+
+def _table_groups(columns: dict[tuple[str, str], np.ndarray], episodes: np.ndarray, positions: np.ndarray
+                  ) -> list[Group]:
+    """One `Group` per feature from `stats_matrices`' (episodes, *shape) columns, in the order an episode's dict
+    names the features and stats: the matrices `_stack` would make of the rows' values."""
+    by_feature: dict[str, dict[str, np.ndarray]] = {}
+    for (feature, stat), values in columns.items():
+        by_feature.setdefault(feature, {})[stat] = values
+    return [Group(feature, episodes, {k: v.shape[1:] for k, v in held.items()},
+                  {k: np.asarray(v, dtype=np.float64).reshape(len(v), -1) for k, v in held.items()}, positions)
+            for feature, held in by_feature.items()]
 
 
 def _among(sources: list[Source], groups: list[Group], episodes) -> list[Source]:
