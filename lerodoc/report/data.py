@@ -72,17 +72,10 @@ def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], worke
         columns = list(features) + (["task_index"] if has_task else []) + (["timestamp"] if relative in want_time else [])
         first, last = min(ep.data_row for ep in episodes), max(episodes, key=lambda ep: ep.data_row + ep.length)
         table = read_rows(path, first, last.data_row + last.length - first, columns, episodes[0].index)
-        out = []
-        for ep in episodes:
-            row = ep.data_row - first
-            parts = {name: part for g in groups for name, part in
-                     zip(g.names, np.split(g.matrix(table, row, ep.length, source=path),
-                                           np.cumsum(g.widths)[:-1], axis=1))}
-            tasks = (column_matrix(table.column("task_index").slice(row, ep.length), ep.length)[:, 0]
-                     if has_task else None)
-            times = (column_matrix(table.column("timestamp").slice(row, ep.length), ep.length)[:, 0]
-                     .astype(np.float64) if ep.index in sampled_ids else None)
-            out.append((ep.index, parts, tasks, times))
+        try:
+            out = _whole_file(table, episodes, first, groups, has_task, sampled_ids, path)
+        except LerodocError:   # episode by episode, so the error is the one that episode's rows give
+            out = [_one_episode(table, ep, ep.data_row - first, groups, has_task, sampled_ids, path) for ep in episodes]
         if tick:
             tick(1)
         return out
@@ -94,6 +87,36 @@ def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], worke
     values = {name: np.concatenate([r[1][name] for r in results]) for name in features}
     return Columns(values=values, timestamps={r[0]: r[3] for r in results if r[3] is not None},
                    task_index={r[0]: r[2] for r in results})
+
+
+def _one_episode(table, ep: Episode, row: int, groups, has_task: bool, sampled_ids: set[int], path):
+    """(index, {feature: (frames, channels)}, task_index or None, timestamps or None) of one episode's rows."""
+    parts = {name: part for g in groups for name, part in
+             zip(g.names, np.split(g.matrix(table, row, ep.length, source=path), np.cumsum(g.widths)[:-1], axis=1))}
+    tasks = column_matrix(table.column("task_index").slice(row, ep.length), ep.length)[:, 0] if has_task else None
+    times = (column_matrix(table.column("timestamp").slice(row, ep.length), ep.length)[:, 0].astype(np.float64)
+             if ep.index in sampled_ids else None)
+    return ep.index, parts, tasks, times
+
+
+def _whole_file(table, episodes: list[Episode], first: int, groups, has_task: bool, sampled_ids: set[int], path):
+    """`_one_episode` of every episode of one file's rows, each column converted once for the whole file."""
+    lengths = np.array([ep.length for ep in episodes], dtype=np.int64)
+    starts = np.array([ep.data_row - first for ep in episodes], dtype=np.int64)
+    ends = np.cumsum(lengths)
+    rows = np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
+    whole = {name: part[rows] for g in groups for name, part in
+             zip(g.names, np.split(g.matrix(table, 0, table.num_rows, source=path), np.cumsum(g.widths)[:-1], axis=1))}
+    cut = ends[:-1]
+    by_feature = {name: np.split(matrix, cut) for name, matrix in whole.items()}
+    tasks = (np.split(column_matrix(table.column("task_index"), table.num_rows)[:, 0][rows], cut) if has_task
+             else [None] * len(episodes))
+    times = {}
+    if sampled_ids & {ep.index for ep in episodes}:
+        stamps = column_matrix(table.column("timestamp"), table.num_rows)[:, 0].astype(np.float64)[rows]
+        times = {ep.index: part for ep, part in zip(episodes, np.split(stamps, cut)) if ep.index in sampled_ids}
+    return [(ep.index, {name: by_feature[name][k] for name in whole}, tasks[k], times.get(ep.index))
+            for k, ep in enumerate(episodes)]
 
 
 def channel_rows(ds: Dataset, values: dict[str, np.ndarray]) -> list[dict]:
