@@ -93,3 +93,17 @@ def test_arrow_array_of_stacked_rows_with_missing_rows_is_the_list_form():
         listed = [v if p else None for v, p in zip(values, present)]
         assert arrow_array(values, present=present).equals(arrow_array(listed))
         assert arrow_array(values).equals(arrow_array(list(values)))
+
+
+def test_update_from_stacks_equals_update_from_dicts(tmp_path):
+    """exact_stats' per-episode stats come stacked (EpisodeStacks); updating from them column by column writes
+    what updating every episode from its dict writes."""
+    from lerodoc.ops.stats import exact_stats
+    from lerodoc.tables.stats import EpisodeStacks
+    fast, slow = _opened(False), _opened(True)
+    _, per_episode, _ = exact_stats(fast, fast.info.numeric_keys)
+    assert isinstance(per_episode, EpisodeStacks)
+    update_stats(fast.episodes, per_episode)
+    update_stats(slow.episodes, [dict(per_episode[ep.index]) for ep in slow.episodes])
+    assert all(stats_row(ep) is not None for ep in fast.episodes)
+    assert _written(fast, tmp_path / "fast").equals(_written(slow, tmp_path / "slow"))

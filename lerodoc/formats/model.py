@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from lerodoc.formats.stats import StatsTable
-from lerodoc.tables.stats import BASIC, Stats, stack_stats
+from lerodoc.tables.stats import BASIC, EpisodeStacks, Stats, stack_stats
 
 
 @dataclass(frozen=True)
@@ -141,13 +142,25 @@ def stats_stack(episodes: list[Episode]) -> dict[str, dict[str, np.ndarray]]:
     return {feature: by_stat for feature, by_stat in out.items() if all(k in by_stat for k in BASIC)}
 
 
-def update_stats(episodes: list[Episode], updates: list[dict]) -> None:
-    """`ep.stats.update(u)` for each episode and its update (a feature's new stats replace all of its old ones). Done
+def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Stats]) -> None:
+    """`ep.stats.update(u)` for each episode and its update (a list in the episodes' order, or a Mapping from episode
+    index, such as `EpisodeStacks`, already stacked); a feature's new stats replace all of its old ones. Done
     column by column, into one new table whose rows the episodes become, when their stats are unread rows of
     tables of arrays (`stats_columns`) and the updates are alike: the same features' same stats in every episode
     updated, each of those features already held by every row, with the new stats leading its stats in the same
     order (so every row's dict lists them as the episode-by-episode update would), or every episode updated.
     Otherwise episode by episode."""
+    if isinstance(updates, Mapping) and not isinstance(updates, EpisodeStacks):
+        updates = [updates[ep.index] for ep in episodes]
+    if isinstance(updates, EpisodeStacks):   # every episode updated, the new stats already stacked
+        new = updates.aligned([ep.index for ep in episodes])
+        base = stats_columns(episodes)
+        if base is None:
+            for ep in episodes:
+                ep.stats.update(updates[ep.index])
+        else:
+            _set_columns(episodes, base, new, np.ones(len(episodes), dtype=bool))
+        return
     updated = np.array([bool(u) for u in updates], dtype=bool)
     if not updated.any():
         return
@@ -168,6 +181,15 @@ def update_stats(episodes: list[Episode], updates: list[dict]) -> None:
         return
     new = {feature: {stat: np.stack([u[feature][stat] for u in updates if u]) for stat in stats}
            for feature, stats in keys}
+    _set_columns(episodes, base, new, updated)
+
+
+def _set_columns(episodes: list[Episode], base: dict, new: dict[str, dict[str, np.ndarray]], updated: np.ndarray
+                 ) -> None:
+    """`update_stats`' column path: `new` stacks over the `updated` rows (all of them, or rows whose features'
+    stats lead their stats in `base`, as update_stats checked), over the `base` columns; the episodes become rows
+    of the one new table."""
+    everyone = bool(updated.all())
     columns: dict[tuple[str, str], np.ndarray] = {}
     present: dict[tuple[str, str], np.ndarray] = {}
     for feature in dict.fromkeys([*(f for f, _ in base), *new]):   # an updated feature keeps its place; new last

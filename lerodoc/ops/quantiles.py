@@ -146,7 +146,7 @@ def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, fea
         write_text(Path(openpi_path), json.dumps(norm_stats, indent=2) + "\n")
         report.openpi_norm_stats = str(openpi_path)
     module = formats.module(ds.version)
-    update_stats(ds.episodes, [per_episode[ep.index] for ep in ds.episodes])
+    update_stats(ds.episodes, per_episode)
     rewrite = module.stats_files(ds.root)
     staged = (staged_meta(ds.root, rewrite, seen=ds.meta_seen) if in_place
               else staged_edit(ds.root, out, force=force, rewrite=rewrite))

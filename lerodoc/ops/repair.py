@@ -352,7 +352,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         module.write_meta(tmp, info, result.episodes, tasks, _clean_stats(ds.stats or {}, info.features))
         fixed = Dataset.open(tmp)
         numeric, per_episode, _ = exact_stats(fixed, fixed.info.numeric_keys, workers=workers)
-        update_stats(fixed.episodes, [per_episode[ep.index] for ep in fixed.episodes])
+        update_stats(fixed.episodes, per_episode)
         carried = {**dataset_stats(stats_stack(fixed.episodes)), **(fixed.stats or {})}   # stated ones win
         module.write_stats(tmp, fixed.info, fixed.episodes, {**carried, **numeric})
         rewrite.verify(tmp, to, result.episodes)

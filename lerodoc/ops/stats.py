@@ -9,13 +9,14 @@ engine.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from lerodoc.dataset import Dataset
-from lerodoc.tables.stats import Stats
+from lerodoc.tables.stats import EpisodeStacks, Stats
 from lerodoc.run.engine import TASKS_PER_CPU
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import iter_batches, open_parquet
@@ -26,7 +27,7 @@ from lerodoc.tables.stats import (LEVELS, QUANTILES, check_sizes, dataset_stats,
 
 
 def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: int = 64 << 20, engine=None
-                ) -> tuple[Stats, dict[int, Stats], int]:
+                ) -> tuple[Stats, Mapping[int, Stats], int]:
     """(dataset stats, per-episode stats, passes over the data) for `features` of `ds`; `budget` in 8-byte
     units.
 
@@ -50,7 +51,9 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
                 per_episode[index].update(stats)
         dataset, passes = dataset_quantiles([Path(f) for f in by_file], features, ds.info.features,
                                             ds.total_frames, workers=workers, budget=budget, engine=engine)
-    return dataset_stats([per_episode[ep.index] for ep in ds.episodes], dataset, features=features), per_episode, passes
+    order = [ep.index for ep in ds.episodes]
+    stacked = per_episode.aligned(order) if isinstance(per_episode, EpisodeStacks) else [per_episode[i] for i in order]
+    return dataset_stats(stacked, dataset, features=features), per_episode, passes
 
 
 def dataset_quantiles(files: list[Path], features: list[str], specs: dict, count: int, *, workers: int = 1,

@@ -17,6 +17,7 @@ max, mean, std and quantile (linear method) on the same rows.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -347,30 +348,64 @@ def table_stats(table, columns, firsts, lengths, *, quantiles: bool = True) -> l
     return out
 
 
-def _episodes_of(matrix: np.ndarray, group: Group, episodes: list[tuple[int, int, int, str]]) -> list[Stats]:
-    """Stats of each (first column, length, index, file) episode of a group's matrix; NaN/inf (seen in an
-    episode's min or max) is a clear error naming the first such episode."""
+def _episodes_of(matrix: np.ndarray, group: Group, episodes: list[tuple[int, int, int, str]]
+                 ) -> dict[str, dict[str, np.ndarray]]:
+    """Stats of each (first column, length, index, file) episode of a group's matrix, stacked per feature and stat
+    (episodes, ...); NaN/inf (seen in an episode's min or max) is a clear error naming the first such episode."""
     firsts, lengths = (np.array([e[i] for e in episodes], dtype=np.int64) for i in (0, 1))
     stats = spans_stats(matrix, firsts, lengths)
     bad = ~(np.isfinite(stats["min"]).all(axis=1) & np.isfinite(stats["max"]).all(axis=1)) & (lengths > 0)
     for e in np.flatnonzero(bad)[:1]:
         first, length, index, path = episodes[e]
         check_finite(matrix[:, first:first + length], group, path, index)
-    return split_segments(stats, group.names, group.widths)
+    bounds = np.cumsum((0,) + tuple(group.widths))
+    counts = stats["count"].reshape(-1, 1).astype(np.int64)
+    return {name: {k: (counts if k == "count" else v[:, lo:hi]) for k, v in stats.items()}
+            for name, lo, hi in zip(group.names, bounds[:-1], bounds[1:])}
+
+
+class EpisodeStacks(Mapping):
+    """Per-episode stats stacked: feature -> stat -> (episodes, ...), row i being episode `indices[i]`. As a
+    Mapping, episode index -> that episode's {feature: {stat: value}} (rows of the stacks)."""
+
+    def __init__(self, indices: list[int], stacks: dict[str, dict[str, np.ndarray]]):
+        self.indices, self.stacks = list(indices), stacks
+        self._row = {index: i for i, index in enumerate(self.indices)}
+
+    def __getitem__(self, index: int) -> Stats:
+        i = self._row[index]
+        return {feature: {stat: values[i] for stat, values in by_stat.items()} for feature, by_stat in self.stacks.items()}
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def aligned(self, indices: list[int]) -> dict[str, dict[str, np.ndarray]]:
+        """The stacks with their rows in the order of `indices` (episode indices this holds)."""
+        if indices == self.indices:
+            return self.stacks
+        rows = np.array([self._row[i] for i in indices], dtype=np.int64)
+        return {feature: {stat: values[rows] for stat, values in by_stat.items()}
+                for feature, by_stat in self.stacks.items()}
 
 
 def _all_episodes(matrices: list[np.ndarray], groups: list[Group], episodes: list[tuple[int, int, int, str]],
-                  workers: int = 1, pool: ThreadPoolExecutor | None = None) -> dict[int, Stats]:
-    """{index: stats} of each (first column, length, index, file) episode of the groups' matrices: whole
-    matrices at a time, in `workers` runs of consecutive episodes (threads of `pool`)."""
+                  workers: int = 1, pool: ThreadPoolExecutor | None = None) -> EpisodeStacks:
+    """The stats of each (first column, length, index, file) episode of the groups' matrices, stacked in the order
+    of `episodes`: whole matrices at a time, in `workers` runs of consecutive episodes (threads of `pool`)."""
     size = -(-len(episodes) // max(1, workers)) or 1
     runs = [(m, g, episodes[i:i + size]) for g, m in zip(groups, matrices) for i in range(0, len(episodes), size)]
     parts = list((pool.map if pool else map)(lambda r: _episodes_of(*r), runs))
-    out: dict[int, Stats] = {}
-    for (_, _, run), part in zip(runs, parts):
-        for (_, _, index, _), stats in zip(run, part):
-            out.setdefault(index, {}).update(stats)
-    return out
+    stacks: dict[str, dict[str, list[np.ndarray]]] = {}
+    for part in parts:   # runs in order: a group's runs one after the other
+        for feature, by_stat in part.items():
+            for stat, values in by_stat.items():
+                stacks.setdefault(feature, {}).setdefault(stat, []).append(values)
+    return EpisodeStacks([index for _, _, index, _ in episodes],
+                         {feature: {stat: np.concatenate(values) for stat, values in by_stat.items()}
+                          for feature, by_stat in stacks.items()})
 
 
 Target = tuple[Group, np.ndarray, int, int]   # a group, its (hi - lo, N) matrix, and the channels lo:hi it holds
@@ -392,7 +427,7 @@ def load(path: str, targets: list[Target], at: int, rows: int) -> None:
         at += batch.num_rows
 
 
-def episode_stats(args: tuple[str, list[tuple[int, int, int]], list[Group]]) -> dict[int, Stats]:
+def episode_stats(args: tuple[str, list[tuple[int, int, int]], list[Group]]) -> EpisodeStacks:
     """Worker: exact stats of each (episode, first row, length) of one data file."""
     path, episodes, groups = args
     rows = sum(length for _, _, length in episodes)
@@ -402,7 +437,7 @@ def episode_stats(args: tuple[str, list[tuple[int, int, int]], list[Group]]) -> 
 
 
 def in_memory_stats(by_file: dict[str, list[tuple[int, int, int]]], groups: list[Group], workers: int
-               ) -> tuple[Stats, dict[int, Stats]]:
+                    ) -> tuple[Stats, EpisodeStacks]:
     """Dataset and per-episode stats with every value of the groups held in memory, each file read once
     (threads over files, then over episodes, then over channels)."""
     starts, at = {}, 0
