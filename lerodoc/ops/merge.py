@@ -145,8 +145,10 @@ def used_tasks(ds: Dataset, episodes: list) -> set[int]:
             continue
         table = read_parquet(ds.path(data_file), columns=["task_index"], episode=eps[0].index)
         values = column_matrix(table.column("task_index"), table.num_rows)[:, 0]
-        for ep in eps:
-            used.update(int(v) for v in np.unique(values[ep.data_row:ep.data_row + ep.length]))
+        kept = np.zeros(len(values) + 1, dtype=np.int64)   # +1 at each kept episode's first row, -1 after its last
+        np.add.at(kept, np.array([min(ep.data_row, len(values)) for ep in eps], dtype=np.int64), 1)
+        np.add.at(kept, np.array([min(ep.data_row + ep.length, len(values)) for ep in eps], dtype=np.int64), -1)
+        used.update(np.unique(values[np.cumsum(kept[:-1]) > 0]).tolist())
     return used
 
 

@@ -657,8 +657,12 @@ def arrow_array(values: list | np.ndarray, kind: pa.DataType | None = None, pres
                                                   and pa.types.is_string(kind.value_type))
                             or held and _has_str(held[0])):
             return _strings(values, kind)
-        shapes = {values.shape[1:]} if stacked else \
-            {v.shape if isinstance(v, np.ndarray) else np.shape(v) for v in held}
+        if stacked:
+            shapes = {values.shape[1:]}
+        elif {type(v) for v in held} <= {int, float, bool}:   # plain numbers: no shape to ask each for
+            shapes = {()} if held else set()
+        else:
+            shapes = {v.shape if isinstance(v, np.ndarray) else np.shape(v) for v in held}
         if len(shapes) > 1:
             raise ValueError("ragged")
         shape = shapes.pop() if shapes else ()
