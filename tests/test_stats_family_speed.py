@@ -1,10 +1,10 @@
 """The stats family's columnar bookkeeping (issue 37): the data's stats are held per feature as (episodes, channels)
 matrices, and an episode is looked at on its own only when a whole-matrix check has flagged it.
 
-- `_pooled` (the dataset stats from those matrices) is `aggregate`'s arithmetic, bit for bit;
 - each episode's recomputed stats are numpy's on its rows (an episode in one run), or the `aggregate` of its runs'
-  (an episode split across two files, or interleaved with another), and its quantile brackets are those of its rows
-  alone; the oracle here reads the files with pyarrow and cuts each episode's rows itself;
+  (an episode split across two files, or interleaved with another), its quantile brackets are those of its rows
+  alone, and the dataset stats are the `aggregate` of those per-episode stats; the oracle here reads the files with
+  pyarrow and cuts each episode's rows itself;
 - the prefilters change no finding on such a dataset (split, interleaved, NaN and tampered stats);
 - on a dataset whose stats all agree with the data, no episode's stats are looked at one by one.
 """
@@ -91,20 +91,6 @@ def _runs(root) -> tuple[dict[int, list[dict]], dict[int, int]]:
     return runs, {e: len(r) for e, r in runs.items()}
 
 
-def test_pooled_is_aggregate_bit_for_bit():
-    rng = np.random.default_rng(7)
-    n, width = 257, 5
-    parts = [{"f": {"min": rng.normal(size=width) - 3, "max": rng.normal(size=width) + 3,
-                    "mean": rng.normal(size=width) * 1e3, "std": np.abs(rng.normal(size=width)) * 1e-3,
-                    "count": np.array([int(c)], dtype=np.int64)}} for c in rng.integers(1, 400, n)]
-    expected = aggregate(parts)["f"]
-    matrices = {k: np.stack([p["f"][k] for p in parts]) for k in ("min", "max", "mean", "std", "count")}
-    got = stats_family._pooled(matrices)
-    assert set(got) == set(expected)
-    for k, v in expected.items():
-        assert got[k].dtype == v.dtype and got[k].shape == v.shape and got[k].tobytes() == v.tobytes(), k
-
-
 def test_recomputed_stats_are_numpys_per_episode_and_aggregates_of_split_ones(split):
     ctx = open_context(split)
     data = stats_family._data_stats(ctx)
@@ -120,6 +106,22 @@ def test_recomputed_stats_are_numpys_per_episode_and_aggregates_of_split_ones(sp
             for k, v in want.items():
                 assert np.array_equal(held[feature][k], v, equal_nan=True), (episode, feature, k)
                 assert held[feature][k].dtype == v.dtype, (episode, feature, k)
+
+
+def test_dataset_stats_recomputed_from_the_stacks_are_the_aggregate_of_numpys_per_episode(split):
+    ctx = open_context(split)
+    data = stats_family._data_stats(ctx)
+    runs, _ = _runs(split)
+    complete = [f for f in NUMERIC if f not in data.incomplete]
+    assert "action" not in complete and "observation.state" in complete   # action holds a NaN
+    per_episode = [{f: parts[0][f] if len(parts) == 1 else aggregate([{f: p[f]} for p in parts])[f]
+                    for f in complete} for _, parts in sorted(runs.items())]   # metadata order: 0..8
+    want = aggregate(per_episode)
+    got = stats_family._recomputed(ctx, data, complete)
+    assert list(got) == list(want) == sorted(complete)
+    for feature, stats in want.items():
+        for k, v in stats.items():
+            assert got[feature][k].dtype == v.dtype and got[feature][k].tobytes() == v.tobytes(), (feature, k)
 
 
 def test_quantile_brackets_are_those_of_the_episodes_rows_alone(split):

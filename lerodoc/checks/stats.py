@@ -987,7 +987,7 @@ def _agreement(ctx: Context, sources: list[Source], groups: list[Group]) -> list
 
 def _recomputed(ctx: Context, data: DataStats, complete: list[str]) -> Stats:
     """Dataset stats from the recomputed per-episode ones, of the `complete` features every metadata episode has in
-    the data (none unless each has some); `_pooled` over whole (episodes, channels) matrices."""
+    the data (none unless each has some): `aggregate` of their (episodes, channels) stacks, in metadata order."""
     indices = episode_columns(ctx).index
     rows = {f: _lookup(exact.episodes, indices) for f, exact in data.exact.items()}
     held = np.zeros(len(indices), dtype=bool)
@@ -995,27 +995,8 @@ def _recomputed(ctx: Context, data: DataStats, complete: list[str]) -> Stats:
         held |= found >= 0
     if not held.all():
         return {}
-    out = {}
-    for feature in sorted(f for f in complete if f in rows and (rows[f] >= 0).all()):
-        pooled = _pooled({k: v[rows[feature]] for k, v in data.exact[feature].stats.items()})
-        if pooled is not None:
-            out[feature] = pooled
-    return out
-
-
-def _pooled(stats: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
-    """`lerodoc.tables.stats.aggregate`'s arithmetic (count-weighted mean, pooled variance, min of min, max of max)
-    on one feature's (episodes, channels) matrices, bit for bit: None where it gives nothing (no rows)."""
-    counts = stats["count"][:, 0].astype(np.float64)
-    total = counts.sum()
-    if total <= 0:
-        return None
-    weights = (counts / total).reshape(-1, 1)
-    means = stats["mean"]
-    mean = (weights * means).sum(axis=0)
-    spread = (weights * (stats["std"] ** 2 + (means - mean) ** 2)).sum(axis=0)
-    return {"min": stats["min"].min(axis=0), "max": stats["max"].max(axis=0), "mean": mean,
-            "std": np.sqrt(np.maximum(spread, 0.0)), "count": np.array([int(total)], dtype=np.int64)}
+    return aggregate({f: {k: v[rows[f]] for k, v in data.exact[f].stats.items()}
+                      for f in complete if f in rows and (rows[f] >= 0).all()})
 
 
 AGREE_MARGIN = 0.5   # the prefilter's share of each tolerance: it passes only what `_disagreement` surely does
