@@ -107,3 +107,38 @@ def test_update_from_stacks_equals_update_from_dicts(tmp_path):
     update_stats(slow.episodes, [dict(per_episode[ep.index]) for ep in slow.episodes])
     assert all(stats_row(ep) is not None for ep in fast.episodes)
     assert _written(fast, tmp_path / "fast").equals(_written(slow, tmp_path / "slow"))
+
+
+def test_tables_of_two_layouts_then_a_partial_update(tmp_path):
+    """Episodes from two tables that hold different stats (a split part renumbered by lerodoc keeps no quantiles
+    of `index`), then new `index` stats for the second table's episodes only (merge renumbering them): the column
+    path writes what the episode-by-episode path writes, column order included."""
+    import shutil
+    other = tmp_path / "other"
+    shutil.copytree(MEMBER, other)
+    path = sorted(other.glob(v30.EPISODES_GLOB))[0]
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns([n for n in table.column_names if n.startswith("stats/index/q")]), path)
+
+    def episodes(read: bool):
+        eps = _opened(read).episodes + Dataset.open(other).episodes
+        if read:
+            for ep in eps:
+                ep.stats   # noqa: B018
+        return eps
+    fast, slow = episodes(False), episodes(True)
+    assert stats_columns(fast) is not None   # two layouts, one set of columns (rows without a stat marked)
+    half = len(fast) // 2
+    rng = np.random.default_rng(1)
+    updates = [{} if i < half else {"index": {k: rng.random(1) for k in ("min", "max", "mean", "std")} |
+                                     {"count": np.array([3])}} for i in range(len(fast))]
+    update_stats(fast, updates)
+    update_stats(slow, updates)
+    assert all(stats_row(ep) is not None for ep in fast)
+    ds = _opened(False)
+    v30.write_stats(tmp_path / "fast", ds.info, fast, None)
+    v30.write_stats(tmp_path / "slow", ds.info, slow, None)
+    where = v30.EPISODES_PATH.format(chunk_index=0, file_index=0)
+    assert pq.read_table(tmp_path / "fast" / where).equals(pq.read_table(tmp_path / "slow" / where))
+    for a, b in zip(fast, slow):
+        assert [(f, list(s)) for f, s in a.stats.items()] == [(f, list(s)) for f, s in b.stats.items()]

@@ -97,26 +97,32 @@ def has_stats(ep: Episode) -> bool:
 def stats_columns(episodes: list[Episode]) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]] | None:
     """(feature, stat) -> (the episodes' values stacked (len(episodes), *shape), which rows hold one, or None when
     all do), taken from their tables' columns without a dict per episode, when every episode's stats are an unread
-    row of a table of arrays and those tables hold the same columns of the same shapes; else None."""
+    row of a table of arrays and a stat has one shape and type in every table that holds it; else None. The stats
+    come in the order the tables first name them, the tables in the order their rows first come."""
     rows = [stats_row(ep) for ep in episodes]
     if not rows or any(r is None for r in rows):
         return None
     order: dict[int, int] = {}
     which = np.array([order.setdefault(id(r.holder), len(order)) for r in rows], dtype=np.int64)
     tables = [r.table for r in {id(r.holder): r for r in rows}.values()]   # in the order `order` numbers them
-    layout = [(key, c.shape[1:], c.dtype) for key, c in tables[0].columns.items()] if tables[0].arrays else None
-    if layout is None or not all(t.arrays and [(key, c.shape[1:], c.dtype) for key, c in t.columns.items()] == layout
-                                 for t in tables):
+    if not all(t.arrays for t in tables):
         return None
+    layout: dict[tuple[str, str], tuple] = {}
+    for table in tables:
+        for key, column in table.columns.items():
+            if layout.setdefault(key, (column.shape[1:], column.dtype)) != (column.shape[1:], column.dtype):
+                return None
     positions = np.fromiter((r.position for r in rows), dtype=np.int64, count=len(rows))
     starts = np.flatnonzero(np.r_[True, which[1:] != which[:-1]])
     runs = [(tables[which[a]], positions[a:b]) for a, b in zip(starts, np.r_[starts[1:], len(rows)])]
     out = {}
-    for key, _, _ in layout:
-        values = np.concatenate([t.columns[key][p] for t, p in runs])
-        masked = any(key in t.present for t, _ in runs)
-        out[key] = values, np.concatenate([t.present[key][p] if key in t.present else np.ones(len(p), dtype=bool)
-                                           for t, p in runs]) if masked else None
+    for key, (shape, dtype) in layout.items():
+        values = np.concatenate([t.columns[key][p] if key in t.columns else np.zeros((len(p), *shape), dtype=dtype)
+                                 for t, p in runs])
+        masked = any(key in t.present or key not in t.columns for t, _ in runs)
+        out[key] = values, np.concatenate([t.present[key][p] if key in t.present else
+                                           np.full(len(p), key in t.columns, dtype=bool) for t, p in runs]) \
+            if masked else None
     return out
 
 
@@ -147,7 +153,7 @@ def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Sta
     index, such as `EpisodeStacks`, already stacked); a feature's new stats replace all of its old ones. Done
     column by column, into one new table whose rows the episodes become, when their stats are unread rows of
     tables of arrays (`stats_columns`) and the updates are alike: the same features' same stats in every episode
-    updated, each of those features already held by every row, with the new stats leading its stats in the same
+    updated, each of those features already held (in some rows) with the new stats leading its stats in the same
     order (so every row's dict lists them as the episode-by-episode update would), or every episode updated.
     Otherwise episode by episode."""
     if isinstance(updates, Mapping) and not isinstance(updates, EpisodeStacks):
@@ -155,11 +161,12 @@ def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Sta
     if isinstance(updates, EpisodeStacks):   # every episode updated, the new stats already stacked
         new = updates.aligned([ep.index for ep in episodes])
         base = stats_columns(episodes)
-        if base is None:
+        everyone = np.ones(len(episodes), dtype=bool)
+        if base is None or not _in_place(base, new, everyone):
             for ep in episodes:
                 ep.stats.update(updates[ep.index])
         else:
-            _set_columns(episodes, base, new, np.ones(len(episodes), dtype=bool))
+            _set_columns(episodes, base, new, everyone)
         return
     updated = np.array([bool(u) for u in updates], dtype=bool)
     if not updated.any():
@@ -171,17 +178,26 @@ def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Sta
     everyone = bool(updated.all())
     if base is not None and not everyone:
         held = {feature: [stat for f, stat in base if f == feature] for feature, _ in keys}
-        if any(tuple(held[feature][:len(stats)]) != stats or any(base[feature, s][1] is not None for s in held[feature])
-               for feature, stats in keys):
+        if any(tuple(held[feature][:len(stats)]) != stats for feature, stats in keys):
             base = None
-    if base is None:
+    new = {feature: {stat: np.stack([u[feature][stat] for u in updates if u]) for stat in stats}
+           for feature, stats in keys} if base is not None else None
+    if base is None or not _in_place(base, new, updated):
         for ep, update in zip(episodes, updates):
             if update:
                 ep.stats.update(update)
         return
-    new = {feature: {stat: np.stack([u[feature][stat] for u in updates if u]) for stat in stats}
-           for feature, stats in keys}
     _set_columns(episodes, base, new, updated)
+
+
+def _in_place(base: dict, new: dict, updated: np.ndarray) -> bool:
+    """Whether each updated feature is either new to every row or held by every updated row, so that its place in
+    each row's dict is where the episode-by-episode update puts it (a feature new to a row goes last)."""
+    for feature in new:
+        masks = [present for (f, _), (_, present) in base.items() if f == feature]
+        if masks and None not in masks and not np.logical_or.reduce(masks)[updated].all():
+            return False
+    return True
 
 
 def _set_columns(episodes: list[Episode], base: dict, new: dict[str, dict[str, np.ndarray]], updated: np.ndarray
@@ -206,8 +222,9 @@ def _set_columns(episodes: list[Episode], base: dict, new: dict[str, dict[str, n
                 if stat in new[feature]:
                     columns[f, stat] = values.copy()
                     columns[f, stat][updated] = new[feature][stat]
-                else:
-                    present[f, stat] = ~updated
+                if held is not None or stat not in new[feature]:
+                    present[f, stat] = (np.ones(len(episodes), dtype=bool) if held is None else held.copy())
+                    present[f, stat][updated] = stat in new[feature]
     table = StatsTable(columns, len(episodes), present)
     for i, ep in enumerate(episodes):
         ep.stats = StatsRow(table, i)

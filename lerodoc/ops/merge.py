@@ -288,8 +288,8 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
         report.plan = plan.to_json()
         report.seconds = round(time.perf_counter() - started, 3)
         return report
-    with staged_output(Path(out), force=force or in_place, inputs=() if in_place else roots, keep=roots, own=in_place,
-                       seen=datasets[0].meta_seen if in_place else None) as tmp:
+    with staged_output(Path(out), force=force or in_place, inputs=() if in_place else roots, keep=datasets,
+                       own=in_place, seen=datasets[0].meta_seen if in_place else None) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
         new_eps = result.episodes
         data_files = [tmp / f for f in dict.fromkeys(ep.data_file for ep in new_eps)]
