@@ -142,3 +142,15 @@ def test_tables_of_two_layouts_then_a_partial_update(tmp_path):
     assert pq.read_table(tmp_path / "fast" / where).equals(pq.read_table(tmp_path / "slow" / where))
     for a, b in zip(fast, slow):
         assert [(f, list(s)) for f, s in a.stats.items()] == [(f, list(s)) for f, s in b.stats.items()]
+
+
+def test_keep_stats_renames_and_drops_as_the_dicts_do(tmp_path):
+    from lerodoc.formats.model import keep_stats
+    fast, slow = _opened(False), _opened(True)
+    features = {("action.joints" if k == "action" else k): v for k, v in fast.info.features.items()
+                if k != "observation.state"}
+    for ds in (fast, slow):
+        keep_stats(ds.episodes, features, {"action": "action.joints"})
+    assert all(stats_row(ep) is not None for ep in fast.episodes)
+    assert _written(fast, tmp_path / "fast").equals(_written(slow, tmp_path / "slow"))
+    assert "action.joints" in fast.episodes[0].stats and "observation.state" not in fast.episodes[0].stats

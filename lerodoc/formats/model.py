@@ -135,17 +135,35 @@ def stats_matrices(episodes: list[Episode]) -> dict[tuple[str, str], np.ndarray]
     return {key: values for key, (values, _) in columns.items()}
 
 
-def stats_stack(episodes: list[Episode]) -> dict[str, dict[str, np.ndarray]]:
-    """The episodes' BASIC stats stacked per feature (`tables.stats.stack_stats`, what `aggregate` reads): from their
-    tables' columns when `stats_columns` can, else from their dicts."""
+def stats_stack(episodes: list[Episode], features: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """The episodes' BASIC stats stacked per feature (`tables.stats.stack_stats`, what `aggregate` reads), of
+    `features` only when given (every episode must hold them): from their tables' columns when `stats_columns`
+    can, else from their dicts."""
     columns = stats_columns(episodes)
     if columns is None:
-        return stack_stats([ep.stats for ep in episodes])
+        return stack_stats([ep.stats if features is None else {k: ep.stats[k] for k in features} for ep in episodes])
     out: dict[str, dict[str, np.ndarray]] = {}
     for (feature, stat), (values, present) in columns.items():
-        if stat in BASIC and present is None:
+        if stat in BASIC and present is None and (features is None or feature in features):
             out.setdefault(feature, {})[stat] = values
     return {feature: by_stat for feature, by_stat in out.items() if all(k in by_stat for k in BASIC)}
+
+
+def keep_stats(episodes: list[Episode], features: dict, renamed: dict[str, str]) -> None:
+    """Each episode's stats with its features renamed (`renamed`: old name -> new) and only those `features`
+    declares kept: column by column, into one new table, when `stats_columns` can and no two features take one name;
+    else episode by episode."""
+    columns = stats_columns(episodes)
+    names = [renamed.get(f, f) for f in dict.fromkeys(f for f, _ in columns)] if columns is not None else []
+    if columns is None or len(set(names)) != len(names):
+        for ep in episodes:
+            ep.stats = {renamed.get(k, k): v for k, v in ep.stats.items() if renamed.get(k, k) in features}
+        return
+    kept = {(renamed.get(f, f), stat): column for (f, stat), column in columns.items() if renamed.get(f, f) in features}
+    table = StatsTable({key: values for key, (values, _) in kept.items()}, len(episodes),
+                       {key: present for key, (_, present) in kept.items() if present is not None})
+    for i, ep in enumerate(episodes):
+        ep.stats = StatsRow(table, i)
 
 
 def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Stats]) -> None:

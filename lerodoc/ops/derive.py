@@ -20,6 +20,7 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats.hf import schema_for
+from lerodoc.formats.model import keep_stats, stats_stack, update_stats
 from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
@@ -136,15 +137,14 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
         jobs = [(replace(job, out=str(inside(tmp, job.out, field="data_path"))), transform, planned.schema)
                 for job in planned.jobs]
         per_episode = {r["episode"]: r["stats"] for part in pmap(rewrite_file, jobs, workers=workers) for r in part}
-        for ep in ds.episodes:
-            ep.stats = {renamed.get(k, k): v for k, v in ep.stats.items() if renamed.get(k, k) in features}
-            ep.stats.update(per_episode.get(ep.index, {}))
+        keep_stats(ds.episodes, features, renamed)
+        update_stats(ds.episodes, [per_episode.get(ep.index, {}) for ep in ds.episodes])
         stats = {renamed.get(k, k): v for k, v in (ds.stats or {}).items() if renamed.get(k, k) in features}
         changed = list(planned.changed)
         if changed:
             quantiles, _ = dataset_quantiles([tmp / job.out for job in planned.jobs], changed, features,
                                              ds.total_frames, workers=workers)
-            stats.update(dataset_stats([{k: ep.stats[k] for k in changed} for ep in ds.episodes], quantiles,
+            stats.update(dataset_stats(stats_stack(ds.episodes, changed), quantiles,
                                        features=changed))   # each changed feature's stats replaced whole
         ds.info.features = features
         module.write_meta(tmp, ds.info, ds.episodes, ds.tasks, stats if (ds.stats or changed) else None)
