@@ -182,16 +182,15 @@ class Dataset:
                 if spec is None:
                     continue
                 for stat, value in by_stat.items():
-                    if (name, stat) not in sizes:
-                        sizes[name, stat] = stat_size(spec, stat)
-                    want = sizes[name, stat]
-                    if want is not None and np.size(value) != want:
+                    if not self._stat_fits(name, stat, np.size(value), sizes):
                         raise LerodocError(f"holds {np.size(value)} value(s) where the feature's shape "
-                                           f"{list(spec['shape'])} needs {want}", file=self.root / where,
+                                           f"{list(spec['shape'])} needs {sizes[name, stat]}", file=self.root / where,
                                            episode=episode, field=f"{name}.{stat}",
                                            hint="lerodoc repair recomputes the stats")
 
     def _stat_fits(self, name: str, stat: str, size: int, sizes: dict) -> bool:
+        """Whether `size` values are what info.json's shape gives the stat (`stat_size`, kept per feature and stat in
+        `sizes`); a feature info.json does not declare, or a camera whose channels nothing tells, fits any size."""
         spec = self.info.features.get(name)
         if spec is None:
             return True

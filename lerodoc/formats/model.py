@@ -179,12 +179,12 @@ def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Sta
     if isinstance(updates, EpisodeStacks):   # every episode updated, the new stats already stacked
         new = updates.aligned([ep.index for ep in episodes])
         base = stats_columns(episodes)
-        everyone = np.ones(len(episodes), dtype=bool)
-        if base is None or not _in_place(base, new, everyone):
+        every_row = np.ones(len(episodes), dtype=bool)
+        if base is None or not _in_place(base, new, every_row):
             for ep in episodes:
                 ep.stats.update(updates[ep.index])
         else:
-            _set_columns(episodes, base, new, everyone)
+            _set_columns(episodes, base, new, every_row)
         return
     updated = np.array([bool(u) for u in updates], dtype=bool)
     if not updated.any():

@@ -86,10 +86,8 @@ class StatsTable:
     def row(self, i: int) -> dict:
         out: dict = {}
         for (feature, stat), column in self.columns.items():
-            value = column[i]
-            present = self.present.get((feature, stat)) if self.present else None
-            if value is not None if present is None else present[i]:
-                out.setdefault(feature, {})[stat] = value
+            if self.held((feature, stat), i):
+                out.setdefault(feature, {})[stat] = column[i]
         return out
 
     @cached_property

@@ -292,9 +292,9 @@ def _stats_columns(episodes: list[Episode]) -> dict[str, pa.Array]:
     row (`stats_columns`), else gathered from each episode's dict."""
     columns = stats_columns(episodes)
     if columns is not None:
-        first = {key: 0 if present is None else int(np.argmax(present)) for key, (_, present) in columns.items()
-                 if present is None or present.any()}
-        order = sorted(first, key=lambda key: (first[key], list(columns).index(key)))
+        first = {key: (0 if present is None else int(np.argmax(present)), rank)
+                 for rank, (key, (_, present)) in enumerate(columns.items()) if present is None or present.any()}
+        order = sorted(first, key=first.get)
         return {f"stats/{feature}/{stat}": arrow_array(columns[feature, stat][0], present=columns[feature, stat][1])
                 for feature, stat in order}
     names = list(dict.fromkeys(f"stats/{feat}/{stat}" for ep in episodes

@@ -89,10 +89,15 @@ def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], worke
                    task_index={r[0]: r[2] for r in results})
 
 
+def _features(table, row: int, length: int, groups, path) -> dict[str, np.ndarray]:
+    """{feature: (frames, channels)} of rows row:row + length, each group's columns converted at once."""
+    return {name: part for g in groups for name, part in
+            zip(g.names, np.split(g.matrix(table, row, length, source=path), np.cumsum(g.widths)[:-1], axis=1))}
+
+
 def _one_episode(table, ep: Episode, row: int, groups, has_task: bool, sampled_ids: set[int], path):
     """(index, {feature: (frames, channels)}, task_index or None, timestamps or None) of one episode's rows."""
-    parts = {name: part for g in groups for name, part in
-             zip(g.names, np.split(g.matrix(table, row, ep.length, source=path), np.cumsum(g.widths)[:-1], axis=1))}
+    parts = _features(table, row, ep.length, groups, path)
     tasks = column_matrix(table.column("task_index").slice(row, ep.length), ep.length)[:, 0] if has_task else None
     times = (column_matrix(table.column("timestamp").slice(row, ep.length), ep.length)[:, 0].astype(np.float64)
              if ep.index in sampled_ids else None)
@@ -105,8 +110,7 @@ def _whole_file(table, episodes: list[Episode], first: int, groups, has_task: bo
     starts = np.array([ep.data_row - first for ep in episodes], dtype=np.int64)
     ends = np.cumsum(lengths)
     rows = np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
-    whole = {name: part[rows] for g in groups for name, part in
-             zip(g.names, np.split(g.matrix(table, 0, table.num_rows, source=path), np.cumsum(g.widths)[:-1], axis=1))}
+    whole = {name: part[rows] for name, part in _features(table, 0, table.num_rows, groups, path).items()}
     cut = ends[:-1]
     by_feature = {name: np.split(matrix, cut) for name, matrix in whole.items()}
     tasks = (np.split(column_matrix(table.column("task_index"), table.num_rows)[:, 0][rows], cut) if has_task

@@ -729,7 +729,8 @@ def _validity(missing: np.ndarray) -> pa.Array | None:
     """The mask `ListArray.from_arrays` takes, True where a row is None; None where no row is."""
     if not missing.any():
         return None
-    return pa.Array.from_buffers(pa.bool_(), len(missing), [None, pa.py_buffer(np.packbits(missing, bitorder="little"))])
+    bits = pa.py_buffer(np.packbits(missing, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), len(missing), [None, bits])
 
 
 def _strings(values: list, kind: pa.DataType | None) -> pa.Array:

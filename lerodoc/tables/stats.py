@@ -199,8 +199,8 @@ def merge_dataset_stats(fresh: Stats, previous: Stats | None) -> Stats:
     return merged
 
 
-def dataset_stats(per_episode: list[Stats] | dict[str, dict[str, np.ndarray]], quantiles: Stats | None = None, *, features: list[str] | None = None,
-                  previous: Stats | None = None) -> Stats:
+def dataset_stats(per_episode: list[Stats] | dict[str, dict[str, np.ndarray]], quantiles: Stats | None = None, *,
+                  features: list[str] | None = None, previous: Stats | None = None) -> Stats:
     """Dataset stats, the one assembly: per feature the exact `aggregate` of the per-episode stats (BASIC),
     then its `quantiles` over all rows (`dataset_quantiles`); for `features` in that order (default: every
     feature either gives, aggregated ones first, sorted), over `previous` (`merge_dataset_stats`: the stats
@@ -326,14 +326,21 @@ def spans_order_statistics(matrix: np.ndarray, firsts, lengths, ranks) -> np.nda
     return order_statistics(*_tiled(matrix, firsts, lengths), ranks)
 
 
-def split_segments(stats: dict[str, np.ndarray], names: tuple[str, ...], widths: tuple[int, ...]) -> list[Stats]:
-    """`segment_stats`' result (channels side by side) as one Stats per segment: {feature: {stat: value}}."""
+def split_features(stats: dict[str, np.ndarray], names: tuple[str, ...], widths: tuple[int, ...]
+                   ) -> dict[str, dict[str, np.ndarray]]:
+    """`segment_stats`' result (channels side by side) cut per feature: feature -> stat -> (segments, ...), the count
+    (segments, 1)."""
     bounds = np.cumsum((0,) + tuple(widths))
     counts = stats["count"].reshape(-1, 1).astype(np.int64)
-    by_feature = {name: {k: (counts if k == "count" else v[:, lo:hi]) for k, v in stats.items()}
-                  for name, lo, hi in zip(names, bounds[:-1], bounds[1:])}
+    return {name: {k: (counts if k == "count" else v[:, lo:hi]) for k, v in stats.items()}
+            for name, lo, hi in zip(names, bounds[:-1], bounds[1:])}
+
+
+def split_segments(stats: dict[str, np.ndarray], names: tuple[str, ...], widths: tuple[int, ...]) -> list[Stats]:
+    """`segment_stats`' result (channels side by side) as one Stats per segment: {feature: {stat: value}}."""
+    by_feature = split_features(stats, names, widths)
     return [{name: {k: v[e] for k, v in by_stat.items()} for name, by_stat in by_feature.items()}
-            for e in range(len(counts))]
+            for e in range(len(stats["count"]))]
 
 
 def table_stats(table, columns, firsts, lengths, *, quantiles: bool = True) -> list[Stats]:
@@ -358,10 +365,7 @@ def _episodes_of(matrix: np.ndarray, group: Group, episodes: list[tuple[int, int
     for e in np.flatnonzero(bad)[:1]:
         first, length, index, path = episodes[e]
         check_finite(matrix[:, first:first + length], group, path, index)
-    bounds = np.cumsum((0,) + tuple(group.widths))
-    counts = stats["count"].reshape(-1, 1).astype(np.int64)
-    return {name: {k: (counts if k == "count" else v[:, lo:hi]) for k, v in stats.items()}
-            for name, lo, hi in zip(group.names, bounds[:-1], bounds[1:])}
+    return split_features(stats, group.names, group.widths)
 
 
 class EpisodeStacks(Mapping):
@@ -374,7 +378,8 @@ class EpisodeStacks(Mapping):
 
     def __getitem__(self, index: int) -> Stats:
         i = self._row[index]
-        return {feature: {stat: values[i] for stat, values in by_stat.items()} for feature, by_stat in self.stacks.items()}
+        return {feature: {stat: values[i] for stat, values in by_stat.items()}
+                for feature, by_stat in self.stacks.items()}
 
     def __iter__(self):
         return iter(self.indices)
