@@ -64,6 +64,11 @@ VARIANTS = {
     "cdt": dict(env={"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}),   # inductor tunes its kernels' launch
     # the caching allocator's fixed blocks, as before lerodoc set expandable segments (calls 1-7 ran so)
     "fixed_blocks": dict(env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}),
+    # torchao float8 training (issue 39): the CLI's --float8 recipes, and the tensorwise one with other settings
+    "float8": dict(float8="tensorwise"),
+    "float8_vlm": dict(float8="tensorwise-vlm"),
+    "float8_model": dict(float8="tensorwise", compile_scope="model"),
+    "float8_cdt": dict(float8="tensorwise", env={"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}),
 }
 # weak scaling of a variant with no 1-GPU run of its own is taken against this one (same mode)
 BASELINE = "after"
