@@ -154,3 +154,53 @@ def test_keep_stats_renames_and_drops_as_the_dicts_do(tmp_path):
     assert all(stats_row(ep) is not None for ep in fast.episodes)
     assert _written(fast, tmp_path / "fast").equals(_written(slow, tmp_path / "slow"))
     assert "action.joints" in fast.episodes[0].stats and "observation.state" not in fast.episodes[0].stats
+
+
+def test_update_from_stacks_of_some_episodes_equals_update_from_dicts(tmp_path):
+    """Stacks holding some episodes only (what a rewrite's block sends back for the episodes it renumbered)
+    update those rows column by column as their dicts do, the other rows unchanged."""
+    from lerodoc.tables.stats import EpisodeStacks
+    fast, slow = _opened(False), _opened(True)
+    some = [ep.index for ep in fast.episodes][1:]
+    rng = np.random.default_rng(2)
+    stacks = {"index": {"min": rng.random((len(some), 1)), "max": rng.random((len(some), 1)),
+                        "mean": rng.random((len(some), 1)), "std": rng.random((len(some), 1)),
+                        "count": np.full((len(some), 1), 5)}}
+    held = EpisodeStacks(some[::-1], {f: {k: v[::-1] for k, v in s.items()} for f, s in stacks.items()})
+    assert some[0] in held and fast.episodes[0].index not in held
+    update_stats(fast.episodes, held)
+    update_stats(slow.episodes, [dict(held[ep.index]) if ep.index in held else {} for ep in slow.episodes])
+    assert all(stats_row(ep) is not None for ep in fast.episodes)   # the column path was taken
+    assert _written(fast, tmp_path / "fast").equals(_written(slow, tmp_path / "slow"))
+
+
+def test_rewrite_computes_the_missing_episode_stats_from_rows(tmp_path):
+    """A v2.1 source whose episodes_stats.jsonl lacks some episodes: convert computes theirs from the rows (stacked
+    per block in the worker, whichever episodes of a block need them) and keeps the others' as they were."""
+    import json
+
+    from tests.helpers import run_cli
+    v21_root, out = tmp_path / "v21", tmp_path / "v30"
+    run_cli("convert", MEMBER, "-o", v21_root, "--to", "v2.1")
+    lines = (v21_root / "meta" / "episodes_stats.jsonl").read_text().splitlines()
+    kept = [line for line in lines if json.loads(line)["episode_index"] != 1]
+    assert len(kept) == len(lines) - 1
+    (v21_root / "meta" / "episodes_stats.jsonl").write_text("".join(line + "\n" for line in kept))
+    report = json.loads(run_cli("convert", v21_root, "-o", out, "--json").stdout)
+    assert report["ok"], report
+    written, source = Dataset.open(out), Dataset.open(MEMBER)
+    data = pq.read_table(sorted(out.glob("data/*/*.parquet"))[0])
+    for ep, before in zip(written.episodes, source.episodes):
+        if ep.index != 1:
+            for feature in before.stats:
+                np.testing.assert_array_equal(ep.stats[feature]["mean"], before.stats[feature]["mean"])
+            continue
+        rows = data.slice(ep.from_index, ep.length)
+        for feature in ("observation.state", "action", "index", "episode_index"):
+            values = np.stack(rows.column(feature).to_numpy(zero_copy_only=False)).astype(np.float64)
+            values = values.reshape(ep.length, -1)
+            np.testing.assert_allclose(ep.stats[feature]["min"], values.min(0))
+            np.testing.assert_allclose(ep.stats[feature]["max"], values.max(0))
+            np.testing.assert_allclose(ep.stats[feature]["mean"], values.mean(0), rtol=1e-6)
+            np.testing.assert_allclose(ep.stats[feature]["std"], values.std(0), rtol=1e-5, atol=1e-7)
+            assert int(np.ravel(ep.stats[feature]["count"])[0]) == ep.length

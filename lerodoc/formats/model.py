@@ -167,41 +167,42 @@ def keep_stats(episodes: list[Episode], features: dict, renamed: dict[str, str])
 
 
 def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Stats]) -> None:
-    """`ep.stats.update(u)` for each episode and its update (a list in the episodes' order, or a Mapping from episode
-    index, such as `EpisodeStacks`, already stacked); a feature's new stats replace all of its old ones. Done
-    column by column, into one new table whose rows the episodes become, when their stats are unread rows of
-    tables of arrays (`stats_columns`) and the updates are alike: the same features' same stats in every episode
-    updated, each of those features already held (in some rows) with the new stats leading its stats in the same
-    order (so every row's dict lists them as the episode-by-episode update would), or every episode updated.
+    """`ep.stats.update(u)` for each episode and its update (a list in the episodes' order, a Mapping from episode
+    index, or `EpisodeStacks`, already stacked, for the episodes it holds); a feature's new stats replace all of its
+    old ones. Done column by column, into one new table whose rows the episodes become, when their stats are unread
+    rows of tables of arrays (`stats_columns`) and the updates are alike: the same features' same stats in every
+    episode updated, each of those features already held (in some rows) with the new stats leading its stats in the
+    same order (so every row's dict lists them as the episode-by-episode update would), or every episode updated.
     Otherwise episode by episode."""
-    if isinstance(updates, Mapping) and not isinstance(updates, EpisodeStacks):
-        updates = [updates[ep.index] for ep in episodes]
-    if isinstance(updates, EpisodeStacks):   # every episode updated, the new stats already stacked
-        new = updates.aligned([ep.index for ep in episodes])
+    if isinstance(updates, EpisodeStacks):   # the episodes it holds updated, their new stats already stacked
+        updated = np.array([ep.index in updates for ep in episodes], dtype=bool)
+        if not updated.any():
+            return
+        keys = [(feature, tuple(by_stat)) for feature, by_stat in updates.stacks.items()]
+        new = updates.aligned([ep.index for ep, u in zip(episodes, updated) if u])
         base = stats_columns(episodes)
-        every_row = np.ones(len(episodes), dtype=bool)
-        if base is None or not _in_place(base, new, every_row):
-            for ep in episodes:
-                ep.stats.update(updates[ep.index])
-        else:
-            _set_columns(episodes, base, new, every_row)
-        return
-    updated = np.array([bool(u) for u in updates], dtype=bool)
-    if not updated.any():
-        return
-    first = updates[int(np.argmax(updated))]
-    keys = [(feature, tuple(by_stat)) for feature, by_stat in first.items()]
-    base = stats_columns(episodes) if all(
-        [(feature, tuple(by_stat)) for feature, by_stat in u.items()] == keys for u in updates if u) else None
-    everyone = bool(updated.all())
-    if base is not None and not everyone:
+        rows = [updates[ep.index] if u else {} for ep, u in zip(episodes, updated)] if base is None else None
+    else:
+        if isinstance(updates, Mapping):
+            updates = [updates[ep.index] for ep in episodes]
+        updated = np.array([bool(u) for u in updates], dtype=bool)
+        if not updated.any():
+            return
+        first = updates[int(np.argmax(updated))]
+        keys = [(feature, tuple(by_stat)) for feature, by_stat in first.items()]
+        base = stats_columns(episodes) if all(
+            [(feature, tuple(by_stat)) for feature, by_stat in u.items()] == keys for u in updates if u) else None
+        new = {feature: {stat: np.stack([u[feature][stat] for u in updates if u]) for stat in stats}
+               for feature, stats in keys} if base is not None else None
+        rows = updates
+    if base is not None and not updated.all():
         held = {feature: [stat for f, stat in base if f == feature] for feature, _ in keys}
         if any(tuple(held[feature][:len(stats)]) != stats for feature, stats in keys):
             base = None
-    new = {feature: {stat: np.stack([u[feature][stat] for u in updates if u]) for stat in stats}
-           for feature, stats in keys} if base is not None else None
     if base is None or not _in_place(base, new, updated):
-        for ep, update in zip(episodes, updates):
+        if rows is None:
+            rows = [updates[ep.index] if u else {} for ep, u in zip(episodes, updated)]
+        for ep, update in zip(episodes, rows):
             if update:
                 ep.stats.update(update)
         return

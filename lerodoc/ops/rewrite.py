@@ -33,7 +33,7 @@ from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix,
                                        iter_batches, numpy_dtype, open_parquet, read_parquet, read_schema)
 from lerodoc.formats.info import canonical_feature
 from lerodoc.promote.links import link_or_copy
-from lerodoc.tables.stats import table_stats
+from lerodoc.tables.stats import EpisodeStacks, spans_stats, split_features
 
 if TYPE_CHECKING:   # lerodoc.media.video (PyAV) is imported where clips are handled: no rewrite without videos loads it
     from lerodoc.media import video
@@ -80,6 +80,36 @@ class VideoJob:
     cap_bytes: float = 0
     chunks_size: int = 1000
     whole_files: tuple[tuple[int, int], ...] = ()   # [start, stop) clip runs that are one whole source file
+
+
+@dataclass(frozen=True)
+class BlockStats:
+    """A block's per-piece stats, stacked (feature -> stat -> (pieces, ...)): every numeric column where `every`
+    (the piece's source has no per-episode stats), else only the `changed` columns."""
+    stacks: dict[str, dict[str, np.ndarray]]
+    every: np.ndarray
+    changed: tuple[str, ...]
+
+    def updates(self) -> list[tuple[np.ndarray, dict[str, dict[str, np.ndarray]]]]:
+        """(rows of the block, their stacks) per kind of piece: the pieces that take every column, then the others
+        (their changed columns), each left out when it has no row or no column."""
+        out = []
+        for rows, names in ((np.flatnonzero(self.every), list(self.stacks)),
+                            (np.flatnonzero(~self.every), list(self.changed))):
+            if rows.size and names:
+                whole = rows.size == self.every.size
+                out.append((rows, {f: (self.stacks[f] if whole else {k: v[rows] for k, v in self.stacks[f].items()})
+                                   for f in names}))
+        return out
+
+
+@dataclass(frozen=True)
+class BlockResult:
+    """What `write_rows` sends back for a block: its new episode numbers, the columns its renumbering changed and
+    its pieces' stats (None for a reused whole file: its episodes keep theirs)."""
+    episodes: np.ndarray
+    changed: tuple[str, ...]
+    stats: BlockStats | None
 
 
 @dataclass
@@ -144,9 +174,10 @@ def _holds(column: pa.ChunkedArray, values: np.ndarray, n: int) -> bool:
 CHECK_BYTES = 16 << 20   # planned rows digested together: per-episode overhead vanishes, memory stays small
 
 
-def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
+def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[BlockResult]:
     """Worker: copy pieces into their output files (row groups by bytes: `parquet_io.RowGroups`), then read them
-    back.
+    back. Returns one `BlockResult` per block: what comes back to the parent is a few arrays per block, whatever its
+    episode count (pickling a dict of small arrays per episode cost more than the copy itself).
 
     Consecutive pieces are handled as one block: one cast, one renumbering, one stats pass. Blocks are digested in
     runs of about CHECK_BYTES (one digest per column per run, whatever the episode count) for the read-back check.
@@ -175,7 +206,7 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
             first = block[0]
             if first.link:     # an unchanged whole file: the same bytes, so nothing to check either
                 _reuse(first.src_file, Path(first.out_file))
-                results += [{"episode": p.episode, "changed": [], "stats": {}} for p in block]
+                results.append(BlockResult(np.array([p.episode for p in block], dtype=np.int64), (), None))
                 continue
             out, changed = _planned(block, schema, cache)
             if pending and (pending[0][0][0].out_file != first.out_file or held >= CHECK_BYTES):
@@ -194,8 +225,8 @@ def write_rows(args: tuple[list[RowPiece], pa.Schema]) -> list[dict]:
                 current = (first.out_file, stack,
                            RowGroups(stack.enter_context(pq.ParquetWriter(tmp, schema, use_dictionary=False))))
             current[2].write(out)
-            results += [{"episode": piece.episode, "changed": sorted(changed), "stats": stats}
-                        for piece, stats in zip(block, _block_stats(out, block, changed, schema))]
+            results.append(BlockResult(np.array([p.episode for p in block], dtype=np.int64), tuple(sorted(changed)),
+                                       _block_stats(out, block, changed, schema)))
         finish()
         digest_pending()
     _check_written(runs, schema)
@@ -243,20 +274,26 @@ def _cast(rows: pa.Table, schema: pa.Schema, piece: RowPiece) -> pa.Table:
         raise LerodocError(exc.message, file=piece.src_file, episode=piece.source_episode, field=exc.field) from None
 
 
-def _block_stats(rows: pa.Table, block: list[RowPiece], changed: set[str], schema: pa.Schema) -> list[dict]:
-    """Per piece of a block, the stats of its numeric columns (all of them where its source has no per-episode
-    stats, else those the renumbering `changed`): every piece of the block at once (`tables.stats.table_stats`)."""
-    lengths = [p.length for p in block]
-    wanted = rows.column_names if any(p.all_stats for p in block) else sorted(changed)
+def _block_stats(rows: pa.Table, block: list[RowPiece], changed: set[str], schema: pa.Schema) -> BlockStats:
+    """The stats of a block's pieces, stacked: those of every numeric column for the pieces whose source has no
+    per-episode stats, else of the columns the renumbering `changed`; every piece of the block at once
+    (`tables.stats.spans_stats`)."""
+    lengths = np.array([p.length for p in block], dtype=np.int64)
+    every = np.array([p.all_stats for p in block], dtype=bool)
+    wanted = rows.column_names if every.any() else sorted(changed)
     numeric = []
     for name in wanted:
         kind = schema.field(name).type
         kind = kind.value_type if is_list_type(kind) else kind
         if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
             numeric.append(name)
-    stats = table_stats(rows, numeric, np.cumsum(lengths) - lengths, lengths, quantiles=False)
-    return [{name: by_feature[name] for name in numeric if piece.all_stats or name in changed}
-            for piece, by_feature in zip(block, stats)]
+    firsts = np.cumsum(lengths) - lengths
+    stacks = {}
+    for name in numeric:
+        matrix = column_matrix(rows.column(name), rows.num_rows).T
+        stacks.update(split_features(spans_stats(matrix, firsts, lengths, quantiles=False), (name,),
+                                     (matrix.shape[0],)))
+    return BlockStats(stacks, every, tuple(name for name in numeric if name in changed))
 
 
 def _check_written(runs: dict[str, list[tuple[list[list[RowPiece]], int, dict]]], schema: pa.Schema) -> None:
@@ -687,14 +724,12 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     tick = progress("files", len(jobs)) if progress else None
     done_jobs = pmap(_run, jobs, workers=workers, progress=tick, engine=engine)
     written_by_job, row_results = done_jobs[:len(video_jobs)], done_jobs[len(video_jobs):]
-    rows = {r["episode"]: r for job in row_results for r in job}
-    update_stats(new_eps, [rows[ep.index]["stats"] for ep in new_eps])
-    for ep in new_eps:
-        done = rows[ep.index]
-        if {"episode_index", "index"} & set(done["changed"]):
-            result.renumbered.append(ep.index)
-        if not has_stats(picks[ep.index].episode):
-            result.computed_stats.append(ep.index)
+    blocks = [block for job in row_results for block in job]
+    _update_stats(new_eps, blocks)
+    renumbered = [b.episodes for b in blocks if {"episode_index", "index"} & set(b.changed)]
+    result.renumbered = sorted(np.concatenate(renumbered).tolist()) if renumbered else []
+    computed = [b.episodes[b.stats.every] for b in blocks if b.stats is not None]
+    result.computed_stats = sorted(np.concatenate(computed).tolist()) if computed else []
     for job, written in zip(video_jobs, written_by_job):
         for vf, clips in zip(job, written):
             for number, clip in zip(vf.episodes, clips):
@@ -716,6 +751,23 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
         ep.videos = {key: ep.videos[key] for key in info.video_keys}
     result.retimed.sort(key=lambda r: (r["episode"], r["camera"]))
     return result
+
+
+def _update_stats(episodes: list[Episode], blocks: list[BlockResult]) -> None:
+    """Each new episode's stats updated with what its block computed (`formats.model.update_stats`, column by
+    column): one update per kind of piece and set of features, the blocks of a kind stacked together."""
+    kinds: dict[tuple, list[tuple[np.ndarray, dict]]] = {}
+    for block in blocks:
+        if block.stats is not None:
+            for rows, stacks in block.stats.updates():
+                key = tuple((f, tuple(by_stat)) for f, by_stat in stacks.items())
+                kinds.setdefault(key, []).append((block.episodes[rows], stacks))
+    for parts in kinds.values():
+        indices = np.concatenate([numbers for numbers, _ in parts]).tolist()
+        first = parts[0][1]
+        stacks = first if len(parts) == 1 else {
+            f: {k: np.concatenate([p[f][k] for _, p in parts]) for k in by_stat} for f, by_stat in first.items()}
+        update_stats(episodes, EpisodeStacks(indices, stacks))
 
 
 def verify(root: Path, to: str, expected: list[Episode]) -> None:

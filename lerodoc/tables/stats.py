@@ -381,6 +381,9 @@ class EpisodeStacks(Mapping):
         return {feature: {stat: values[i] for stat, values in by_stat.items()}
                 for feature, by_stat in self.stacks.items()}
 
+    def __contains__(self, index) -> bool:
+        return index in self._row
+
     def __iter__(self):
         return iter(self.indices)
 
