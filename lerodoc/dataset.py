@@ -170,13 +170,13 @@ class Dataset:
         # episodes whose stats are unread rows of regular tables whose columns all have the right size are
         # checked column by column, once per table; the others (and a wrong size, to name its episode) one by one
         rows = [(ep, stats_row(ep)) for ep in self.episodes]
-        tables = {id(r.table): r.table for _, r in rows if r is not None}
-        checked = {key for key, table in tables.items() if table.regular and all(
+        holders = {id(r.holder): r for _, r in rows if r is not None}   # a table per holder, asked once each
+        checked = {key for key, r in holders.items() if r.table.regular and all(
             self._stat_fits(name, stat, int(np.prod(column.shape[1:])), sizes)
-            for (name, stat), column in table.columns.items())}
+            for (name, stat), column in r.table.columns.items())}
         for episode, stats, where in [(None, self.stats or {}, stats_file)] + \
                 [(ep.index, ep.stats, episodes_file) for ep, r in rows
-                 if r is None or id(r.table) not in checked]:
+                 if r is None or id(r.holder) not in checked]:
             for name, by_stat in stats.items():
                 spec = self.info.features.get(name)
                 if spec is None:

@@ -94,6 +94,24 @@ def has_stats(ep: Episode) -> bool:
     return bool(ep.stats) if row is None else row.table.has_stats(row.position)
 
 
+def stats_held(episodes: list[Episode]) -> np.ndarray:
+    """`has_stats` of each episode, as one boolean array: an unread row asks its table once per table
+    (`StatsTable.with_stats`), not once per episode."""
+    out = np.empty(len(episodes), dtype=bool)
+    by_holder: dict[int, tuple[object, list[int], list[int]]] = {}
+    for i, ep in enumerate(episodes):
+        row = stats_row(ep)
+        if row is None:
+            out[i] = bool(ep.stats)
+        else:
+            _, where, positions = by_holder.setdefault(id(row.holder), (row, [], []))
+            where.append(i)
+            positions.append(row.position)
+    for row, where, positions in by_holder.values():
+        out[where] = row.table.with_stats[positions]
+    return out
+
+
 def stats_columns(episodes: list[Episode]) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]] | None:
     """(feature, stat) -> (the episodes' values stacked (len(episodes), *shape), which rows hold one, or None when
     all do), taken from their tables' columns without a dict per episode, when every episode's stats are an unread

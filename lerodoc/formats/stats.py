@@ -99,6 +99,20 @@ class StatsTable:
     def has_stats(self, i: int) -> bool:
         return any(self.held(key, i) for key in self.columns)
 
+    @cached_property
+    def with_stats(self) -> np.ndarray:
+        """`has_stats` of every row, as one boolean array."""
+        out = np.zeros(self.rows, dtype=bool)
+        for key, column in self.columns.items():
+            present = self.present.get(key)
+            if present is not None:
+                out |= present
+            elif isinstance(column, np.ndarray):
+                out[:] = True
+            else:
+                out |= np.fromiter((value is not None for value in column), dtype=bool, count=self.rows)
+        return out
+
     def normal(self, features: dict) -> bool:
         """Whether `normalise_stats` leaves every row as it is against `features`: regular columns of features it
         declares, each row already shaped as `stat_shape` gives, and no count=0 placeholder."""
