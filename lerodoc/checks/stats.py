@@ -23,7 +23,7 @@ from lerodoc.tables.stats import Stats
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
-from lerodoc.formats.model import Episode, has_stats, stats_matrices
+from lerodoc.formats.model import Episode, stats_held, stats_matrices
 from lerodoc.formats.stats import is_placeholder, is_shaped, stat_shape
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
@@ -134,7 +134,8 @@ def _sources(ctx: Context) -> list[Source]:
     if ds.version == "v2.0" or not ctx.stats:
         return sources
     files = episode_meta_files(ctx) if ds.version == "v3.0" else [v21.EPISODES_STATS_PATH] * len(ds.episodes)
-    return sources + [Source(file, ep.index, ep) for file, ep in zip(files, ds.episodes) if has_stats(ep)]
+    held = stats_held(ds.episodes).tolist()
+    return sources + [Source(file, ep.index, ep) for file, ep, has in zip(files, ds.episodes, held) if has]
 
 
 def _stats_files(ctx: Context) -> list[Finding]:

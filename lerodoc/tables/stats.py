@@ -94,25 +94,37 @@ def _run_moments(part: np.ndarray, sizes: np.ndarray) -> dict[str, np.ndarray]:
             "max": np.maximum.reduceat(part, starts, axis=1).astype(np.float64), "mean": mean, "std": np.sqrt(variance)}
 
 
+EXACT_LENGTHS = 64   # order_statistics: up to this many distinct lengths, segments are sorted by exact length
+
+
 def order_statistics(part: np.ndarray, sizes: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     """(channels, segments, k) values of the given (segments, k) 0-based ranks within each non-empty segment of
     the `sizes` tiling a (channels, frames) `part`, in its dtype. Segments of a length class (lengths in
     (2^(k-1), 2^k]) are sorted together, padded past their end with the dtype's greatest value (NaN for floats,
-    which numpy sorts last), so a segment's first n sorted values are its own."""
+    which numpy sorts last), so a segment's first n sorted values are its own. Where few lengths occur (at most
+    EXACT_LENGTHS), segments of each length are sorted together instead, with no padding."""
     sizes, ranks = np.asarray(sizes, dtype=np.int64), np.asarray(ranks, dtype=np.int64)
     channels = part.shape[0]
     starts = np.cumsum(sizes) - sizes
     out = np.empty((channels,) + ranks.shape, dtype=part.dtype)
-    classes = np.ceil(np.log2(sizes)).astype(np.int64)
+    lengths, exact = np.unique(sizes, return_inverse=True)
+    if len(lengths) <= EXACT_LENGTHS:
+        classes, widths = exact.reshape(-1), lengths
+    else:
+        classes = np.ceil(np.log2(sizes)).astype(np.int64)
+        widths = 1 << np.arange(int(classes.max()) + 1)
     kind = part.dtype
     pad = np.nan if kind.kind == "f" else True if kind.kind == "b" else np.iinfo(kind).max
     for k in np.unique(classes):
         chosen = np.flatnonzero(classes == k)
-        width = 1 << int(k)
+        width = int(widths[k])
         columns = starts[chosen, None] + np.arange(width)
         padded = np.arange(width) >= sizes[chosen, None]
-        block = part[:, np.where(padded, 0, columns)]             # (channels, chosen, width)
-        block[:, padded] = pad
+        if padded.any():
+            block = part[:, np.where(padded, 0, columns)]         # (channels, chosen, width)
+            block[:, padded] = pad
+        else:
+            block = part[:, columns]
         block.sort(axis=-1)
         at = np.broadcast_to(ranks[chosen], (channels, len(chosen), ranks.shape[1]))
         out[:, chosen] = np.take_along_axis(block, at, axis=-1)

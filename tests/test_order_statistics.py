@@ -1,0 +1,29 @@
+"""tables.stats.order_statistics: the k-th values of each segment, whether segments are sorted by exact length
+(few distinct lengths) or by power-of-two length class with padding (many), equal numpy's sort of each segment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lerodoc.tables import stats
+
+
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int16, np.bool_])
+def test_order_statistics_equal_sorting_each_segment(monkeypatch, exact, dtype):
+    monkeypatch.setattr(stats, "EXACT_LENGTHS", 64 if exact else 0)
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        n = int(rng.integers(1, 30))
+        sizes = np.full(n, rng.integers(1, 25)) if trial % 3 == 0 else rng.integers(1, rng.integers(2, 70), n)
+        part = (rng.normal(size=(3, int(sizes.sum()))) * 10).astype(dtype)
+        if dtype in (np.float32, np.float64) and trial % 4 == 1:
+            part[0, ::7] = np.nan   # NaN sorts last, as the padding does: a segment's own values come first
+        ranks = np.stack([rng.integers(0, s, 5) for s in sizes])
+        got = stats.order_statistics(part, sizes, ranks)
+        starts = np.cumsum(sizes) - sizes
+        want = np.stack([np.stack([np.sort(part[c, a:a + s])[r] for a, s, r in zip(starts, sizes, ranks)])
+                         for c in range(part.shape[0])])
+        assert got.dtype == part.dtype
+        np.testing.assert_array_equal(got, want)
