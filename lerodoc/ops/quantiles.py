@@ -149,7 +149,7 @@ def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, fea
     update_stats(ds.episodes, per_episode)
     rewrite = module.stats_files(ds.root)
     staged = (staged_meta(ds.root, rewrite, seen=ds.meta_seen) if in_place
-              else staged_edit(ds.root, out, force=force, rewrite=rewrite))
+              else staged_edit(ds.root, out, force=force, rewrite=rewrite, opened=ds))
     with staged as tmp:
         module.write_stats(tmp, ds.info, ds.episodes, merge_dataset_stats(dataset, ds.stats))
     report.output = str(in_place_root(ds.root) if in_place else Path(out).absolute())

@@ -339,15 +339,17 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
 @contextmanager
 def staged_edit(src: Path, out: Path | None, *, in_place: bool = False, force: bool = False,
                 rewrite: set[str] = frozenset(), dropped: set[str] = frozenset(),
-                renamed: dict[str, str] | None = None, seen: tuple | None = None):
+                renamed: dict[str, str] | None = None, seen: tuple | None = None, opened=None):
     """Yield a temp tree that mirrors `src` except the `rewrite` paths, which the block writes.
 
     The tree is promoted to `out`, or, with `in_place`, swapped in for `src` (the old tree is removed
     only after the new one is in place, and only when its meta/ is still the `seen` one). Unchanged files are
-    hard links, so no bytes are copied.
+    hard links, so no bytes are copied. `opened` is `src` as the command opened it, for a command that has not
+    changed its info: what the output must keep (`kept.require_kept`) is then read from it, not from a second open.
     """
     target = output_target(src, out, in_place)
-    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,),
+    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,),
+                       keep=(src if opened is None else opened,),
                        dropped=dropped, renamed=renamed, seen=seen if in_place else None, own=in_place) as tmp:
         link_tree(access.path(src), tmp, set(rewrite))
         yield tmp
