@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -24,11 +25,11 @@ from lerodoc.formats.model import keep_stats, stats_stack, update_stats
 from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
-from lerodoc.tables.parquet_io import column_digests, conform, read_parquet, read_schema, write_groups
+from lerodoc.tables.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema, write_groups
 from lerodoc.promote.staging import staged_edit
 from lerodoc.promote.links import link_or_copy
 from lerodoc.ops.stats import dataset_quantiles
-from lerodoc.tables.stats import dataset_stats, table_stats
+from lerodoc.tables.stats import EpisodeStacks, dataset_stats, spans_stats, split_features
 from lerodoc.conventions import INFO_PATH
 
 
@@ -45,8 +46,10 @@ class FileJob:
     episodes: tuple[tuple[int, int, int], ...]     # (episode index, first row in the file, length)
 
 
-def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
-    """Worker: transform one data file, write it (row groups by bytes: `write_groups`), re-read and verify it."""
+def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> tuple[list[int], dict[str, dict[str, np.ndarray]]]:
+    """Worker: transform one data file, write it (row groups by bytes: `write_groups`), re-read and verify it.
+    Returns its episodes and their stats of the changed columns, stacked (feature -> stat -> (episodes, ...)): a
+    few arrays per file to send back, not a dict per episode."""
     job, transform, schema = args
     source = read_parquet(job.src)
     try:   # stored as lerobot 0.6.1 loads it: a list<1> column of a shape-(1,) feature becomes its scalar
@@ -65,9 +68,13 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> list[dict]:
         write_groups(writer, table)
     if column_digests(read_parquet(job.out)) != expected:
         raise VerificationError("written file differs from what was planned", file=job.out)
-    stats = table_stats(table, transform.changed, [start for _, start, _ in job.episodes],
-                        [length for _, _, length in job.episodes])
-    return [{"episode": index, "stats": by_feature} for (index, _, _), by_feature in zip(job.episodes, stats)]
+    firsts = np.array([start for _, start, _ in job.episodes], dtype=np.int64)
+    lengths = np.array([length for _, _, length in job.episodes], dtype=np.int64)
+    stacks: dict[str, dict[str, np.ndarray]] = {}
+    for name in transform.changed:
+        matrix = column_matrix(table.column(name), table.num_rows).T
+        stacks.update(split_features(spans_stats(matrix, firsts, lengths), (name,), (matrix.shape[0],)))
+    return [index for index, _, _ in job.episodes], stacks
 
 
 @dataclass(frozen=True)
@@ -136,9 +143,13 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
                 link_or_copy(ds.path(old), inside(tmp, new, field="video_path"))
         jobs = [(replace(job, out=str(inside(tmp, job.out, field="data_path"))), transform, planned.schema)
                 for job in planned.jobs]
-        per_episode = {r["episode"]: r["stats"] for part in pmap(rewrite_file, jobs, workers=workers) for r in part}
+        parts = pmap(rewrite_file, jobs, workers=workers)
         keep_stats(ds.episodes, features, renamed)
-        update_stats(ds.episodes, [per_episode.get(ep.index, {}) for ep in ds.episodes])
+        if parts and parts[0][1]:   # the changed columns' stats, every file's stacked together
+            update_stats(ds.episodes, EpisodeStacks(
+                [index for indices, _ in parts for index in indices],
+                {feature: {stat: np.concatenate([stacks[feature][stat] for _, stacks in parts]) for stat in by_stat}
+                 for feature, by_stat in parts[0][1].items()}))
         stats = {renamed.get(k, k): v for k, v in (ds.stats or {}).items() if renamed.get(k, k) in features}
         changed = list(planned.changed)
         if changed:

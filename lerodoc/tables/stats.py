@@ -348,25 +348,6 @@ def split_features(stats: dict[str, np.ndarray], names: tuple[str, ...], widths:
             for name, lo, hi in zip(names, bounds[:-1], bounds[1:])}
 
 
-def split_segments(stats: dict[str, np.ndarray], names: tuple[str, ...], widths: tuple[int, ...]) -> list[Stats]:
-    """`segment_stats`' result (channels side by side) as one Stats per segment: {feature: {stat: value}}."""
-    by_feature = split_features(stats, names, widths)
-    return [{name: {k: v[e] for k, v in by_stat.items()} for name, by_stat in by_feature.items()}
-            for e in range(len(stats["count"]))]
-
-
-def table_stats(table, columns, firsts, lengths, *, quantiles: bool = True) -> list[Stats]:
-    """Per row span [first, first + length) of an Arrow table, the stats of each of its `columns` (numeric,
-    scalar or list): one `spans_stats` per column over all the spans at once, as one Stats per span."""
-    out: list[Stats] = [{} for _ in range(len(firsts))]
-    for name in columns:
-        matrix = column_matrix(table.column(name), table.num_rows).T
-        parts = split_segments(spans_stats(matrix, firsts, lengths, quantiles=quantiles), (name,), (matrix.shape[0],))
-        for held, one in zip(out, parts):
-            held.update(one)
-    return out
-
-
 def _episodes_of(matrix: np.ndarray, group: Group, episodes: list[tuple[int, int, int, str]]
                  ) -> dict[str, dict[str, np.ndarray]]:
     """Stats of each (first column, length, index, file) episode of a group's matrix, stacked per feature and stat
