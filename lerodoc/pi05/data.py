@@ -23,17 +23,23 @@ values of a run compare across steps, and across runs with the same seed and hel
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+import pyarrow as pa
 
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
-from lerodoc.tables.parquet_io import column_matrix, read_parquet
+from lerodoc.tables.parquet_io import column_matrix, is_list_type, list_values, numpy_dtype, read_parquet, to_numpy
 from lerodoc.tables.stats import normalised
-from lerodoc.pi05.frames import FrameReader
+
+if TYPE_CHECKING:   # torch and PyAV are imported where batches are made: load_frames (train's index) loads neither
+    import torch
+
+    from lerodoc.pi05.frames import FrameReader
 
 STATE_BINS = 256
 
@@ -81,19 +87,10 @@ def load_frames(dataset: Dataset, spec: DataSpec, stats: dict | None = None, raw
     """Read the needed columns once per data file and normalise them with the dataset's quantiles, or with
     `stats` ({feature: {"q01": ..., "q99": ...}}: a trained run's, when its policy is evaluated on a dataset)."""
     columns = [spec.action_key, "timestamp", "task_index"] + ([spec.state_key] if spec.state_key else [])
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in columns}
-    tables: dict[str, object] = {}
-    for ep in dataset.episodes:
-        if ep.data_file not in tables:
-            tables = {ep.data_file: read_parquet(dataset.path(ep.data_file), columns, ep.index)}
-        table = tables[ep.data_file].slice(ep.data_row, ep.length)
-        if table.num_rows != ep.length:
-            raise LerodocError(f"holds fewer rows than the episode's {ep.length}", file=ep.data_file,
-                               episode=ep.index)
-        for name in columns:
-            parts[name].append(column_matrix(table.column(name), ep.length))
-    values = {name: np.concatenate(parts[name]) for name in columns}
     lengths = np.array([ep.length for ep in dataset.episodes])
+    values = _whole_columns(dataset, columns, lengths)
+    if values is None:
+        values = _episode_columns(dataset, columns)
     ends = np.cumsum(lengths)
 
     def normalised(key: str) -> np.ndarray:
@@ -108,6 +105,75 @@ def load_frames(dataset: Dataset, spec: DataSpec, stats: dict | None = None, raw
                   episode_end=np.repeat(ends, lengths),
                   raw_action=values[spec.action_key].reshape(len(values[spec.action_key]), -1).astype(np.float32)
                   if raw_action else None)
+
+
+def _whole_columns(dataset: Dataset, columns: list[str], lengths: np.ndarray) -> dict[str, np.ndarray] | None:
+    """Each column's values of every frame, episodes in dataset order: one (rows, D) matrix per column and run of
+    consecutive episodes in one data file (the file read once, as `_episode_columns` reads it), cut by the run's row
+    ranges (read-only where one file's matrix is taken whole). None where a row range or a column is odd (rows past
+    the file's end, no rows, nulls, rows of unequal widths, not numbers, widths that differ between files):
+    `_episode_columns` then gives the values, or the error, episode by episode."""
+    starts = np.array([ep.data_row for ep in dataset.episodes])
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in columns}
+    first = 0
+    for file, run in itertools.groupby(dataset.episodes, key=lambda ep: ep.data_file):
+        head = next(run)
+        stop = first + 1 + sum(1 for _ in run)
+        table = read_parquet(dataset.path(file), columns, head.index)
+        start, length = starts[first:stop], lengths[first:stop]
+        if (start < 0).any() or (length < 1).any() or (start + length > table.num_rows).any():
+            return None
+        if np.array_equal(start[1:], (start + length)[:-1]):   # the run's rows in order, one after another
+            rows = slice(int(start[0]), int(start[-1] + length[-1]))
+        else:   # gaps, overlaps or episodes out of row order: each range's rows, in episode order
+            rows = np.repeat(start - np.cumsum(length) + length, length) + np.arange(int(length.sum()))
+        for name in columns:
+            matrix = _matrix(table.column(name), table.num_rows)
+            if matrix is None:
+                return None
+            parts[name].append(matrix[rows])
+        first = stop
+    if any(len({part.shape[1:] for part in parts[name]}) > 1 for name in columns):
+        return None
+    # one part (one data file): its view of the Arrow buffers as is, as load_frames copies every column it keeps
+    return {name: parts[name][0] if len(parts[name]) == 1 else np.concatenate(parts[name]) for name in columns}
+
+
+def _matrix(column, num_rows: int) -> np.ndarray | None:
+    """`column_matrix` of a whole column of numbers without nulls whose rows all hold the same number (one or
+    more) of values: any run of its rows is then that run's own `column_matrix`. None for any other column."""
+    array = column.combine_chunks()
+    if array.null_count:
+        return None
+    values = array
+    if is_list_type(array.type):
+        if not pa.types.is_fixed_size_list(array.type):
+            widths = np.diff(to_numpy(array.offsets))
+            if (widths != widths[0]).any():   # (rows: at least one, as every episode's range holds one)
+                return None
+        values = list_values(array)
+        if len(values) == 0:
+            return None
+    if values.null_count or numpy_dtype(values.type) is None:
+        return None
+    return column_matrix(array, num_rows)
+
+
+def _episode_columns(dataset: Dataset, columns: list[str]) -> dict[str, np.ndarray]:
+    """Each column's values of every frame, read and cut episode by episode: the values, or the error naming the
+    episode, of a dataset `_whole_columns` finds odd."""
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in columns}
+    tables: dict[str, object] = {}
+    for ep in dataset.episodes:
+        if ep.data_file not in tables:
+            tables = {ep.data_file: read_parquet(dataset.path(ep.data_file), columns, ep.index)}
+        table = tables[ep.data_file].slice(ep.data_row, ep.length)
+        if table.num_rows != ep.length:
+            raise LerodocError(f"holds fewer rows than the episode's {ep.length}", file=ep.data_file,
+                               episode=ep.index)
+        for name in columns:
+            parts[name].append(column_matrix(table.column(name), ep.length))
+    return {name: np.concatenate(parts[name]) for name in columns}
 
 
 def pad_tokens(tokenizer: Tokenizer, texts: list[str], length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -186,12 +252,16 @@ def batch_rows(step: int, global_batch: int, total: int, seed: int) -> np.ndarra
 
 def step_noise(step: int, seed: int, global_batch: int, horizon: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Flow-matching noise (G, H, width) and times (G,) of global batch `step`, t ~ Beta(1.5, 1) * 0.999 + 0.001."""
+    # torch only where noise and batches are made: load_frames loads none
+    import torch
     return _draws(torch.Generator().manual_seed(seed * 1_000_003 + step), global_batch, horizon, width)
 
 
 def held_out_noise(seed: int, count: int, horizon: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The one draw of noise and times the held-out loss uses at every evaluation (its own generator, seeded by
     the run's seed alone: no training step's draw)."""
+    # torch only where noise and batches are made: load_frames loads none
+    import torch
     return _draws(torch.Generator().manual_seed(-1 - seed), count, horizon, width)
 
 
@@ -205,6 +275,8 @@ def held_out_rows(frames: Frames, episodes: np.ndarray, limit: int) -> np.ndarra
 
 
 def _draws(g: torch.Generator, count: int, horizon: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    # torch only where noise and batches are made: load_frames loads none
+    import torch
     noise = torch.randn(count, horizon, width, generator=g)
     u = torch.rand(count, 2, generator=g, dtype=torch.float64)
     # Beta(1.5, 1) has CDF x^1.5: inverse transform sampling with the first uniform
@@ -212,7 +284,23 @@ def _draws(g: torch.Generator, count: int, horizon: int, width: int) -> tuple[to
     return noise, time
 
 
-class TrainingBatches(torch.utils.data.IterableDataset):
+def __getattr__(name: str):
+    """`TrainingBatches`, made on first use (PEP 562): it is a torch IterableDataset, and importing this module for
+    DataSpec or load_frames loads no torch. Made once, so it pickles by name like a class defined at the top."""
+    if name != "TrainingBatches":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # torch only where noise and batches are made: load_frames loads none
+    import torch
+
+    class TrainingBatches(_Batches, torch.utils.data.IterableDataset):
+        __doc__ = _Batches.__doc__
+        __qualname__ = "TrainingBatches"
+
+    globals()[name] = TrainingBatches
+    return TrainingBatches
+
+
+class _Batches:
     """This rank's batches for steps [start, stop), each a dict of tensors (see the module docstring)."""
 
     def __init__(self, dataset: Dataset, frames: Frames, spec: DataSpec, tokenizer: Tokenizer, *, seed: int,
@@ -231,6 +319,9 @@ class TrainingBatches(torch.utils.data.IterableDataset):
         self.reader: FrameReader | None = None
 
     def __iter__(self):
+        # torch and PyAV only where batches are made: load_frames loads neither
+        import torch
+        from lerodoc.pi05.frames import FrameReader
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         self.reader = FrameReader(self.spec.image_size, self.tolerance_s)
@@ -252,6 +343,8 @@ class TrainingBatches(torch.utils.data.IterableDataset):
                padding: np.ndarray | None = None) -> dict[str, torch.Tensor]:
         """This rank's part of the global batch of frame `rows` (G of them) with their noise and times; the rows
         where `padding` is True count as no target (they fill the held-out set's last batch)."""
+        # torch only where noise and batches are made: load_frames loads none
+        import torch
         H, f = self.spec.action_horizon, self.frames
         chunk = rows[:, None] + np.arange(H)                         # (G, H) rows of the targets
         is_pad = chunk >= f.episode_end[rows][:, None]
@@ -276,6 +369,9 @@ class TrainingBatches(torch.utils.data.IterableDataset):
         """This rank's batches of the held-out frame `rows`, with `held_out_noise`: global batches of G rows, the
         last one filled up with copies of its first row marked as padding, so that every rank runs as many
         forward passes of the same shape (FSDP's collectives need that)."""
+        # torch and PyAV only where batches are made: load_frames loads neither
+        import torch
+        from lerodoc.pi05.frames import FrameReader
         G, H = self.batch * self.world, self.spec.action_horizon
         noise, time = held_out_noise(self.seed, len(rows), H, self.noise_width)
         self.reader = FrameReader(self.spec.image_size, self.tolerance_s)
