@@ -2,7 +2,7 @@
 eager, compiled, and replayed as one CUDA graph) against lerobot 0.6.1's select_action on the policy lerodoc
 exports, same GPU, same call.
 
-On the device (nvidia-h200), with carry [".whl"] (a PyAV wheel: lerodoc.pi05.data imports av; plus
+On the device (nvidia-h200), with carry [".whl"] (a PyAV wheel, for lerodoc's video decoding; plus
 bench/train_vs_lerobot.py's wheels for lerobot's side), from the repository root, the commit read here with
 `git rev-parse HEAD` (the device's copy of the tree has no .git):
 
