@@ -14,9 +14,8 @@ and is timed as such.
 
 The floor, measured in the same run and the same way (a fresh process): pyarrow alone reading the same data files
 (every column) and meta/episodes, run 3 times (its median run kept). Each command's ratio is its wall time over the
-floor of the dataset it reads
-(v2.1 for convert's input, v3.0 for the rest); like for like, both include interpreter start. Results and
-provenance (commit, versions, machine, load, command) go to --out.
+floor of the dataset it reads (v2.1 for convert's input, v3.0 for the rest); like for like, both include
+interpreter start. Results and provenance (commit, versions, machine, load, command) go to --out.
 
 With several sizes, `growth` gives each command's factor from the smallest size to each larger one (seconds and
 peak; the issue's bar: at most 12x for 10x the episodes). `many_files` sets convert of the v2.1 form (one parquet per
