@@ -69,15 +69,15 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | 
         tick = progress("frames", len(thumbs)) if progress else None
         data.decode_thumbnails(ds, thumbs, tolerance_s, workers=max(workers, 2), tick=tick)
     from lerodoc.report import plots   # matplotlib loads only once the data is known to be readable
-    per_task = Counter(task for ep in ds.episodes for task in set(ep.tasks))
+    per_task = Counter([task for ep in ds.episodes for task in set(ep.tasks)])
     counts = [per_task[task] for task in ds.tasks]
-    summary = _summary(ds, counts)
+    summary = _summary(ds, counts, int(columns.starts[-1]))
     findings = verdict.to_json()
-    changes = data.task_changes(ds, columns.task_index)
+    changes = data.task_changes(ds, columns)
     report = Report(
         dataset=str(ds.root), output=str(Path(out).absolute()), summary=summary, validate=findings,
         channels=channels, select=data.select_command(ds, channels),
-        episodes={"lengths": [ep.length for ep in ds.episodes], "sampled": [ep.index for ep in sampled]},
+        episodes={"lengths": np.diff(columns.starts).tolist(), "sampled": [ep.index for ep in sampled]},
         thumbnails=[t.to_json(tolerance_s) for t in thumbs if videos],
         tasks={"episodes_per_task": dict(zip(ds.tasks, counts)), "changes": changes,
                "episodes_with_changes": len({c["episode"] for c in changes})})
@@ -95,8 +95,7 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | 
     return report
 
 
-def _summary(ds: Dataset, counts: list[int]) -> dict:
-    frames = ds.total_frames
+def _summary(ds: Dataset, counts: list[int], frames: int) -> dict:
     return {"version": ds.version, "robot_type": ds.info.robot_type, "fps": ds.info.fps,
             "episodes": len(ds.episodes), "frames": frames, "duration_s": round(frames / ds.info.fps, 3),
             "size_bytes": tree_size(ds.root), "tasks": len(ds.tasks),
@@ -172,31 +171,32 @@ def _channels_html(features: list[str], values: dict[str, np.ndarray], rows: lis
             numeric={1, 3, 4, 5, 6, 7, 8})
     if flagged:
         html += "<h3>Flagged channels</h3>" + channel_table(flagged)
-    for name in features:
-        mine = [r for r in rows if r["feature"] == name]
-        html += page.image(plots.channel_histograms(name, values[name], mine), alt=f"{name} histograms")
+    grids = plots.channel_histograms([(name, values[name], [r for r in rows if r["feature"] == name])
+                                      for name in features])
+    for name, grid in zip(features, grids):
+        html += page.image(grid, alt=f"{name} histograms")
     html += f"<details><summary>All {len(rows)} channels</summary>{channel_table(rows)}</details>"
     return html
 
 
 def _episodes_html(ds: Dataset, sampled, columns, rows: list[dict], thumbs, videos: bool, tolerance_s: float,
                    plots) -> str:
-    html = page.image(plots.episode_lengths([ep.length for ep in ds.episodes], ds.info.fps), alt="episode lengths")
+    lengths = np.diff(columns.starts)
+    html = page.image(plots.episode_lengths(lengths, ds.info.fps), alt="episode lengths")
     flagged: dict[str, set[int]] = {}
     names: dict[str, list] = {}
     for r in rows:
         names.setdefault(r["feature"], []).append(r["name"])
         if r["flags"]:
             flagged.setdefault(r["feature"], set()).add(r["channel"])
-    starts = np.cumsum([0] + [ep.length for ep in ds.episodes])
-    position = {ep.index: i for i, ep in enumerate(ds.episodes)}
     if columns.values:
         html += f"<h3>State and action of {len(sampled)} sampled episodes</h3>"
+        position = {id(ep): i for i, ep in enumerate(ds.episodes)}
         chosen = []
         for ep in sampled:
-            lo = starts[position[ep.index]]
+            span = columns.rows(position[id(ep)])
             chosen.append((ep.index, columns.timestamps[ep.index],
-                           {name: values[lo:lo + ep.length] for name, values in columns.values.items()}))
+                           {name: values[span] for name, values in columns.values.items()}))
         html += page.image(plots.time_series(chosen, flagged, names), alt="state and action time series")
     if not ds.info.video_keys:
         return html

@@ -49,44 +49,86 @@ def sample_episodes(ds: Dataset, count: int, chosen: Selection | None = None, op
 
 @dataclass
 class Columns:
-    """Per channel feature the (frames, channels) values of every listed row, in episode order; per sampled
-    episode its timestamps; per episode its task_index column (None where the data has none)."""
+    """Every listed episode's rows, in the dataset's episode order (`ds.episodes`): per channel feature the (frames,
+    channels) values; per episode its first row there (`starts`, one entry an episode and the total at the end); the
+    task_index of every row (None where the data has none); per sampled episode its timestamps."""
     values: dict[str, np.ndarray]
+    starts: np.ndarray
+    task_index: np.ndarray | None
     timestamps: dict[int, np.ndarray]
-    task_index: dict[int, np.ndarray | None]
+
+    def rows(self, position: int) -> slice:
+        """The rows of the episode at `position` in `ds.episodes`."""
+        return slice(int(self.starts[position]), int(self.starts[position + 1]))
+
+
+@dataclass
+class _Part:
+    """One data file's share of `Columns`: the rows of its episodes (in `episodes`' order), whole columns."""
+    values: dict[str, np.ndarray]
+    task_index: np.ndarray | None
+    timestamps: dict[int, np.ndarray]
 
 
 def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], workers: int = 1,
                  tick: Callable[[int], None] | None = None) -> Columns:
     """Read `features` and task_index from every data file (threads, one file each) and timestamp from the
-    files that hold sampled episodes."""
+    files that hold sampled episodes. Each file's columns are converted once and its episodes' rows gathered by
+    index; the files' parts are joined, and put in the dataset's episode order by one gather where the files do
+    not already give it."""
     by_file = ds.episodes_by_data_file()
     want_time = {ep.data_file for ep in sampled}
     sampled_ids = {ep.index for ep in sampled}
     groups = groups_of(features, ds.info.features)
     has_task = "task_index" in ds.info.features
 
-    def one(item: tuple[str, list[Episode]]):
+    def one(item: tuple[str, list[Episode]]) -> _Part:
         relative, episodes = item
         path = ds.path(relative)
-        columns = list(features) + (["task_index"] if has_task else []) + (["timestamp"] if relative in want_time else [])
-        first, last = min(ep.data_row for ep in episodes), max(episodes, key=lambda ep: ep.data_row + ep.length)
-        table = read_rows(path, first, last.data_row + last.length - first, columns, episodes[0].index)
+        columns = (list(features) + (["task_index"] if has_task else [])
+                   + (["timestamp"] if relative in want_time else []))
+        firsts = np.array([ep.data_row for ep in episodes], dtype=np.int64)
+        lengths = np.array([ep.length for ep in episodes], dtype=np.int64)
+        first, end = int(firsts.min()), int((firsts + lengths).max())
+        table = read_rows(path, first, end - first, columns, episodes[0].index)
         try:
-            out = _whole_file(table, episodes, first, groups, has_task, sampled_ids, path)
+            out = _whole_file(table, episodes, firsts - first, lengths, groups, has_task, sampled_ids, path)
         except LerodocError:   # episode by episode, so the error is the one that episode's rows give
-            out = [_one_episode(table, ep, ep.data_row - first, groups, has_task, sampled_ids, path) for ep in episodes]
+            out = _joined([_one_episode(table, ep, ep.data_row - first, groups, has_task, sampled_ids, path)
+                           for ep in episodes], features)
         if tick:
             tick(1)
         return out
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        results = [r for part in pool.map(one, by_file.items()) for r in part]
-    order = {ep.index: i for i, ep in enumerate(ds.episodes)}
-    results.sort(key=lambda r: order[r[0]])
-    values = {name: np.concatenate([r[1][name] for r in results]) for name in features}
-    return Columns(values=values, timestamps={r[0]: r[3] for r in results if r[3] is not None},
-                   task_index={r[0]: r[2] for r in results})
+        parts = list(pool.map(one, by_file.items()))
+    position = {id(ep): i for i, ep in enumerate(ds.episodes)}
+    order = np.array([position[id(ep)] for eps in by_file.values() for ep in eps],
+                     dtype=np.int64)    # the dataset position of each episode as the parts hold them
+    lengths = np.array([ep.length for ep in ds.episodes], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    values = {name: _concatenated([p.values[name] for p in parts]) for name in features}
+    task_index = _concatenated([p.task_index for p in parts]) if has_task else None
+    if len(order) > 1 and not (order[1:] > order[:-1]).all():   # the files interleave the dataset's order
+        held = lengths[order]
+        at = np.empty_like(order)
+        at[order] = np.cumsum(held) - held                      # each episode's first row in the parts
+        rows = span_rows(at, lengths)
+        values = {name: matrix[rows] for name, matrix in values.items()}
+        task_index = None if task_index is None else task_index[rows]
+    return Columns(values=values, starts=starts, task_index=task_index,
+                   timestamps={k: v for p in parts for k, v in p.timestamps.items()})
+
+
+def span_rows(firsts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The row numbers of the spans [first, first + length), one after another (no Python loop over the spans)."""
+    firsts, lengths = np.asarray(firsts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    return np.repeat(firsts - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
+
+
+def _concatenated(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _features(table, row: int, length: int, groups, path) -> dict[str, np.ndarray]:
@@ -95,32 +137,40 @@ def _features(table, row: int, length: int, groups, path) -> dict[str, np.ndarra
             zip(g.names, np.split(g.matrix(table, row, length, source=path), np.cumsum(g.widths)[:-1], axis=1))}
 
 
-def _one_episode(table, ep: Episode, row: int, groups, has_task: bool, sampled_ids: set[int], path):
-    """(index, {feature: (frames, channels)}, task_index or None, timestamps or None) of one episode's rows."""
+def _one_episode(table, ep: Episode, row: int, groups, has_task: bool, sampled_ids: set[int], path) -> _Part:
+    """The `_Part` of one episode's rows."""
     parts = _features(table, row, ep.length, groups, path)
     tasks = column_matrix(table.column("task_index").slice(row, ep.length), ep.length)[:, 0] if has_task else None
-    times = (column_matrix(table.column("timestamp").slice(row, ep.length), ep.length)[:, 0].astype(np.float64)
-             if ep.index in sampled_ids else None)
-    return ep.index, parts, tasks, times
+    times = ({ep.index: column_matrix(table.column("timestamp").slice(row, ep.length), ep.length)[:, 0]
+              .astype(np.float64)} if ep.index in sampled_ids else {})
+    return _Part(parts, tasks, times)
 
 
-def _whole_file(table, episodes: list[Episode], first: int, groups, has_task: bool, sampled_ids: set[int], path):
-    """`_one_episode` of every episode of one file's rows, each column converted once for the whole file."""
-    lengths = np.array([ep.length for ep in episodes], dtype=np.int64)
-    starts = np.array([ep.data_row - first for ep in episodes], dtype=np.int64)
+def _joined(parts: list[_Part], features: list[str]) -> _Part:
+    """Episodes' parts as one (the fallback path: a file whose columns do not convert whole)."""
+    return _Part({name: np.concatenate([p.values[name] for p in parts]) for name in features},
+                 None if parts[0].task_index is None else np.concatenate([p.task_index for p in parts]),
+                 {k: v for p in parts for k, v in p.timestamps.items()})
+
+
+def _whole_file(table, episodes: list[Episode], starts: np.ndarray, lengths: np.ndarray, groups, has_task: bool,
+                sampled_ids: set[int], path) -> _Part:
+    """The `_Part` of `episodes` (their first rows in `table` and lengths), each column converted once for the whole
+    file; the rows are gathered only where the episodes do not tile the table, in order."""
     ends = np.cumsum(lengths)
-    rows = np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
-    whole = {name: part[rows] for name, part in _features(table, 0, table.num_rows, groups, path).items()}
-    cut = ends[:-1]
-    by_feature = {name: np.split(matrix, cut) for name, matrix in whole.items()}
-    tasks = (np.split(column_matrix(table.column("task_index"), table.num_rows)[:, 0][rows], cut) if has_task
-             else [None] * len(episodes))
+    tiled = len(ends) > 0 and int(ends[-1]) == table.num_rows and np.array_equal(starts, ends - lengths)
+    rows = None if tiled else span_rows(starts, lengths)
+
+    def gathered(matrix: np.ndarray) -> np.ndarray:
+        return matrix if rows is None else matrix[rows]
+    whole = {name: gathered(part) for name, part in _features(table, 0, table.num_rows, groups, path).items()}
+    tasks = gathered(column_matrix(table.column("task_index"), table.num_rows)[:, 0]) if has_task else None
     times = {}
-    if sampled_ids & {ep.index for ep in episodes}:
-        stamps = column_matrix(table.column("timestamp"), table.num_rows)[:, 0].astype(np.float64)[rows]
-        times = {ep.index: part for ep, part in zip(episodes, np.split(stamps, cut)) if ep.index in sampled_ids}
-    return [(ep.index, {name: by_feature[name][k] for name in whole}, tasks[k], times.get(ep.index))
-            for k, ep in enumerate(episodes)]
+    mine = [k for k, ep in enumerate(episodes) if ep.index in sampled_ids]
+    if mine:
+        stamps = gathered(column_matrix(table.column("timestamp"), table.num_rows)[:, 0].astype(np.float64))
+        times = {episodes[k].index: stamps[ends[k] - lengths[k]:ends[k]] for k in mine}
+    return _Part(whole, tasks, times)
 
 
 def channel_rows(ds: Dataset, values: dict[str, np.ndarray]) -> list[dict]:
@@ -179,16 +229,19 @@ def _ranges(channels: list[int]) -> str:
     return ",".join(parts)
 
 
-def task_changes(ds: Dataset, task_index: dict[int, np.ndarray | None]) -> list[dict]:
-    """Every frame where task_index changes inside an episode: episode, frame, from task, to task."""
-    out = []
-    for ep in ds.episodes:
-        tasks = task_index.get(ep.index)
-        if tasks is None or len(tasks) < 2:
-            continue
-        for frame in np.flatnonzero(tasks[1:] != tasks[:-1]) + 1:
-            out.append({"episode": ep.index, "frame": int(frame), "from": int(tasks[frame - 1]), "to": int(tasks[frame])})
-    return out
+def task_changes(ds: Dataset, columns: Columns) -> list[dict]:
+    """Every frame where task_index changes inside an episode: episode, frame, from task, to task. Found over the
+    whole column at once: a change between two rows counts where both are rows of one episode."""
+    tasks = columns.task_index
+    if tasks is None or len(tasks) < 2:
+        return []
+    at = np.flatnonzero(tasks[1:] != tasks[:-1]) + 1                      # rows whose task differs from the last
+    owner = np.searchsorted(columns.starts, at, side="right") - 1          # the episode position of each such row
+    inside = at > columns.starts[owner]                                    # not an episode's first row
+    at, owner = at[inside], owner[inside]
+    frames = at - columns.starts[owner]
+    return [{"episode": ds.episodes[o].index, "frame": f, "from": a, "to": b} for o, f, a, b in
+            zip(owner.tolist(), frames.tolist(), tasks[at - 1].tolist(), tasks[at].tolist())]
 
 
 def cameras(ds: Dataset) -> list[dict]:

@@ -25,44 +25,74 @@ def png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def channel_histograms(feature: str, values: np.ndarray, rows: list[dict], bins: int = 40) -> bytes:
-    """One small histogram per channel of `feature` ((frames, channels) values), flagged channels on red. Fixed
-    margins and two ticks per panel (its min and max) keep a grid of a hundred panels quick to draw."""
-    channels = values.shape[1]
-    ncols = min(COLUMNS, channels)
-    nrows = -(-channels // ncols)
-    height = 1.35 * nrows + 0.6
-    fig = Figure(figsize=(1.9 * ncols, height))
-    fig.subplots_adjust(left=0.015, right=0.985, bottom=0.25 / height, top=1 - 0.7 / height, wspace=0.12,
-                        hspace=0.75)
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    fig.suptitle(f"{feature}: distribution of each channel over all frames (red: flagged)", fontsize=10)
-    for c, ax in enumerate(axes):
-        if c >= channels:
+def channel_histograms(features: list[tuple[str, np.ndarray, list[dict]]], bins: int = 40) -> list[bytes]:
+    """Per (feature, (frames, channels) values, its channel rows) one grid of small histograms, one panel per channel,
+    flagged channels on red: the PNGs in order. Fixed margins and two ticks per panel (its min and max) keep a grid of
+    a hundred panels quick to draw; each panel's counts are `histogram`'s, drawn as one filled `stairs`.
+
+    A grid is made once and redrawn for the next feature of as many channels (`_HistogramGrid`): its Axes and ticks
+    are most of a figure's cost. Every panel property is set again, so a redrawn grid gives the PNG a fresh one
+    gives (tests/test_report_speed.py). A grid with an empty panel (a channel without one finite value) is not
+    redrawn into."""
+    out, grid = [], None
+    for feature, values, rows in features:
+        hists = []
+        for c in range(values.shape[1]):
+            column = values[:, c].astype(np.float64)   # one contiguous copy, which `histogram` counts in
+            finite = np.isfinite(column)
+            column = column if finite.all() else column[finite]
+            hists.append(histogram(column, bins) if len(column) else None)
+        if grid is None or grid.channels != len(hists):
+            grid = _HistogramGrid(len(hists))
+        out.append(grid.draw(feature, hists, rows))
+        if any(h is None for h in hists):
+            grid = None
+    return out
+
+
+class _HistogramGrid:
+    """One figure of `channels` histogram panels, `COLUMNS` a row, the panels past `channels` switched off."""
+
+    def __init__(self, channels: int):
+        self.channels = channels
+        ncols = min(COLUMNS, channels)
+        nrows = -(-channels // ncols)
+        height = 1.35 * nrows + 0.6
+        self.fig = Figure(figsize=(1.9 * ncols, height))
+        self.fig.subplots_adjust(left=0.015, right=0.985, bottom=0.25 / height, top=1 - 0.7 / height, wspace=0.12,
+                                 hspace=0.75)
+        self.axes = self.fig.subplots(nrows, ncols, squeeze=False).ravel()
+        for ax in self.axes[channels:]:
             ax.set_axis_off()
-            continue
-        row = rows[c]
-        column = values[:, c]
-        column = column[np.isfinite(column)]
-        flagged = bool(row["flags"])
-        ax.set_yticks([])
-        if len(column):
-            counts, edges = histogram(column, bins)
-            ax.stairs(counts, edges, fill=True, color=FLAG_EDGE if flagged else BAR)
-            ax.set_xlim(edges[0], edges[-1])
-            ax.set_xticks([edges[0], edges[-1]], [f"{edges[0]:.3g}", f"{edges[-1]:.3g}"], fontsize=6)
-            ax.tick_params(length=2, pad=1)
-            ax.get_xticklabels()[0].set_horizontalalignment("left")
-            ax.get_xticklabels()[-1].set_horizontalalignment("right")
-        label = f"{c}: {row['name']}" if row["name"] else f"channel {c}"
-        ax.set_title(label[:26] + ("\n" + ", ".join(row["flags"]) if flagged else ""), fontsize=7, pad=2,
-                     color=FLAG_EDGE if flagged else "black")
-        if flagged:
-            ax.set_facecolor(FLAG_FACE)
-            for spine in ax.spines.values():
-                spine.set_color(FLAG_EDGE)
-                spine.set_linewidth(1.5)
-    return png(fig)
+        self.steps: dict[int, object] = {}      # panel -> its StepPatch
+        self.flagged: set[int] = set()          # panels drawn flagged last time
+
+    def draw(self, feature: str, hists: list[tuple[np.ndarray, np.ndarray] | None], rows: list[dict]) -> bytes:
+        self.fig.suptitle(f"{feature}: distribution of each channel over all frames (red: flagged)", fontsize=10)
+        for c, (ax, hist, row) in enumerate(zip(self.axes, hists, rows)):
+            flagged = bool(row["flags"])
+            ax.set_yticks([])
+            if c in self.steps:              # a redraw: the panel's data limits are the new patch's alone
+                self.steps.pop(c).remove()
+                ax.relim()
+            if hist is not None:
+                counts, edges = hist
+                self.steps[c] = ax.stairs(counts, edges, fill=True, color=FLAG_EDGE if flagged else BAR)
+                ax.set_xlim(edges[0], edges[-1])
+                ax.set_xticks([edges[0], edges[-1]], [f"{edges[0]:.3g}", f"{edges[-1]:.3g}"], fontsize=6)
+                ax.tick_params(length=2, pad=1)
+                ax.get_xticklabels()[0].set_horizontalalignment("left")
+                ax.get_xticklabels()[-1].set_horizontalalignment("right")
+            label = f"{c}: {row['name']}" if row["name"] else f"channel {c}"
+            ax.set_title(label[:26] + ("\n" + ", ".join(row["flags"]) if flagged else ""), fontsize=7, pad=2,
+                         color=FLAG_EDGE if flagged else "black")
+            if flagged or c in self.flagged:     # flagged now, or back to the defaults of a fresh panel
+                ax.set_facecolor(FLAG_FACE if flagged else matplotlib.rcParams["axes.facecolor"])
+                for spine in ax.spines.values():
+                    spine.set_color(FLAG_EDGE if flagged else matplotlib.rcParams["axes.edgecolor"])
+                    spine.set_linewidth(1.5 if flagged else matplotlib.rcParams["axes.linewidth"])
+            (self.flagged.add if flagged else self.flagged.discard)(c)
+        return png(self.fig)
 
 
 def histogram(column: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
@@ -82,15 +112,16 @@ def histogram(column: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
     return counts, edges * scale
 
 
-def episode_lengths(lengths: list[int], fps: int) -> bytes:
+def episode_lengths(lengths: np.ndarray, fps: int) -> bytes:
+    """The distribution of episode lengths ((episodes,) integers): up to 50 bins, one per distinct length below."""
     fig = Figure(figsize=(7, 2.6), layout="constrained")
     ax = fig.subplots()
-    ax.hist(lengths, bins=min(50, max(1, len(set(lengths)))), color=BAR, edgecolor="white")
+    ax.hist(lengths, bins=min(50, max(1, len(np.unique(lengths)))), color=BAR, edgecolor="white")
     ax.set_xlabel(f"episode length (frames at {fps} fps)")
     ax.set_ylabel("episodes")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(f"{len(lengths)} episodes: min {min(lengths)}, median {int(np.median(lengths))}, max {max(lengths)}",
-                 fontsize=10)
+    ax.set_title(f"{len(lengths)} episodes: min {int(lengths.min())}, median {int(np.median(lengths))}, "
+                 f"max {int(lengths.max())}", fontsize=10)
     seconds = ax.secondary_xaxis("top", functions=(lambda f: f / fps, lambda s: s * fps))
     seconds.set_xlabel("seconds", fontsize=8)
     return png(fig)
@@ -100,28 +131,69 @@ def time_series(episodes: list[tuple[int, np.ndarray, dict[str, np.ndarray]]], f
                 names: dict[str, list[str | None]]) -> bytes:
     """Channels against the row timestamps: one column per sampled (episode, times, {feature: (frames, channels)}),
     one row per feature; one time axis for all panels (episodes of different lengths compare at a glance), each
-    panel its own value axis. Flagged channels are drawn thick and red."""
+    panel its own value axis. Flagged channels are drawn thick and red, over the others.
+
+    A panel's unflagged channels are one `plot` call (a line each, colours in the cycle's order as before).
+
+    Downsampling: an episode of more than `DECIMATE_FROM` frames a pixel column of its panel (a panel is at most the
+    figure's width over the episodes, in pixels: with 3 episodes 313, so more than 5,008 frames, 2.8 min at 30 fps)
+    is drawn from `m4` of its rows, `RUNS_PER_PIXEL` runs a pixel column: per channel the first, last, smallest and
+    largest row of each run (and its first NaN), so every line keeps its ends, its extremes, its gaps and its path
+    across each pixel column, and the axes are those of every row; only the zigzag inside half a pixel column is left
+    out, which changes a pixel's shade, not the picture. Shorter episodes are drawn from every row."""
     features = list(episodes[0][2])
     ncols = len(episodes)
-    fig = Figure(figsize=(min(16.0, 1.5 + 3.4 * ncols), 1.8 * len(features) + 0.6), layout="constrained")
+    width_in = min(16.0, 1.5 + 3.4 * ncols)
+    fig = Figure(figsize=(width_in, 1.8 * len(features) + 0.6), layout="constrained")
     axes = fig.subplots(len(features), ncols, sharex=True, squeeze=False)
+    pixels = int(width_in * DPI / ncols) + 1       # a panel's width is at most this
     for col, (episode, times, series) in enumerate(episodes):
         axes[0, col].set_title(f"episode {episode}", fontsize=9)
         axes[-1, col].set_xlabel("timestamp (s)", fontsize=8)
         for row, feature in enumerate(features):
             ax, values, bad = axes[row, col], series[feature], flagged.get(feature, set())
-            for c in range(values.shape[1]):
-                if c in bad:
-                    ax.plot(times, values[:, c], color=FLAG_EDGE, linewidth=1.6, zorder=3,
+            xs, ys = (m4(times, values, RUNS_PER_PIXEL * pixels) if len(times) > DECIMATE_FROM * pixels
+                      else (times, values))
+            good = [c for c in range(values.shape[1]) if c not in bad]
+            if good:
+                ax.plot(xs if xs.ndim == 1 else xs[:, good], ys[:, good], linewidth=0.8, alpha=0.8)
+            for c in sorted(bad):
+                if c < values.shape[1]:
+                    ax.plot(xs if xs.ndim == 1 else xs[:, c], ys[:, c], color=FLAG_EDGE, linewidth=1.6, zorder=3,
                             label=f"{c}: {names[feature][c] or ''} (flagged)")
-                else:
-                    ax.plot(times, values[:, c], linewidth=0.8, alpha=0.8)
             ax.tick_params(labelsize=7)
             if col == 0:
                 ax.set_ylabel(feature, fontsize=8)
             if bad and col == ncols - 1:
                 ax.legend(fontsize=6, loc="upper right")
     return png(fig)
+
+
+DECIMATE_FROM = 16   # an episode of more frames than this a pixel column of its panel is drawn from `m4`, at
+RUNS_PER_PIXEL = 2   # this many runs a pixel column (5 rows a run: 10 a pixel column, at most 5/8 of every row)
+
+
+def m4(times: np.ndarray, values: np.ndarray, buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """M4 aggregation (Jugel et al., VLDB 2014) of the (frames, channels) `values` against `times`, with gaps: the
+    rows cut into `buckets` equal runs (the last one shorter), and of each run, per channel, its first and last row,
+    the rows of its smallest and largest value (NaN left out) and its first NaN row (its first row where it has
+    none), in row order: ((5 * runs, channels) times, (5 * runs, channels) values). A line through them covers the
+    pixels a line through every row covers when a run is at most a pixel column wide, and breaks where that one
+    does."""
+    frames, channels = values.shape
+    size = -(-frames // buckets)
+    runs = -(-frames // size)
+    padded = np.concatenate([values, np.repeat(values[-1:], runs * size - frames, axis=0)])   # ties: the real row
+    cut = padded.reshape(runs, size, channels)
+    gaps = np.isnan(cut)
+    base = (np.arange(runs) * size)[:, None]
+    picks = np.stack([np.broadcast_to(base, (runs, channels)),
+                      np.broadcast_to(np.minimum(base + size - 1, frames - 1), (runs, channels)),
+                      base + np.where(gaps, np.inf, cut).argmin(axis=1),
+                      base + np.where(gaps, -np.inf, cut).argmax(axis=1),
+                      base + gaps.argmax(axis=1)], axis=1)   # (runs, 5, channels)
+    rows = np.sort(picks, axis=1).reshape(runs * 5, channels)
+    return times[rows], np.take_along_axis(values, rows, axis=0)
 
 
 def task_counts(tasks: list[str], counts: list[int], top: int = 30) -> bytes:

@@ -1,0 +1,191 @@
+"""report's own work at scale (issue 37): what it does per episode is whole-column numpy work, not Python calls, and
+its figures are drawn the way the plain ones would be.
+
+- the Python calls `lerodoc.report.build` makes (validate, Dataset.open, require_columns and read_rows left out:
+  they are other modules' work, and read_rows parses the footer of each row group, one an episode as the factory
+  writes) do not grow with the episode count: 200 and 2,000 episodes of one data file differ by a few calls of
+  matplotlib's drawing (the data differ, so do some ticks), not by some per episode (at 8fe333d, 47,000 calls
+  more: numpy's split of every column into episodes, the episodes' rows joined again, a task-change scan and its
+  generator per episode);
+- episodes interleaved over two data files are put back in the episodes' order (one gather): every episode's rows
+  and task changes are its own, read whole or (a file whose columns do not convert whole) episode by episode;
+- a histogram grid redrawn for a second feature gives the PNG a fresh grid gives, flagged panels to plain and back;
+- an episode of far more frames than pixels is drawn from `m4`, whose points hold each run's ends, extremes and
+  gaps; one of fewer frames from every row.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import threading
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lerodoc import report as report_module
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
+from lerodoc.report import data
+from tests.fixtures.factory import make_dataset
+
+EPISODES_META = "meta/episodes/chunk-000/file-000.parquet"
+
+
+def _dataset(root, episodes: int, per_file: int | None = None):
+    return make_dataset(root, version="v3.0", episodes=episodes, lengths=10, cameras=(), state_dim=16, action_dim=16,
+                        episodes_per_file=per_file or episodes, noise=0.3).root
+
+
+class _Calls:
+    """Python function calls (sys.setprofile 'call' events, every thread) while a `build` runs, but none inside the
+    functions named in `pause` (callables on a module or class, patched for the run)."""
+
+    def __init__(self, monkeypatch, pause: list[tuple[object, str]]):
+        self.count, self.paused = 0, 0
+        for owner, name in pause:
+            monkeypatch.setattr(owner, name, self._paused(getattr(owner, name)))
+
+    def _paused(self, fn):
+        def wrapper(*args, **kwargs):
+            self.paused += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.paused -= 1
+        return wrapper
+
+    def _hook(self, frame, event, arg):
+        if event == "call" and not self.paused:
+            self.count += 1
+
+    def build(self, root, out) -> int:
+        self.count = 0
+        threading.setprofile(self._hook)
+        sys.setprofile(self._hook)
+        try:
+            report_module.build(root, out, force=True)
+        finally:
+            sys.setprofile(None)
+            threading.setprofile(None)
+        return self.count
+
+
+def test_report_makes_no_python_call_per_episode(tmp_path, monkeypatch):
+    small, large = _dataset(tmp_path / "small", 200), _dataset(tmp_path / "large", 2000)
+    calls = _Calls(monkeypatch, [(report_module, "validate"), (Dataset, "open"), (Dataset, "require_columns"),
+                                 (data, "read_rows")])
+    report_module.build(small, tmp_path / "warm.html", force=True)     # matplotlib's imports and caches
+    few, many = calls.build(small, tmp_path / "small.html"), calls.build(large, tmp_path / "large.html")
+    assert many - few < 900, (few, many)    # 1,800 more episodes: not a call for every two
+
+
+def test_episodes_interleaved_over_files_are_put_back_in_order(tmp_path, monkeypatch):
+    """Episodes 0..3 of 10 frames, file 0 holding episodes 0 and 2, file 1 episodes 1 and 3 (so the files' parts are
+    gathered back into the episodes' order); task_index changes at frame 4 of episode 1, and episode 2 has a task of
+    its own from its first row (an episode's first row is no change)."""
+    root = _dataset(tmp_path / "ds", 4, per_file=2)
+    files = sorted(root.glob("data/*/*.parquet"))
+    whole = pa.concat_tables([pq.read_table(p) for p in files])
+    episodes = np.asarray(whole.column("episode_index").to_pylist())
+    tasks = np.asarray(whole.column("task_index").to_pylist())
+    tasks[np.flatnonzero(episodes == 1)[4:]] = 7
+    tasks[episodes == 2] = 9
+    whole = whole.set_column(whole.column_names.index("task_index"), "task_index",
+                             pa.array(tasks, type=whole.schema.field("task_index").type))
+    for path, held in zip(files, ([0, 2], [1, 3])):
+        pq.write_table(whole.filter(pa.array(np.isin(episodes, held))), path)
+    meta = pq.read_table(root / EPISODES_META)
+    for column, values in (("data/file_index", [0, 1, 0, 1]), ("dataset_from_index", [0, 20, 10, 30]),
+                           ("dataset_to_index", [10, 30, 20, 40])):
+        meta = meta.set_column(meta.column_names.index(column), column,
+                               pa.array(values, type=meta.schema.field(column).type))
+    pq.write_table(meta, root / EPISODES_META)
+
+    ds = Dataset.open(root)
+    assert [(ep.index, ep.data_file[-9:], ep.data_row) for ep in ds.episodes] == [
+        (0, "0.parquet", 0), (1, "1.parquet", 0), (2, "0.parquet", 10), (3, "1.parquet", 10)]
+    sampled = [ds.episodes[1], ds.episodes[2]]
+    columns = data.read_columns(ds, data.channel_features(ds), sampled, workers=2)
+    state = np.asarray(whole.column("observation.state").to_pylist())
+    for position, ep in enumerate(ds.episodes):
+        mine = episodes == ep.index
+        np.testing.assert_array_equal(columns.values["observation.state"][columns.rows(position)], state[mine])
+        np.testing.assert_array_equal(columns.task_index[columns.rows(position)], tasks[mine])
+    assert sorted(columns.timestamps) == [1, 2]
+    assert data.task_changes(ds, columns) == [{"episode": 1, "frame": 4, "from": int(tasks[episodes == 1][0]),
+                                               "to": 7}]
+
+    def unconvertible(*args):
+        raise LerodocError("does not convert whole")
+    monkeypatch.setattr(data, "_whole_file", unconvertible)   # episode by episode, joined: the same columns
+    again = data.read_columns(ds, data.channel_features(ds), sampled)
+    for name, values in columns.values.items():
+        np.testing.assert_array_equal(again.values[name], values)
+    np.testing.assert_array_equal(again.task_index, columns.task_index)
+    assert again.timestamps.keys() == columns.timestamps.keys()
+    for k, times in columns.timestamps.items():
+        np.testing.assert_array_equal(again.timestamps[k], times)
+
+
+def test_a_redrawn_histogram_grid_is_a_fresh_one(tmp_path):
+    from lerodoc.report import plots
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(500, 6)).astype(np.float32), rng.uniform(size=(500, 6))
+    b[:, 4] = np.nan
+    b[:3, 4] = 1.0
+    rows_a = [{"name": f"a{c}", "flags": ["extreme"] if c in (1, 2) else []} for c in range(6)]
+    rows_b = [{"name": None, "flags": ["near-constant"] if c in (2, 3) else []} for c in range(6)]
+    drawn = plots.channel_histograms([("a", a, rows_a), ("b", b, rows_b), ("a", a, rows_a)])
+    fresh = [plots.channel_histograms([(name, values, rows)])[0]
+             for name, values, rows in (("a", a, rows_a), ("b", b, rows_b))]
+    assert drawn == [fresh[0], fresh[1], fresh[0]]
+    assert drawn[0] != drawn[1]
+
+
+def test_a_histogram_is_numpys_of_the_values_over_its_edges():
+    from lerodoc.report.plots import histogram
+    rng = np.random.default_rng(1)
+    for column in (rng.normal(3.0, 2.0, size=10_000), rng.normal(size=5_000).astype(np.float32) * 1e4 + 1e5):
+        counts, edges = histogram(column, 40)
+        np.testing.assert_array_equal(counts, np.histogram(column, bins=edges)[0])
+        np.testing.assert_allclose(edges, np.linspace(column.min(), column.max(), 41), rtol=1e-6)
+
+
+def test_m4_keeps_each_runs_ends_extremes_and_gaps():
+    from lerodoc.report.plots import m4
+    rng = np.random.default_rng(2)
+    frames, runs = 10_007, 50
+    times = np.arange(frames) / 30.0
+    values = np.cumsum(rng.normal(size=(frames, 3)), axis=0).astype(np.float32)
+    values[5000, 1] = np.nan
+    values[7000:7300, 2] = np.nan
+    xs, ys = m4(times, values, runs)
+    size = -(-frames // runs)
+    assert xs.shape == ys.shape == (5 * (-(-frames // size)), 3)
+    for c in range(3):
+        assert (np.diff(xs[:, c]) >= 0).all()                      # in time order
+        assert xs[0, c] == times[0] and xs[-1, c] == times[-1]     # the line's ends
+        for run in range(0, frames, size):
+            span, mine = values[run:run + size, c], ys[5 * (run // size):5 * (run // size) + 5, c]
+            assert mine[0] == span[0] or np.isnan(span[0])
+            assert mine[-1] == span[-1] or np.isnan(span[-1])
+            assert np.isnan(mine).any() == np.isnan(span).any()    # a gap stays a gap
+            if not np.isnan(span).all():
+                assert np.nanmin(mine) == np.nanmin(span) and np.nanmax(mine) == np.nanmax(span)
+
+
+@pytest.mark.parametrize("frames", [300, 20_000])
+def test_time_series_draws_every_row_unless_far_more_than_pixels(frames, monkeypatch):
+    from lerodoc.report import plots
+    seen = []
+    real = plots.m4
+    monkeypatch.setattr(plots, "m4", lambda *a: seen.append(a[2]) or real(*a))
+    times = np.arange(frames) / 30.0
+    series = {"action": np.cumsum(np.ones((frames, 2)), axis=0)}
+    png = plots.time_series([(0, times, series)] * 3, {"action": {1}}, {"action": ["a", "b"]})
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(seen) == (3 if frames == 20_000 else 0)
