@@ -199,7 +199,7 @@ def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Sta
         keys = [(feature, tuple(by_stat)) for feature, by_stat in updates.stacks.items()]
         new = updates.aligned([ep.index for ep, u in zip(episodes, updated) if u])
         base = stats_columns(episodes)
-        rows = [updates[ep.index] if u else {} for ep, u in zip(episodes, updated)] if base is None else None
+        rows = None   # made only if the column path is not taken
     else:
         if isinstance(updates, Mapping):
             updates = [updates[ep.index] for ep in episodes]

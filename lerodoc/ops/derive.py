@@ -25,11 +25,11 @@ from lerodoc.formats.model import keep_stats, stats_stack, update_stats
 from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
-from lerodoc.tables.parquet_io import column_digests, column_matrix, conform, read_parquet, read_schema, write_groups
+from lerodoc.tables.parquet_io import column_digests, conform, read_parquet, read_schema, write_groups
 from lerodoc.promote.staging import staged_edit
 from lerodoc.promote.links import link_or_copy
 from lerodoc.ops.stats import dataset_quantiles
-from lerodoc.tables.stats import EpisodeStacks, dataset_stats, spans_stats, split_features
+from lerodoc.tables.stats import EpisodeStacks, dataset_stats, table_stacks
 from lerodoc.conventions import INFO_PATH
 
 
@@ -68,12 +68,8 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> tuple[list[int],
         write_groups(writer, table)
     if column_digests(read_parquet(job.out)) != expected:
         raise VerificationError("written file differs from what was planned", file=job.out)
-    firsts = np.array([start for _, start, _ in job.episodes], dtype=np.int64)
-    lengths = np.array([length for _, _, length in job.episodes], dtype=np.int64)
-    stacks: dict[str, dict[str, np.ndarray]] = {}
-    for name in transform.changed:
-        matrix = column_matrix(table.column(name), table.num_rows).T
-        stacks.update(split_features(spans_stats(matrix, firsts, lengths), (name,), (matrix.shape[0],)))
+    stacks = table_stacks(table, transform.changed, np.array([start for _, start, _ in job.episodes], dtype=np.int64),
+                          np.array([length for _, _, length in job.episodes], dtype=np.int64))
     return [index for index, _, _ in job.episodes], stacks
 
 
@@ -146,10 +142,7 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
         parts = pmap(rewrite_file, jobs, workers=workers)
         keep_stats(ds.episodes, features, renamed)
         if parts and parts[0][1]:   # the changed columns' stats, every file's stacked together
-            update_stats(ds.episodes, EpisodeStacks(
-                [index for indices, _ in parts for index in indices],
-                {feature: {stat: np.concatenate([stacks[feature][stat] for _, stacks in parts]) for stat in by_stat}
-                 for feature, by_stat in parts[0][1].items()}))
+            update_stats(ds.episodes, EpisodeStacks.joined(parts))
         stats = {renamed.get(k, k): v for k, v in (ds.stats or {}).items() if renamed.get(k, k) in features}
         changed = list(planned.changed)
         if changed:

@@ -33,7 +33,7 @@ from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix,
                                        iter_batches, numpy_dtype, open_parquet, read_parquet, read_schema)
 from lerodoc.formats.info import canonical_feature
 from lerodoc.promote.links import link_or_copy
-from lerodoc.tables.stats import EpisodeStacks, spans_stats, split_features
+from lerodoc.tables.stats import EpisodeStacks, table_stacks
 
 if TYPE_CHECKING:   # lerodoc.media.video (PyAV) is imported where clips are handled: no rewrite without videos loads it
     from lerodoc.media import video
@@ -278,7 +278,7 @@ def _cast(rows: pa.Table, schema: pa.Schema, piece: RowPiece) -> pa.Table:
 def _block_stats(rows: pa.Table, block: list[RowPiece], changed: set[str], schema: pa.Schema) -> BlockStats:
     """The stats of a block's pieces, stacked: those of every numeric column for the pieces whose source has no
     per-episode stats, else of the columns the renumbering `changed`; every piece of the block at once
-    (`tables.stats.spans_stats`)."""
+    (`tables.stats.table_stacks`)."""
     lengths = np.array([p.length for p in block], dtype=np.int64)
     every = np.array([p.all_stats for p in block], dtype=bool)
     wanted = rows.column_names if every.any() else sorted(changed)
@@ -288,12 +288,7 @@ def _block_stats(rows: pa.Table, block: list[RowPiece], changed: set[str], schem
         kind = kind.value_type if is_list_type(kind) else kind
         if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
             numeric.append(name)
-    firsts = np.cumsum(lengths) - lengths
-    stacks = {}
-    for name in numeric:
-        matrix = column_matrix(rows.column(name), rows.num_rows).T
-        stacks.update(split_features(spans_stats(matrix, firsts, lengths, quantiles=False), (name,),
-                                     (matrix.shape[0],)))
+    stacks = table_stacks(rows, numeric, np.cumsum(lengths) - lengths, lengths, quantiles=False)
     return BlockStats(stacks, every, tuple(name for name in numeric if name in changed))
 
 
@@ -759,18 +754,14 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
 def _update_stats(episodes: list[Episode], blocks: list[BlockResult]) -> None:
     """Each new episode's stats updated with what its block computed (`formats.model.update_stats`, column by
     column): one update per kind of piece and set of features, the blocks of a kind stacked together."""
-    kinds: dict[tuple, list[tuple[np.ndarray, dict]]] = {}
+    kinds: dict[tuple, list[tuple[list[int], dict]]] = {}
     for block in blocks:
         if block.stats is not None:
             for rows, stacks in block.stats.updates():
                 key = tuple((f, tuple(by_stat)) for f, by_stat in stacks.items())
-                kinds.setdefault(key, []).append((block.episodes[rows], stacks))
+                kinds.setdefault(key, []).append((block.episodes[rows].tolist(), stacks))
     for parts in kinds.values():
-        indices = np.concatenate([numbers for numbers, _ in parts]).tolist()
-        first = parts[0][1]
-        stacks = first if len(parts) == 1 else {
-            f: {k: np.concatenate([p[f][k] for _, p in parts]) for k in by_stat} for f, by_stat in first.items()}
-        update_stats(episodes, EpisodeStacks(indices, stacks))
+        update_stats(episodes, EpisodeStacks.joined(parts))
 
 
 def verify(root: Path, to: str, expected: list[Episode]) -> None:

@@ -348,6 +348,17 @@ def split_features(stats: dict[str, np.ndarray], names: tuple[str, ...], widths:
             for name, lo, hi in zip(names, bounds[:-1], bounds[1:])}
 
 
+def table_stacks(table, columns, firsts, lengths, *, quantiles: bool = True) -> dict[str, dict[str, np.ndarray]]:
+    """Per row span [first, first + length) of an Arrow table, the stats of each of its `columns` (numeric, scalar
+    or list), stacked: feature -> stat -> (spans, ...); one `spans_stats` per column over all the spans at once."""
+    stacks: dict[str, dict[str, np.ndarray]] = {}
+    for name in columns:
+        matrix = column_matrix(table.column(name), table.num_rows).T
+        stacks.update(split_features(spans_stats(matrix, firsts, lengths, quantiles=quantiles), (name,),
+                                     (matrix.shape[0],)))
+    return stacks
+
+
 def _episodes_of(matrix: np.ndarray, group: Group, episodes: list[tuple[int, int, int, str]]
                  ) -> dict[str, dict[str, np.ndarray]]:
     """Stats of each (first column, length, index, file) episode of a group's matrix, stacked per feature and stat
@@ -373,6 +384,15 @@ class EpisodeStacks(Mapping):
         i = self._row[index]
         return {feature: {stat: values[i] for stat, values in by_stat.items()}
                 for feature, by_stat in self.stacks.items()}
+
+    @classmethod
+    def joined(cls, parts: list[tuple[list[int], dict[str, dict[str, np.ndarray]]]]) -> EpisodeStacks:
+        """One EpisodeStacks of (episode indices, stacks) parts that hold the same features' same stats: their rows
+        one part after the other."""
+        first = parts[0][1]
+        return cls([index for indices, _ in parts for index in indices], first if len(parts) == 1 else {
+            feature: {stat: np.concatenate([stacks[feature][stat] for _, stacks in parts]) for stat in by_stat}
+            for feature, by_stat in first.items()})
 
     def __contains__(self, index) -> bool:
         return index in self._row
