@@ -116,7 +116,8 @@ def stats_columns(episodes: list[Episode]) -> dict[tuple[str, str], tuple[np.nda
     """(feature, stat) -> (the episodes' values stacked (len(episodes), *shape), which rows hold one, or None when
     all do), taken from their tables' columns without a dict per episode, when every episode's stats are an unread
     row of a table of arrays and a stat has one shape and type in every table that holds it; else None. The stats
-    come in the order the tables first name them, the tables in the order their rows first come."""
+    come in the order the tables first name them, the tables in the order their rows first come. Where the episodes
+    are one table's rows in order, the arrays are that table's own (read them, do not write them)."""
     rows = [stats_row(ep) for ep in episodes]
     if not rows or any(r is None for r in rows):
         return None
@@ -131,6 +132,9 @@ def stats_columns(episodes: list[Episode]) -> dict[tuple[str, str], tuple[np.nda
             if layout.setdefault(key, (column.shape[1:], column.dtype)) != (column.shape[1:], column.dtype):
                 return None
     positions = np.fromiter((r.position for r in rows), dtype=np.int64, count=len(rows))
+    if len(tables) == 1 and tables[0].rows == len(rows) and np.array_equal(positions, np.arange(len(rows))):
+        table = tables[0]   # the episodes are the table's rows in order (what update_stats leaves): its own columns
+        return {key: (column, table.present.get(key)) for key, column in table.columns.items()}
     starts = np.flatnonzero(np.r_[True, which[1:] != which[:-1]])
     runs = [(tables[which[a]], positions[a:b]) for a, b in zip(starts, np.r_[starts[1:], len(rows)])]
     out = {}

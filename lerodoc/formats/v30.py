@@ -334,19 +334,21 @@ def stats_files(root: Path) -> set[str]:
 def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | None) -> None:
     """Write the episodes table (per-episode stats live there) and stats.json."""
     n = len(episodes)
+    where = {path: chunk_file_of(path) for path in dict.fromkeys(
+        [e.data_file for e in episodes] + [s.file for e in episodes for s in e.videos.values()])}   # once a file
     columns: dict[str, list] = {
         "episode_index": [e.index for e in episodes],
         "tasks": [e.tasks for e in episodes],
         "length": [e.length for e in episodes],
-        "data/chunk_index": [chunk_file_of(e.data_file)[0] for e in episodes],
-        "data/file_index": [chunk_file_of(e.data_file)[1] for e in episodes],
+        "data/chunk_index": [where[e.data_file][0] for e in episodes],
+        "data/file_index": [where[e.data_file][1] for e in episodes],
         "dataset_from_index": [e.from_index for e in episodes],
         "dataset_to_index": [e.to_index for e in episodes],
     }
     for key in info.video_keys:
         spans = [e.videos[key] for e in episodes]
-        columns[f"videos/{key}/chunk_index"] = [chunk_file_of(s.file)[0] for s in spans]
-        columns[f"videos/{key}/file_index"] = [chunk_file_of(s.file)[1] for s in spans]
+        columns[f"videos/{key}/chunk_index"] = [where[s.file][0] for s in spans]
+        columns[f"videos/{key}/file_index"] = [where[s.file][1] for s in spans]
         columns[f"videos/{key}/from_timestamp"] = [s.from_timestamp for s in spans]
         columns[f"videos/{key}/to_timestamp"] = [s.to_timestamp for s in spans]
     types = {"tasks": pa.list_(pa.string())}

@@ -25,6 +25,7 @@ from lerodoc.formats.model import Episode, VideoSpan, shared_stats, stats_row, s
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature
+from lerodoc.formats.jsonl import stats_from_json, stats_to_json
 from lerodoc.formats.stats import normalise_stats, stat_size
 from lerodoc.promote.kept import undeclared_cameras
 from lerodoc.ops import rewrite
@@ -348,13 +349,13 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
                        seen=ds.meta_seen if in_place else None) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers)
         report.changes += _retime_changes(result.retimed)
-        module = formats.module(to)
-        module.write_meta(tmp, info, result.episodes, tasks, _clean_stats(ds.stats or {}, info.features))
-        fixed = Dataset.open(tmp)
-        numeric, per_episode, _ = exact_stats(fixed, fixed.info.numeric_keys, workers=workers)
-        update_stats(fixed.episodes, per_episode)
-        carried = {**dataset_stats(stats_stack(fixed.episodes)), **(fixed.stats or {})}   # stated ones win
-        module.write_stats(tmp, fixed.info, fixed.episodes, {**carried, **numeric})
+        # the written rows' exact stats, before any metadata is written: the episodes metadata is written once
+        written = Dataset(root=tmp, version=to, info=info, episodes=result.episodes, tasks=tasks)
+        numeric, per_episode, _ = exact_stats(written, info.numeric_keys, workers=workers)
+        update_stats(result.episodes, per_episode)
+        stated = stats_from_json(stats_to_json(_clean_stats(ds.stats or {}, info.features)))   # as stats.json holds
+        carried = {**dataset_stats(stats_stack(result.episodes)), **stated}   # stated ones win
+        formats.module(to).write_meta(tmp, info, result.episodes, tasks, {**carried, **numeric})
         rewrite.verify(tmp, to, result.episodes)
     after = validate(target, videos=True)
     report.output = str(target.absolute())
