@@ -33,6 +33,7 @@ from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix,
                                        iter_batches, numpy_dtype, open_parquet, read_parquet, read_schema)
 from lerodoc.formats.info import canonical_feature
 from lerodoc.promote.links import link_or_copy
+from lerodoc.promote import staging
 from lerodoc.tables.stats import EpisodeStacks, table_stacks
 
 if TYPE_CHECKING:   # lerodoc.media.video (PyAV) is imported where clips are handled: no rewrite without videos loads it
@@ -765,12 +766,14 @@ def _update_stats(episodes: list[Episode], blocks: list[BlockResult]) -> None:
 
 
 def verify(root: Path, to: str, expected: list[Episode]) -> None:
-    """The written tree opens as `to` and holds exactly the planned episodes and frames."""
-    written = Dataset.open(root)
-    got = [(e.index, e.length, e.data_file, e.from_index) for e in written.episodes]
+    """The written tree opens as `to` and holds exactly the planned episodes and frames. The caller writes nothing
+    after it: this open is what promotion's kept check reads (`staging.written`)."""
+    opened = Dataset.open(root)
+    got = [(e.index, e.length, e.data_file, e.from_index) for e in opened.episodes]
     want = [(e.index, e.length, e.data_file, e.from_index) for e in expected]
-    if written.version != to or got != want:
+    if opened.version != to or got != want:
         raise VerificationError("written metadata does not describe the planned episodes", file=root)
+    staging.written(root, opened)
 
 
 CAMERA_NAMES = ["height", "width", "channels"]   # lerobot's names of a camera's [H, W, C] shape (LAY018)

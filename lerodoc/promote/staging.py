@@ -295,6 +295,23 @@ def _in_output(name, tmp: Path, out: Path) -> Path:
     return out / path.relative_to(tmp) if path.is_relative_to(tmp) else path
 
 
+_WRITTEN: dict[str, object] = {}   # a staging folder -> the Dataset its command last opened it as (`written`)
+
+
+def written(tmp: Path, ds) -> None:
+    """Note `ds`, the staged output at `tmp` as its command opened it after its last metadata write (a rewrite's
+    verify): promotion's kept check (`require_kept`) reads what the output holds from it instead of opening the
+    output again, as long as the output's meta/ is still the one `ds` read (`Dataset.meta_seen`)."""
+    _WRITTEN[os.fspath(tmp)] = ds
+
+
+def _written(tmp: Path):
+    """The Dataset noted for `tmp` by `written` while its meta/ is unchanged since, else None; the note is used
+    once."""
+    ds = _WRITTEN.pop(os.fspath(tmp), None)
+    return ds if ds is not None and ds.meta_seen == confined.meta_state(tmp) else None
+
+
 @one_writer
 @contextmanager
 def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropped: set[str] = frozenset(),
@@ -322,7 +339,8 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
                                         file=out, hint="nothing was written; the input has the same problem: "
                                                        "lerodoc repair (or convert) fixes it, then run this command "
                                                        "on its output")
-            require_kept(list(inputs if keep is None else keep), tmp, dropped=set(dropped), renamed=renamed)
+            require_kept(list(inputs if keep is None else keep), _written(tmp) or tmp, dropped=set(dropped),
+                         renamed=renamed)
         check_output(out, inputs, force=force, own=own)   # the swap verifies what it swaps: what took `out`'s
         require_unchanged(out, seen)                       # place meanwhile is held to the same rule
         if os.path.lexists(out):
@@ -333,6 +351,8 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
     except BaseException:
         _remove(tmp)
         raise
+    finally:
+        _WRITTEN.pop(os.fspath(tmp), None)
     _record(out, tmp)
 
 
