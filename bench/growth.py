@@ -1,7 +1,7 @@
 """bench/growth: every dataset command on collections of many short episodes, against the pyarrow floor (issue 37).
 
     python3 -m bench.growth [--episodes 2000,20000[,100000]] [--frames 10] [--v21-up-to 100000] [--work DIR]
-                            [--only validate,merge2] [--out docs/results/growth_cpu.json]
+                            [--only validate,merge2] [--runs 3] [--out docs/results/growth_cpu.json]
 
 For each size, a parquet-only v3.0 collection of `--episodes` episodes of `--frames` rows (16-dim state and action,
 one data file, per-episode stats from `lerodoc quantiles`) and, up to `--v21-up-to` episodes, its v2.1 form (one
@@ -13,9 +13,9 @@ pi05` reads before its first step). flatten has nothing to flatten in a fixed-si
 and is timed as such.
 
 The floor, measured in the same run and the same way (a fresh process): pyarrow alone reading the same data files
-(every column) and meta/episodes, run 3 times (its median run kept). Each command's ratio is its wall time over the
-floor of the dataset it reads (v2.1 for convert's input, v3.0 for the rest); like for like, both include
-interpreter start. Results and provenance (commit, versions, machine, load, command) go to --out.
+(every column) and meta/episodes, run 3 times (its median run kept); each command runs --runs times (median kept,
+every run listed). Each command's ratio is its wall time over the floor of the dataset it reads (v2.1 for convert's
+input, v3.0 for the rest); like for like, both include interpreter start. Results and provenance (commit, versions, machine, load, command) go to --out.
 
 With several sizes, `growth` gives each command's factor from the smallest size to each larger one (seconds and
 peak; the issue's bar: at most 12x for 10x the episodes). `many_files` sets convert of the v2.1 form (one parquet per
@@ -87,12 +87,16 @@ def run(argv: list[str], env: dict | None = None) -> dict:
 FLOOR_RUNS = 3
 
 
+def median(runs: list[dict]) -> dict:
+    """The run of median seconds, with every run's seconds and peak listed (in the order they ran)."""
+    kept = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+    return {**kept, "runs_seconds": [r["seconds"] for r in runs], "runs_peak_mib": [r["peak_mib"] for r in runs]}
+
+
 def floor(root: Path) -> dict:
     """The floor of a dataset: FLOOR run FLOOR_RUNS times, the run of median seconds kept (every run's seconds
     listed): one run of ~1 s on a shared machine was seen to move by half its time."""
-    runs = sorted((run([sys.executable, "-c", FLOOR, str(root)]) for _ in range(FLOOR_RUNS)),
-                  key=lambda r: r["seconds"])
-    return {**runs[len(runs) // 2], "runs_seconds": [r["seconds"] for r in runs]}
+    return median([run([sys.executable, "-c", FLOOR, str(root)]) for _ in range(FLOOR_RUNS)])
 
 
 def lerodoc(*args) -> list[str]:
@@ -138,7 +142,7 @@ def commands(v30: Path, v21: Path | None, out: Path, episodes: int) -> dict[str,
     return cases
 
 
-def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[str] | None) -> dict:
+def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[str] | None, runs: int = 1) -> dict:
     v30, v21 = build(work, episodes, frames, episodes <= v21_up_to)
     floors = {"v30": floor(v30)}
     if v21 is not None:
@@ -155,9 +159,12 @@ def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[st
         if only is not None and name not in only or name == "split100":
             continue
         target = next((Path(a) for a in argv if str(a).startswith(str(out / "")) and "parts100" not in str(a)), None)
-        if target is not None and target.exists():
-            shutil.rmtree(target) if target.is_dir() else target.unlink()
-        result = run(argv, V21_ENV if base == "v21" else None)
+        timed = []
+        for _ in range(runs):
+            if target is not None and target.exists():
+                shutil.rmtree(target) if target.is_dir() else target.unlink()
+            timed.append(run(argv, V21_ENV if base == "v21" else None))
+        result = median(timed)
         result["floor"] = base
         if base == "v21":
             result["env"] = V21_ENV
@@ -196,6 +203,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=10)
     parser.add_argument("--v21-up-to", type=int, default=100_000, help="build the v2.1 form up to this size")
     parser.add_argument("--only", default=None, help="comma-separated command names")
+    parser.add_argument("--runs", type=int, default=1, help="runs of each command, the median kept (default 1)")
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -204,7 +212,7 @@ def main() -> None:
     only = set(args.only.split(",")) if args.only else None
     sizes = [int(s) for s in args.episodes.split(",")]
     summary = {"provenance": provenance(" ".join(["python3 -m bench.growth", *sys.argv[1:]])),
-               "sizes": [measure(work, n, args.frames, args.v21_up_to, only) for n in sizes]}
+               "sizes": [measure(work, n, args.frames, args.v21_up_to, only, args.runs) for n in sizes]}
     summary["growth"] = growth(summary["sizes"])
     summary["load_average_at_end"] = os.getloadavg()
     text = write_results(summary, args.out)
