@@ -331,8 +331,25 @@ def stats_files(root: Path) -> set[str]:
     return {p.relative_to(root).as_posix() for p in root.glob(EPISODES_GLOB)} | {STATS_PATH}
 
 
+EPISODES_FILE_MB = 100   # the most an episodes metadata file holds, in MiB of Arrow columns (lerobot's data default)
+
+
+def _episodes_files(nbytes: int, rows: int, info: Info) -> list[tuple[int, int, int]]:
+    """(rows, chunk, file) of each episodes metadata file for a table of `rows` rows and `nbytes` Arrow bytes: rows in
+    order, at most `info.data_files_size_in_mb` (and EPISODES_FILE_MB) MiB a file, so that no file decodes past a
+    reader's budget; chunk and file numbered as the data files roll over (`next_file`). At least one file."""
+    cap = min(max(1, info.data_files_size_in_mb), EPISODES_FILE_MB) * (1 << 20)
+    per_file = max(1, int(cap * rows // max(nbytes, 1)))
+    out, chunk, file = [], 0, 0
+    for first in range(0, max(rows, 1), per_file):
+        out.append((min(per_file, rows - first), chunk, file))
+        chunk, file = next_file(chunk, file, info.chunks_size)
+    return out
+
+
 def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | None) -> None:
-    """Write the episodes table (per-episode stats live there) and stats.json."""
+    """Write the episodes table (per-episode stats live there), in files of at most EPISODES_FILE_MB MiB
+    (`_episodes_files`), and stats.json."""
     n = len(episodes)
     where = {path: chunk_file_of(path) for path in dict.fromkeys(
         [e.data_file for e in episodes] + [s.file for e in episodes for s in e.videos.values()])}   # once a file
@@ -356,12 +373,17 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | N
                                                   and name.startswith("videos/") else None))
               for name, values in columns.items()}
     arrays.update(_stats_columns(episodes))
-    arrays.update({name: arrow_array([0] * n) for name in ("meta/episodes/chunk_index", "meta/episodes/file_index")})
-    table = pa.table(arrays)
-    path = root / EPISODES_PATH.format(chunk_index=0, file_index=0)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # dictionary encoding only where values repeat (tasks): tried on every stats column, whose values do not, it
-    # doubled the write's time and grew the file
-    replace_file(path, lambda tmp: pq.write_table(table, tmp, use_dictionary=["tasks"]))
+    files = _episodes_files(pa.table(arrays).nbytes + 16 * n, n, info)   # with the two int64 columns below
+    arrays["meta/episodes/chunk_index"] = arrow_array(np.repeat([c for _, c, _ in files], [k for k, _, _ in files]))
+    arrays["meta/episodes/file_index"] = arrow_array(np.repeat([f for _, _, f in files], [k for k, _, _ in files]))
+    table, first = pa.table(arrays), 0
+    for rows, chunk, file in files:
+        path = root / EPISODES_PATH.format(chunk_index=chunk, file_index=file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = table.slice(first, rows)
+        # dictionary encoding only where values repeat (tasks): tried on every stats column, whose values do not, it
+        # doubled the write's time and grew the file
+        replace_file(path, lambda tmp: pq.write_table(part, tmp, use_dictionary=["tasks"]))
+        first += rows
     if stats is not None:
         write_json(root / STATS_PATH, stats_to_json(stats))
