@@ -4,12 +4,12 @@
                             [--only validate,merge2] [--runs 3] [--out docs/results/growth_cpu.json]
 
 For each size, a parquet-only v3.0 collection of `--episodes` episodes of `--frames` rows (16-dim state and action,
-one data file, per-episode stats from `lerodoc quantiles`) and, up to `--v21-up-to` episodes, its v2.1 form (one
-parquet per episode, the hub's many-small-files layout) are built. Then each command runs as a user runs it, a fresh
-`python -m lerodoc` process, and is timed as a whole (wall seconds) with its peak resident memory (the child's
-ru_maxrss, from wait4): info, validate, convert (v2.1 -> v3.0), merge (2 parts and 100 parts), delete, split,
-select, quantiles, repair, report (no videos) and train's index build (Dataset.open + load_frames, what `train
-pi05` reads before its first step). flatten has nothing to flatten in a fixed-size-list collection (exit 0, said)
+data files of about 100 MiB as lerobot's writer makes them, per-episode stats from `lerodoc quantiles`) and, up to
+`--v21-up-to` episodes, its v2.1 form (one parquet per episode, the hub's many-small-files layout) are built. Then
+each command runs as a user runs it, a fresh `python -m lerodoc` process, and is timed as a whole (wall seconds) with
+its peak resident memory (the child's ru_maxrss, from wait4): info, validate, convert (v2.1 -> v3.0), merge (2 parts
+and 100 parts), delete, split, select, quantiles, repair, report (no videos) and train's index build (Dataset.open +
+load_frames, what `train pi05` reads before its first step). flatten has nothing to flatten in a fixed-size-list collection (exit 0, said)
 and is timed as such.
 
 The floor, measured in the same run and the same way (a fresh process): pyarrow alone reading the same data files
@@ -39,6 +39,9 @@ from bench.dataset import numeric_v30
 from bench.results import provenance, write_results
 
 DIMS = {"observation.state": 16, "action": 16}
+# data files of about 100 MiB of rows (lerobot's data_files_size_in_mb default): one file up to 63k episodes of 10
+# frames, 16 at a million; a row: the float32 state and action, a float32 timestamp, four int64 indices
+ROWS_PER_FILE = (100 << 20) // (4 * sum(DIMS.values()) + 4 + 4 * 8)
 
 FLOOR = """
 import sys, pyarrow.parquet as pq
@@ -107,8 +110,7 @@ def build(work: Path, episodes: int, frames: int, v21: bool) -> tuple[Path, Path
     """(v3.0 collection with stats, its v2.1 form or None): built once per size under `work`."""
     v30 = work / f"v30_{episodes}"
     if not v30.exists():
-        raw = numeric_v30(work / f"raw_{episodes}", episodes * frames, episodes, DIMS,
-                          rows_per_file=episodes * frames)
+        raw = numeric_v30(work / f"raw_{episodes}", episodes * frames, episodes, DIMS, rows_per_file=ROWS_PER_FILE)
         subprocess.run(lerodoc("-q", "quantiles", raw, "-o", v30), check=True)
         shutil.rmtree(raw)
     v21_root = work / f"v21_{episodes}"
