@@ -44,15 +44,12 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
         dataset, per_episode = in_memory_stats(by_file, groups, workers)
         passes = 1
     else:
-        per_episode = {ep.index: {} for ep in ds.episodes}
-        for part in pmap(episode_stats, [(f, eps, groups) for f, eps in by_file.items()], workers=workers,
-                         engine=engine):
-            for index, stats in part.items():
-                per_episode[index].update(stats)
+        parts = pmap(episode_stats, [(f, eps, groups) for f, eps in by_file.items()], workers=workers, engine=engine)
+        per_episode = EpisodeStacks.joined([(part.indices, part.stacks) for part in parts])   # no dict per episode
         dataset, passes = dataset_quantiles([Path(f) for f in by_file], features, ds.info.features,
                                             ds.total_frames, workers=workers, budget=budget, engine=engine)
     order = [ep.index for ep in ds.episodes]
-    stacked = per_episode.aligned(order) if isinstance(per_episode, EpisodeStacks) else [per_episode[i] for i in order]
+    stacked = per_episode.aligned(order)
     return dataset_stats(stacked, dataset, features=features), per_episode, passes
 
 
