@@ -626,15 +626,17 @@ class Exact:
 @dataclass
 class Brackets:
     """`_quantile_brackets` of one-run episodes of one feature that state the same quantile `keys` (names): per
-    episode, (2 * keys, channels) bounds, each key's lows then its highs."""
+    episode, (2 * keys, channels) bounds, each key's lows then its highs (float32 for float32 data: the order
+    statistics are its values)."""
     episodes: np.ndarray
     keys: tuple[str, ...]
     bounds: np.ndarray
 
     def of(self, row: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """One episode's brackets: quantile name -> (low, high), (channels,) each."""
+        """One episode's brackets: quantile name -> (low, high), (channels,) float64 each."""
         k = len(self.keys)
-        return dict(zip(self.keys, zip(self.bounds[row, :k], self.bounds[row, k:])))
+        bounds = self.bounds[row].astype(np.float64)
+        return dict(zip(self.keys, zip(bounds[:k], bounds[k:])))
 
 
 @dataclass
@@ -766,24 +768,31 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
         for feature, exact in part.exact.items():
             parts.setdefault(feature, []).append(exact)
     result.exact = {feature: _by_episode(feature, exacts) for feature, exacts in parts.items()}
-    result.brackets = {feature: [_joined(blocks) for blocks in by_keys.values()]
-                       for feature, by_keys in brackets.items()}   # one block per set of keys, not per file
+    result.brackets = {feature: [b for blocks in by_keys.values() for b in _joined(blocks)]
+                       for feature, by_keys in brackets.items()}
     return result
 
 
-def _joined(blocks: list[Brackets]) -> Brackets:
-    """Brackets of the same keys (of several files) as one."""
-    if len(blocks) == 1:
-        return blocks[0]
-    return Brackets(np.concatenate([b.episodes for b in blocks]), blocks[0].keys,
-                    np.concatenate([b.bounds for b in blocks]))
+JOIN_BLOCKS = 64   # more bracket blocks of one set of keys than this (many small files) are joined into one
+
+
+def _joined(blocks: list[Brackets]) -> list[Brackets]:
+    """Brackets of the same keys (of several files): as they are while few (no copy of large files' blocks), else as
+    one, so that the checks that loop over blocks (`_agreeing`) do not loop over thousands of small files."""
+    if len(blocks) <= JOIN_BLOCKS:
+        return blocks
+    return [Brackets(np.concatenate([b.episodes for b in blocks]), blocks[0].keys,
+                     np.concatenate([b.bounds for b in blocks]))]
 
 
 def _by_episode(feature: str, parts: list[Exact]) -> Exact:
     """The runs of every file (in row order) as one row per episode; an episode of several runs gets their exact
     `aggregate`, run by run (the rare path: a split episode, or one across two files)."""
-    episodes = np.concatenate([p.episodes for p in parts])
-    stats = {k: np.concatenate([p.stats[k] for p in parts]) for k in parts[0].stats}
+    episodes = parts[0].episodes if len(parts) == 1 else np.concatenate([p.episodes for p in parts])
+    stats = parts[0].stats if len(parts) == 1 else {k: np.concatenate([p.stats[k] for p in parts])
+                                                    for k in parts[0].stats}
+    if len(episodes) < 2 or (np.diff(episodes) > 0).all():   # one run an episode, in order (the common case): as is
+        return Exact(episodes, stats)
     known, first, runs = np.unique(episodes, return_index=True, return_counts=True)
     out = {k: v[first] for k, v in stats.items()}
     split = np.flatnonzero(runs > 1)
@@ -866,10 +875,15 @@ def _feature_stats(feature: str, columns: list[_Column], result: DataStats,
         return
     names = columns[0].stated[1]
     keys = np.where(dirty | (lengths == 0), -1, np.concatenate([c.stated[0] for c in columns]))
+    # float32 data's order statistics are float32 values: found in the data's own dtype they are the same numbers
+    # (the cast to float64 is exact and keeps the order), held in half the bytes
+    single = all(c.values.dtype == np.float32 for c in columns)
+    ordered = values if not single else (columns[0].values if len(columns) == 1 else
+                                         np.concatenate([c.values for c in columns])).T
     for k, items in enumerate(names):
         chosen = np.flatnonzero(keys == k)
         if len(chosen):
-            bounds = _quantile_brackets(values, firsts[chosen], lengths[chosen], dict(items))
+            bounds = _quantile_brackets(ordered, firsts[chosen], lengths[chosen], dict(items))
             result.brackets.setdefault(feature, []).append(
                 Brackets(episodes[chosen], tuple(name for name, _ in items), bounds))
 

@@ -52,11 +52,11 @@ def held(ds: Dataset, cameras: dict[str, list[str]] | None = None) -> set[str]:
 
 def require_kept(sources: list[Path | Dataset], out: Path | Dataset, *, dropped: set[str] = frozenset(),
                  renamed: dict[str, str] | None = None) -> None:
-    """Refuse the written dataset at `out` (its path, or the dataset as the command opened it) when it lacks a feature, data column or camera that a source holds
-    (`held`) and the command was not asked to drop (`dropped`, source names) or rename (`renamed`, source name
-    -> output name). A source is a dataset's path, or the dataset as the command opened it (its metadata is not
-    read twice). Raises VerificationError naming the input, what would be lost and, for an undeclared camera,
-    repair."""
+    """Refuse the written dataset at `out` (its path, or the dataset as the command opened it) when it lacks a
+    feature, data column or camera that a source holds (`held`) and the command was not asked to drop (`dropped`,
+    source names) or rename (`renamed`, source name -> output name). A source is a dataset's path, or the dataset
+    as the command opened it (its metadata is not read twice). Raises VerificationError naming the input, what
+    would be lost and, for an undeclared camera, repair."""
     renamed = renamed or {}
     have = held(out if isinstance(out, Dataset) else Dataset.open(out))
     for src in sources:
