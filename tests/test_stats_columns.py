@@ -204,3 +204,25 @@ def test_rewrite_computes_the_missing_episode_stats_from_rows(tmp_path):
             np.testing.assert_allclose(ep.stats[feature]["mean"], values.mean(0), rtol=1e-6)
             np.testing.assert_allclose(ep.stats[feature]["std"], values.std(0), rtol=1e-5, atol=1e-7)
             assert int(np.ravel(ep.stats[feature]["count"])[0]) == ep.length
+
+
+def test_several_tables_in_order_are_held_once():
+    """Episodes that are several tables' rows in order (a dataset's episodes metadata files): the stacks are those
+    rows' values, and each table's columns become views of them (one copy in memory, not two)."""
+    from lerodoc.formats.model import Episode, StatsRow
+    from lerodoc.formats.stats import StatsTable
+    rng = np.random.default_rng(0)
+    tables = [StatsTable({("x", "min"): rng.standard_normal((n, 3)), ("x", "count"): np.full((n, 1), 5)}, n)
+              for n in (4, 2, 5)]
+    before = [{k: v.copy() for k, v in t.columns.items()} for t in tables]
+    episodes = [Episode(index=i, length=5, tasks=[], data_file="", data_row=0, from_index=5 * i, stats=StatsRow(t, r))
+                for i, (t, r) in enumerate((t, r) for t in tables for r in range(t.rows))]
+    columns = stats_columns(episodes)
+    stack = columns["x", "min"][0]
+    assert np.array_equal(stack, np.concatenate([b["x", "min"] for b in before]))
+    for table, old in zip(tables, before):
+        assert np.array_equal(table.columns["x", "min"], old["x", "min"])
+        assert np.shares_memory(table.columns["x", "min"], stack)
+    shuffled = stats_columns(episodes[::-1])   # not in order: gathered
+    assert np.array_equal(shuffled["x", "min"][0], stack[::-1])
+    assert np.array_equal(episodes[5].stats["x"]["min"], before[1]["x", "min"][1])   # a row read through its view

@@ -117,7 +117,9 @@ def stats_columns(episodes: list[Episode]) -> dict[tuple[str, str], tuple[np.nda
     all do), taken from their tables' columns without a dict per episode, when every episode's stats are an unread
     row of a table of arrays and a stat has one shape and type in every table that holds it; else None. The stats
     come in the order the tables first name them, the tables in the order their rows first come. Where the episodes
-    are one table's rows in order, the arrays are that table's own (read them, do not write them)."""
+    are one table's rows in order, the arrays are that table's own (read them, do not write them); where they are
+    several tables' rows in order, each table's columns become views of the stacks (the same values, held once: a
+    dataset's episodes metadata files)."""
     rows = [stats_row(ep) for ep in episodes]
     if not rows or any(r is None for r in rows):
         return None
@@ -137,10 +139,17 @@ def stats_columns(episodes: list[Episode]) -> dict[tuple[str, str], tuple[np.nda
         return {key: (column, table.present.get(key)) for key, column in table.columns.items()}
     starts = np.flatnonzero(np.r_[True, which[1:] != which[:-1]])
     runs = [(tables[which[a]], positions[a:b]) for a, b in zip(starts, np.r_[starts[1:], len(rows)])]
+    whole = len(runs) == len(tables) and all(t.rows == len(p) and np.array_equal(p, np.arange(len(p)))
+                                             for t, p in runs)   # every table's rows in order, one after the other
+    ends = np.cumsum([len(p) for _, p in runs])
     out = {}
     for key, (shape, dtype) in layout.items():
         values = np.concatenate([t.columns[key][p] if key in t.columns else np.zeros((len(p), *shape), dtype=dtype)
                                  for t, p in runs])
+        if whole:   # each table's column becomes its rows of the stack (the same values): held once, not twice
+            for (t, _), end in zip(runs, ends):
+                if key in t.columns:
+                    t.columns[key] = values[end - t.rows:end]
         masked = any(key in t.present or key not in t.columns for t, _ in runs)
         out[key] = values, np.concatenate([t.present[key][p] if key in t.present else
                                            np.full(len(p), key in t.columns, dtype=bool) for t, p in runs]) \
