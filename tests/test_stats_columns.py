@@ -226,3 +226,17 @@ def test_several_tables_in_order_are_held_once():
     shuffled = stats_columns(episodes[::-1])   # not in order: gathered
     assert np.array_equal(shuffled["x", "min"][0], stack[::-1])
     assert np.array_equal(episodes[5].stats["x"]["min"], before[1]["x", "min"][1])   # a row read through its view
+
+
+def test_joining_stacks_can_let_the_parts_go():
+    from lerodoc.tables.stats import EpisodeStacks
+
+    def parts():
+        r = np.random.default_rng(1)
+        return [([0, 1], {"x": {"min": r.standard_normal((2, 3)), "count": np.ones((2, 1))}}),
+                ([2], {"x": {"min": r.standard_normal((1, 3)), "count": np.ones((1, 1))}})]
+    kept, consumed = parts(), parts()
+    a, b = EpisodeStacks.joined(kept), EpisodeStacks.joined(consumed, consume=True)
+    assert a.indices == b.indices == [0, 1, 2] and list(a.stacks["x"]) == list(b.stacks["x"]) == ["min", "count"]
+    assert all(np.array_equal(a.stacks["x"][k], b.stacks["x"][k]) for k in ("min", "count"))
+    assert all(part["x"] == {} for _, part in consumed) and all(len(part["x"]) == 2 for _, part in kept)

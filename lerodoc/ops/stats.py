@@ -45,7 +45,7 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
         passes = 1
     else:
         parts = pmap(episode_stats, [(f, eps, groups) for f, eps in by_file.items()], workers=workers, engine=engine)
-        per_episode = EpisodeStacks.joined([(part.indices, part.stacks) for part in parts])   # no dict per episode
+        per_episode = EpisodeStacks.joined([(part.indices, part.stacks) for part in parts], consume=True)
         dataset, passes = dataset_quantiles([Path(f) for f in by_file], features, ds.info.features,
                                             ds.total_frames, workers=workers, budget=budget, engine=engine)
     order = [ep.index for ep in ds.episodes]

@@ -386,13 +386,23 @@ class EpisodeStacks(Mapping):
                 for feature, by_stat in self.stacks.items()}
 
     @classmethod
-    def joined(cls, parts: list[tuple[list[int], dict[str, dict[str, np.ndarray]]]]) -> EpisodeStacks:
+    def joined(cls, parts: list[tuple[list[int], dict[str, dict[str, np.ndarray]]]], *, consume: bool = False
+               ) -> EpisodeStacks:
         """One EpisodeStacks of (episode indices, stacks) parts that hold the same features' same stats: their rows
-        one part after the other."""
+        one part after the other. With `consume`, each stat's part arrays are let go as soon as they are joined (the
+        parts' dicts are emptied), so the join holds one stat twice, not every stat."""
         first = parts[0][1]
-        return cls([index for indices, _ in parts for index in indices], first if len(parts) == 1 else {
-            feature: {stat: np.concatenate([stacks[feature][stat] for _, stacks in parts]) for stat in by_stat}
-            for feature, by_stat in first.items()})
+        indices = [index for part, _ in parts for index in part]
+        if len(parts) == 1:
+            return cls(indices, first)
+        stacks: dict[str, dict[str, np.ndarray]] = {}
+        for feature, by_stat in first.items():
+            for stat in list(by_stat):
+                stacks.setdefault(feature, {})[stat] = np.concatenate([part[feature][stat] for _, part in parts])
+                if consume:
+                    for _, part in parts:
+                        del part[feature][stat]
+        return cls(indices, stacks)
 
     def __contains__(self, index) -> bool:
         return index in self._row
