@@ -9,13 +9,14 @@ data files of about 100 MiB as lerobot's writer makes them, per-episode stats fr
 each command runs as a user runs it, a fresh `python -m lerodoc` process, and is timed as a whole (wall seconds) with
 its peak resident memory (the child's ru_maxrss, from wait4): info, validate, convert (v2.1 -> v3.0), merge (2 parts
 and 100 parts), delete, split, select, quantiles, repair, report (no videos) and train's index build (Dataset.open +
-load_frames, what `train pi05` reads before its first step). flatten has nothing to flatten in a fixed-size-list collection (exit 0, said)
-and is timed as such.
+load_frames, what `train pi05` reads before its first step). flatten has nothing to flatten in a fixed-size-list
+collection (exit 0, said) and is timed as such.
 
 The floor, measured in the same run and the same way (a fresh process): pyarrow alone reading the same data files
 (every column) and meta/episodes, run 3 times (its median run kept); each command runs --runs times (median kept,
 every run listed). Each command's ratio is its wall time over the floor of the dataset it reads (v2.1 for convert's
-input, v3.0 for the rest); like for like, both include interpreter start. Results and provenance (commit, versions, machine, load, command) go to --out.
+input, v3.0 for the rest); like for like, both include interpreter start. Results and provenance (commit, versions,
+machine, load, command) go to --out.
 
 With several sizes, `growth` gives each command's factor from the smallest size to each larger one (seconds and
 peak; the issue's bar: at most 12x for 10x the episodes). `many_files` sets convert of the v2.1 form (one parquet per

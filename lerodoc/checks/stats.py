@@ -877,9 +877,9 @@ def _feature_stats(feature: str, columns: list[_Column], result: DataStats,
     keys = np.where(dirty | (lengths == 0), -1, np.concatenate([c.stated[0] for c in columns]))
     # float32 data's order statistics are float32 values: found in the data's own dtype they are the same numbers
     # (the cast to float64 is exact and keeps the order), held in half the bytes
-    single = all(c.values.dtype == np.float32 for c in columns)
-    ordered = values if not single else (columns[0].values if len(columns) == 1 else
-                                         np.concatenate([c.values for c in columns])).T
+    float32 = all(c.values.dtype == np.float32 for c in columns)
+    ordered = values if not float32 else (columns[0].values if len(columns) == 1 else
+                                          np.concatenate([c.values for c in columns])).T
     for k, items in enumerate(names):
         chosen = np.flatnonzero(keys == k)
         if len(chosen):

@@ -373,9 +373,10 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | N
                                                   and name.startswith("videos/") else None))
               for name, values in columns.items()}
     arrays.update(_stats_columns(episodes))
-    files = _episodes_files(pa.table(arrays).nbytes + 16 * n, n, info)   # with the two int64 columns below
-    arrays["meta/episodes/chunk_index"] = arrow_array(np.repeat([c for _, c, _ in files], [k for k, _, _ in files]))
-    arrays["meta/episodes/file_index"] = arrow_array(np.repeat([f for _, _, f in files], [k for k, _, _ in files]))
+    files = _episodes_files(sum(a.nbytes for a in arrays.values()) + 16 * n, n, info)   # and the two int64 below
+    counts, chunks, numbers = zip(*files)
+    arrays["meta/episodes/chunk_index"] = arrow_array(np.repeat(chunks, counts))
+    arrays["meta/episodes/file_index"] = arrow_array(np.repeat(numbers, counts))
     table, first = pa.table(arrays), 0
     for rows, chunk, file in files:
         path = root / EPISODES_PATH.format(chunk_index=chunk, file_index=file)

@@ -350,8 +350,8 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         result = rewrite.execute(plan, tmp, workers=workers)
         report.changes += _retime_changes(result.retimed)
         # the written rows' exact stats, before any metadata is written: the episodes metadata is written once
-        written = Dataset(root=tmp, version=to, info=info, episodes=result.episodes, tasks=tasks)
-        numeric, per_episode, _ = exact_stats(written, info.numeric_keys, workers=workers)
+        staged = Dataset(root=tmp, version=to, info=info, episodes=result.episodes, tasks=tasks)
+        numeric, per_episode, _ = exact_stats(staged, info.numeric_keys, workers=workers)
         update_stats(result.episodes, per_episode)
         stated = stats_from_json(stats_to_json(_clean_stats(ds.stats or {}, info.features)))   # as stats.json holds
         carried = {**dataset_stats(stats_stack(result.episodes)), **stated}   # stated ones win

@@ -22,7 +22,7 @@ from lerodoc.errors import UsageError
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
 from lerodoc.ops import derive
 from lerodoc.promote.staging import output_target
-from lerodoc.tables.parquet_io import column_matrix, from_numpy, numpy_dtype
+from lerodoc.tables.parquet_io import arrow_array, column_matrix
 from lerodoc.ops.stats import exact_stats
 from lerodoc.tables.stats import channel_flags
 from lerodoc.conventions import INFO_PATH
@@ -53,10 +53,9 @@ class Select:
         for name, parts, dtype in self.targets:
             values = np.hstack([column_matrix(table.column(p.source), table.num_rows)[:, list(p.indices)]
                                 for p in parts]).astype(dtype)
-            flat = values.ravel()   # numbers: from numpy's buffer, as pa.array would (which imports pandas)
-            kind = pa.from_numpy_dtype(flat.dtype)
-            built[name] = pa.FixedSizeListArray.from_arrays(
-                from_numpy(flat, kind) if numpy_dtype(kind) is not None else pa.array(flat), values.shape[1])
+            flat = values.ravel()   # numpy's buffer in its own type (pa.array would import pandas)
+            built[name] = pa.FixedSizeListArray.from_arrays(arrow_array(flat, pa.from_numpy_dtype(flat.dtype)),
+                                                            values.shape[1])
         table = table.drop_columns([c for c in self.drop if c in table.column_names and c not in built])
         for name, column in built.items():
             table = (table.set_column(table.column_names.index(name), name, column) if name in table.column_names

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from lerodoc import access, confined, formats
 from lerodoc.conventions import INFO_PATH
+from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError, VerificationError, no_room
 from lerodoc.promote import load
 from lerodoc.promote.kept import require_kept
@@ -295,17 +296,17 @@ def _in_output(name, tmp: Path, out: Path) -> Path:
     return out / path.relative_to(tmp) if path.is_relative_to(tmp) else path
 
 
-_WRITTEN: dict[str, object] = {}   # a staging folder -> the Dataset its command last opened it as (`written`)
+_WRITTEN: dict[str, Dataset] = {}   # a staging folder -> the Dataset its command last opened it as (`written`)
 
 
-def written(tmp: Path, ds) -> None:
+def written(tmp: Path, ds: Dataset) -> None:
     """Note `ds`, the staged output at `tmp` as its command opened it after its last metadata write (a rewrite's
     verify): promotion's kept check (`require_kept`) reads what the output holds from it instead of opening the
     output again, as long as the output's meta/ is still the one `ds` read (`Dataset.meta_seen`)."""
     _WRITTEN[os.fspath(tmp)] = ds
 
 
-def _written(tmp: Path):
+def _written(tmp: Path) -> Dataset | None:
     """The Dataset noted for `tmp` by `written` while its meta/ is unchanged since, else None; the note is used
     once."""
     ds = _WRITTEN.pop(os.fspath(tmp), None)
