@@ -51,8 +51,12 @@ def test_float8_converts_the_large_layer_linears_only():
     assert not [n for n in picked if "layers.17" in n and "language_model" in n]
     assert "model.action_in_proj" not in picked and "model.time_mlp_in" not in picked
     assert any(n.endswith("vision_model.encoder.layers.0.self_attn.k_proj") for n in picked)   # 1152 x 1152
-    vlm = {name for name, module in model.named_modules() if float8_filter(module, name, expert=False)}
+    vlm = {name for name, module in model.named_modules() if float8_filter(module, name, "vlm")}
     assert picked - vlm == {n for n in picked if ".gemma_expert." in n} and len(picked - vlm) == 18 * 5
+    mlp = {name for name, module in model.named_modules() if float8_filter(module, name, "mlp")}
+    assert mlp < vlm and len(mlp) == 27 * 2 + 17 * 3 and not [n for n in mlp if "self_attn" in n]
+    lm = {name for name, module in model.named_modules() if float8_filter(module, name, "lm")}
+    assert lm < vlm and len(lm) == 18 * 5 - 5 and not [n for n in lm if "vision_tower" in n]
 
 
 def run_config(batch: int, float8: str = "tensorwise", prompt: int = 28) -> RunConfig:

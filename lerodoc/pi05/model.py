@@ -347,16 +347,15 @@ class PI05(nn.Module):
 
     def convert_float8(self, recipe: str = "tensorwise") -> int:
         """torchao's float8 training for the linears `float8_filter` picks; call before compile_layers. `recipe`:
-        a torchao recipe name ("tensorwise", "rowwise") for every picked linear, or one of FLOAT8_PARTS'
-        ("tensorwise-vlm": tensorwise for the SigLIP and Gemma linears, the action expert left in bf16). Returns
+        a torchao recipe name ("tensorwise", "rowwise") for every picked linear, or that name and one of
+        FLOAT8_PARTS' ("tensorwise-vlm": tensorwise for the SigLIP and Gemma linears, the expert's in bf16). Returns
         how many were converted. torch._scaled_mm needs every matrix dimension it multiplies over to be a multiple
         of 16, the token counts included (the trainer checks the batch)."""
         # torchao: optional, loaded only for float8 training
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
         scaling, _, part = recipe.partition("-")
-        expert = FLOAT8_PARTS[part]
         convert_to_float8_training(self, config=Float8LinearConfig.from_recipe_name(scaling),
-                                   module_filter_fn=lambda module, fqn: float8_filter(module, fqn, expert))
+                                   module_filter_fn=lambda module, fqn: float8_filter(module, fqn, part))
         return sum(type(m).__name__ == "Float8Linear" for m in self.modules())
 
     @property
@@ -612,16 +611,20 @@ class CapturedCall:
         return self.output.clone()
 
 
-# the part of the model a float8 recipe's suffix names -> whether the action expert's linears are converted too
-FLOAT8_PARTS = {"": True, "vlm": False}
+# a float8 recipe's suffix -> which of float8_filter's candidate linears it converts, by their names: every one; the
+# SigLIP and Gemma ones (the action expert's in bf16); their MLPs only (attention projections in bf16); Gemma's only
+FLOAT8_PARTS = {"": lambda fqn: True,
+                "vlm": lambda fqn: ".gemma_expert." not in fqn,
+                "mlp": lambda fqn: ".gemma_expert." not in fqn and ".mlp." in fqn,
+                "lm": lambda fqn: ".language_model." in fqn}
 
 
-def float8_filter(module: nn.Module, fqn: str, expert: bool = True) -> bool:
-    """The linears float8 training converts: those of the SigLIP, Gemma and (when `expert`) expert layers whose in
-    and out widths are both >= 1024 (not the 256-wide Gemma k/v projections), and not the adaRMS `dense` layers (one
-    row per sample), the action and time projections or the frozen last-layer ones."""
+def float8_filter(module: nn.Module, fqn: str, part: str = "") -> bool:
+    """The linears float8 training converts: among those of the SigLIP, Gemma and expert layers whose in and out
+    widths are both >= 1024 (not the 256-wide Gemma k/v projections), and not the adaRMS `dense` layers (one row per
+    sample), the action and time projections or the frozen last-layer ones, the ones FLOAT8_PARTS[part] names."""
     return (isinstance(module, nn.Linear) and ".layers." in fqn and not fqn.endswith(".dense")
-            and (expert or ".gemma_expert." not in fqn)
+            and FLOAT8_PARTS[part](fqn)
             and module.weight.requires_grad and min(module.in_features, module.out_features) >= 1024
             and module.in_features % 16 == 0 and module.out_features % 16 == 0)
 
