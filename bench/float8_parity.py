@@ -13,7 +13,8 @@ seed fixes all three), so their difference is the float8 effect on that seed. --
 the GPU at once (their step times are then not a speed measurement; bench.train_vs_lerobot times float8).
 
 --precisions picks the runs of each seed: bf16, float8 (`--float8 tensorwise`, every large linear) and float8-vlm
-(`--float8 tensorwise-vlm`, the action expert kept in bf16). Reported per run: the mean loss over the last 100 and
+(`--float8 tensorwise-vlm`, the action expert kept in bf16), and each with fast accumulation in the backward
+products too (float8-fast, float8-vlm-fast: `--float8 tensorwise-fast`, `tensorwise-vlm-fast`). Reported per run: the mean loss over the last 100 and
 the last 50 steps. Per seed: each float8 recipe's mean over bf16's, minus 1. Across seeds: the spread of bf16's
 own means (the noise between seeds: (max - min) / mean, and the standard deviation over the mean) against the
 float8 differences. The issue's bar: float8's mean over the last
@@ -41,7 +42,8 @@ from tests.fixtures.tokenizer import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 # "float8": every large linear in float8; "float8-vlm": the SigLIP and Gemma ones, the action expert kept in bf16
-PRECISIONS = {"bf16": (), "float8": ("--float8", "tensorwise"), "float8-vlm": ("--float8", "tensorwise-vlm")}
+PRECISIONS = {"bf16": (), "float8": ("--float8", "tensorwise"), "float8-vlm": ("--float8", "tensorwise-vlm"),
+              "float8-fast": ("--float8", "tensorwise-fast"), "float8-vlm-fast": ("--float8", "tensorwise-vlm-fast")}
 
 
 def cli(*args, log: Path | None = None, background: bool = False):

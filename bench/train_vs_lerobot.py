@@ -74,6 +74,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from lerodoc.pi05.float8 import RECIPES
+
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = ("lerodoc", "lerobot")
 CAMERAS = 3          # cameras 0 and 1 shown to every sample, camera 2 to none
@@ -83,7 +85,8 @@ LR = 2.5e-5
 RESERVE = 200       # seconds kept for each side still to run (lerobot: imports, build, 3 batch sizes)
 FLOAT8_LAYERS = ("the Linear layers of the SigLIP, Gemma and expert layers whose in and out widths are both "
                  ">= 1024 (not the 256-wide Gemma k/v projections, the action and time projections or the adaRMS "
-                 "layers): lerodoc.pi05.model.float8_filter; tensorwise-vlm leaves the expert's out")
+                 "layers): lerodoc.pi05.model.float8_filter; tensorwise-vlm leaves the expert's out; -fast: fast "
+                 "accumulation in the backward products too")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -91,7 +94,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, nargs="+", default=[4, 16, 32])
     p.add_argument("--lerobot-batch", type=int, nargs="+", default=None,
                    help="lerobot's batch sizes (default: --batch); a compiled lerobot recompiles for each one")
-    p.add_argument("--float8", nargs="+", default=[], choices=["rowwise", "tensorwise", "tensorwise-vlm"],
+    p.add_argument("--float8", nargs="+", default=[], choices=["rowwise", *RECIPES],
                    help="also run lerodoc's side with torchao float8 training of its large linears, one run per "
                         "recipe (torchao on the path: carried wheels)")
     p.add_argument("--float8-only", action="store_true", help="lerodoc's side only in its --float8 runs")

@@ -15,10 +15,11 @@ from bench.train_vs_lerobot import comparisons  # noqa: E402
 from lerodoc.errors import LerodocError  # noqa: E402
 from lerodoc.pi05.data import DataSpec  # noqa: E402
 from lerodoc.pi05.distributed import Processes  # noqa: E402
-from lerodoc.pi05.model import PI05, float8_filter  # noqa: E402
+from lerodoc.pi05.model import FLOAT8_PARTS, PI05, float8_filter, float8_recipe  # noqa: E402
 from lerodoc.pi05.presets import full, tiny  # noqa: E402
 from lerodoc.pi05.config import RunConfig  # noqa: E402
-from lerodoc.pi05.float8 import check_float8  # noqa: E402
+from lerodoc.commands.train import Float8  # noqa: E402
+from lerodoc.pi05.float8 import RECIPES, check_float8  # noqa: E402
 
 
 def test_compiled_sampling_gives_the_eager_actions_in_one_graph_each():
@@ -57,6 +58,14 @@ def test_float8_converts_the_large_layer_linears_only():
     assert mlp < vlm and len(mlp) == 27 * 2 + 17 * 3 and not [n for n in mlp if "self_attn" in n]
     lm = {name for name, module in model.named_modules() if float8_filter(module, name, "lm")}
     assert lm < vlm and len(lm) == 18 * 5 - 5 and not [n for n in lm if "vision_tower" in n]
+
+
+def test_float8_recipes_name_a_scaling_a_part_and_fast_accumulation():
+    assert [float8_recipe(r) for r in RECIPES] == [("tensorwise", "", False), ("tensorwise", "vlm", False),
+                                                    ("tensorwise", "", True), ("tensorwise", "vlm", True)]
+    assert all(float8_recipe(r)[1] in FLOAT8_PARTS for r in RECIPES)
+    assert float8_recipe("rowwise") == ("rowwise", "", False)
+    assert [f.value for f in Float8] == list(RECIPES)   # the CLI offers what check_float8 admits
 
 
 def run_config(batch: int, float8: str = "tensorwise", prompt: int = 28) -> RunConfig:

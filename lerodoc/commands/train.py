@@ -22,6 +22,8 @@ MODEL, DATA, OPTIM, RUN, PERF, VAL = "Model", "Data", "Optimisation", "Run", "Pe
 class Float8(str, Enum):
     tensorwise = "tensorwise"
     tensorwise_vlm = "tensorwise-vlm"
+    tensorwise_fast = "tensorwise-fast"
+    tensorwise_vlm_fast = "tensorwise-vlm-fast"
 
 
 @app.command("pi05")
@@ -90,7 +92,8 @@ def pi05(
     compile: Annotated[bool, typer.Option("--compile", help="torch.compile the model.", rich_help_panel=PERF)] = False,
     float8: Annotated[Optional[Float8], typer.Option(help="torchao float8 training of the large linear layers "
                                                      "(tensorwise scaling; tensorwise-vlm keeps the action expert in "
-                                                     "bf16; CUDA GPUs with float8 units, not with "
+                                                     "bf16; -fast also accumulates the backward products fast; "
+                                                     "CUDA GPUs with float8 units, not with "
                                                      "--fsdp; needs torchao, the float8 extra). Off by default: "
                                                      "faster at large batches, slower at small ones, slightly "
                                                      "different numerics (docs/train.md).",

@@ -10,8 +10,9 @@ from lerodoc.pi05.distributed import Processes
 from lerodoc.pi05.model import PI05Config
 
 
-# tensorwise scaling of every large linear, or of the SigLIP and Gemma ones only (the action expert kept in bf16)
-RECIPES = ("tensorwise", "tensorwise-vlm")
+# tensorwise scaling of every large linear, or of the SigLIP and Gemma ones only (the action expert kept in bf16);
+# "-fast": fast accumulation in the backward products too (PI05.convert_float8)
+RECIPES = ("tensorwise", "tensorwise-vlm", "tensorwise-fast", "tensorwise-vlm-fast")
 
 
 def check_float8(run: RunConfig, config: PI05Config, procs: Processes) -> None:

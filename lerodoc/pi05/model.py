@@ -12,7 +12,7 @@ call, h query heads, kv key/value heads, d head dim, A max action dim.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -347,14 +347,19 @@ class PI05(nn.Module):
 
     def convert_float8(self, recipe: str = "tensorwise") -> int:
         """torchao's float8 training for the linears `float8_filter` picks; call before compile_layers. `recipe`:
-        a torchao recipe name ("tensorwise", "rowwise") for every picked linear, or that name and one of
-        FLOAT8_PARTS' ("tensorwise-vlm": tensorwise for the SigLIP and Gemma linears, the expert's in bf16). Returns
-        how many were converted. torch._scaled_mm needs every matrix dimension it multiplies over to be a multiple
-        of 16, the token counts included (the trainer checks the batch)."""
+        a torchao recipe name ("tensorwise", "rowwise"), then optionally one of FLOAT8_PARTS' ("tensorwise-vlm":
+        the SigLIP and Gemma linears, the expert's left in bf16), then optionally "fast": fast accumulation in the
+        two backward products too (torchao's default has it in the forward one only). Returns how many linears
+        were converted. torch._scaled_mm needs every matrix dimension it multiplies over to be a multiple of 16,
+        the token counts included (the trainer checks the batch)."""
         # torchao: optional, loaded only for float8 training
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-        scaling, _, part = recipe.partition("-")
-        convert_to_float8_training(self, config=Float8LinearConfig.from_recipe_name(scaling),
+        scaling, part, fast = float8_recipe(recipe)
+        config = Float8LinearConfig.from_recipe_name(scaling)
+        if fast:
+            config = replace(config, gemm_config_grad_input=config.gemm_config_output,
+                             gemm_config_grad_weight=config.gemm_config_output)
+        convert_to_float8_training(self, config=config,
                                    module_filter_fn=lambda module, fqn: float8_filter(module, fqn, part))
         return sum(type(m).__name__ == "Float8Linear" for m in self.modules())
 
@@ -617,6 +622,14 @@ FLOAT8_PARTS = {"": lambda fqn: True,
                 "vlm": lambda fqn: ".gemma_expert." not in fqn,
                 "mlp": lambda fqn: ".gemma_expert." not in fqn and ".mlp." in fqn,
                 "lm": lambda fqn: ".language_model." in fqn}
+
+
+def float8_recipe(recipe: str) -> tuple[str, str, bool]:
+    """A float8 recipe's (torchao recipe name, FLOAT8_PARTS key, fast accumulation in the backward products):
+    "tensorwise-vlm-fast" -> ("tensorwise", "vlm", True)."""
+    scaling, *rest = recipe.split("-")
+    fast = rest[-1:] == ["fast"]
+    return scaling, "-".join(rest[:-1] if fast else rest), fast
 
 
 def float8_filter(module: nn.Module, fqn: str, part: str = "") -> bool:
