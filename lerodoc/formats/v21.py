@@ -9,7 +9,6 @@ episode_chunk = episode_index // chunks_size
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,8 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import (PARSED_PER_BYTE, PARSED_PER_LINE, line_runs, parse_lines, read_json, read_jsonl,
                                    stats_from_json, stats_to_json, write_json, write_jsonl)
-from lerodoc.formats.model import Episode, VideoSpan
+from lerodoc.formats.model import Episode, StatsRow, VideoSpan
+from lerodoc.formats.stats import StatsTable
 
 VERSION = "v2.1"
 DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
@@ -155,15 +155,42 @@ def _regular_run(run: bytes) -> tuple[np.ndarray, dict] | None:
 class EpisodeStats:
     """episodes_stats.jsonl, read on first use (`read_episode_stats`): reading it is most of the time of opening a
     dataset of many episodes, and a command that needs no episode's stats (info, train's index, validate --no-stats)
-    never reads it. Each episode's `stats` is `partial(holder.of, index)` (model.LazyStats)."""
+    never reads it. It is then held as a `StatsTable` a row per listed episode (`indices`, in the dataset's order),
+    and each episode's `stats` is its `StatsRow`, so the commands that move many episodes' stats take them as
+    columns, as they take v3.0's (`formats.model.stats_columns`)."""
 
-    def __init__(self, root: Path):
-        self.root, self.by_episode = root, None
+    def __init__(self, root: Path, indices: np.ndarray):
+        self.root, self.indices, self._table = root, indices, None
 
-    def of(self, index: int) -> dict:
-        if self.by_episode is None:
-            self.by_episode = read_episode_stats(self.root)
-        return self.by_episode.get(index, {})
+    @property
+    def table(self) -> StatsTable:
+        if self._table is None:
+            self._table = _aligned(read_episode_stats(self.root), self.indices)
+        return self._table
+
+
+def _aligned(by_episode: Mapping[int, dict], indices: np.ndarray) -> StatsTable:
+    """The per-episode stats of episodes `indices`, a row each in that order; an episode the file does not list
+    holds no stats. Columns read as `StatColumns` stay arrays (gathered once per feature and stat); stats read line
+    by line become lists of arrays and None."""
+    if isinstance(by_episode, StatColumns) and _uniform(by_episode):
+        at = np.searchsorted(by_episode.episodes, indices).clip(0, len(by_episode.episodes) - 1)
+        found, rows = by_episode.episodes[at] == indices, by_episode.rows[at]
+        columns = {key: np.concatenate([run[key] for _, run in by_episode.runs])[rows]
+                   for key in by_episode.runs[0][1]}
+        return StatsTable(columns, len(indices), {key: found for key in columns})
+    keys: dict[tuple[str, str], None] = {}
+    rows = [by_episode.get(int(i), {}) for i in indices]
+    for stats in rows:
+        keys.update(dict.fromkeys((feature, stat) for feature, by_stat in stats.items() for stat in by_stat))
+    return StatsTable({(feature, stat): [stats.get(feature, {}).get(stat) for stats in rows]
+                       for feature, stat in keys}, len(indices))
+
+
+def _uniform(columns: "StatColumns") -> bool:
+    """Whether every run holds each feature's stat in one shape, so that the runs' arrays join."""
+    first = {key: values.shape[1:] for key, values in columns.runs[0][1].items()}
+    return all(values.shape[1:] == first[key] for _, run in columns.runs[1:] for key, values in run.items())
 
 
 def read_dataset_stats(root: Path) -> dict | None:
@@ -177,9 +204,10 @@ def read(root: Path, info: Info, *, episode_stats: bool = True):
     """Episodes (in episode_index order), tasks and dataset stats of a v2.x dataset."""
     rows = sorted(read_jsonl(root / EPISODES_PATH, {"episode_index": int, "length": int}),
                   key=lambda r: r["episode_index"])
-    per_episode = EpisodeStats(root) if episode_stats else None
+    per_episode = EpisodeStats(root, np.array([r["episode_index"] for r in rows], dtype=np.int64)) \
+        if episode_stats else None
     episodes, cursor = [], 0
-    for row in rows:
+    for position, row in enumerate(rows):
         index, length = int(row["episode_index"]), int(row["length"])
         tasks = row.get("tasks") or []
         episodes.append(Episode(
@@ -187,7 +215,7 @@ def read(root: Path, info: Info, *, episode_stats: bool = True):
             data_file=data_file(info, index), data_row=0, from_index=cursor,
             videos={key: VideoSpan(video_file(info, key, index), 0.0, length / info.fps)
                     for key in info.video_keys},
-            stats=partial(per_episode.of, index) if per_episode else {}, source=EPISODES_PATH))
+            stats=StatsRow(per_episode, position) if per_episode else {}, source=EPISODES_PATH))
         cursor += length
     return episodes, read_tasks(root), read_dataset_stats(root)
 
