@@ -178,7 +178,10 @@ def main() -> None:
         report["summary"] = summarise(report["runs"], args.steps)
         report["total_s"] = time.perf_counter() - started
         write_results(report, args.out)
+    report["total_s"] = time.perf_counter() - started
+    write_results(report, args.out)   # again: the runs skipped after the last round are recorded too
     print(json.dumps(report.get("summary"), indent=1), flush=True)
+    print(json.dumps({"skipped": report["skipped"]}), flush=True)
     print(f"wrote {args.out}", flush=True)
 
 
