@@ -105,3 +105,38 @@ def test_a_line_longer_than_the_bound_is_refused_before_it_is_read(tmp_path, mon
         f.truncate(1 << 30)
     with pytest.raises(LerodocError, match="line 1 holds more than 65,536 bytes"):
         v21.read_episode_stats(tmp_path)
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_episodes_take_their_stats_as_rows_of_one_table(tmp_path, monkeypatch, ragged):
+    """A v2.1 dataset's episodes hold their stats as rows of one table in their own order (EpisodeStats): each
+    row is the episode's stats as read (its last line where it appears twice), an episode the file does not list
+    holds none, and the features the episodes' stats name are found from the table's columns (stats_features),
+    whether the file read as columns or, with a ragged stat, line by line."""
+    from lerodoc.formats.model import StatsRow, stats_features
+    monkeypatch.setattr(jsonl, "RUN_BYTES", 3000)
+    rows = _write(tmp_path, 12)
+    del rows[5]
+    rows.append(dict(rows[2], stats=rows[8]["stats"]))            # episode 2 again: its last line wins
+    if ragged:   # a short stat, and a camera only episode 11's line names
+        rows[0]["stats"]["action"]["min"] = [0.5]
+        rows.append({"episode_index": 11, "stats": {"observation.images.side": {"count": [10]}}})
+    (tmp_path / v21.EPISODES_STATS_PATH).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert isinstance(v21.read_episode_stats(tmp_path), v21.StatColumns) is not ragged
+    listed = np.array([0, 2, 5, 9, 11], dtype=np.int64)
+    holder = v21.EpisodeStats(tmp_path, listed)
+    table = holder.table
+    assert table.rows == 5 and table.regular is False
+    last = {r["episode_index"]: r for r in rows}
+    for position, episode in enumerate(listed.tolist()):
+        got = StatsRow(holder, position)()
+        want = jsonl.stats_from_json(last[episode]["stats"]) if episode in last else {}
+        assert {f: {s: v.tolist() for s, v in by.items()} for f, by in got.items()} == \
+            {f: {s: v.tolist() for s, v in by.items()} for f, by in want.items()}, episode
+
+    class Ep:   # what stats_features reads of an Episode: its unread row
+        def __init__(self, position):
+            self.__dict__["_stats"] = StatsRow(holder, position)
+    assert stats_features([Ep(0), Ep(1), Ep(2)]) == {"observation.state", "action"}
+    assert stats_features([Ep(4)]) == ({"observation.images.side"} if ragged else {"observation.state", "action"})
+    assert stats_features([Ep(2)]) == set()                         # episode 5: no line

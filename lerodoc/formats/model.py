@@ -112,6 +112,22 @@ def stats_held(episodes: list[Episode]) -> np.ndarray:
     return out
 
 
+def stats_features(episodes: list[Episode]) -> set[str]:
+    """The features any of the episodes' stats name, without reading an unread row's dict: an unread row's table
+    says, once per table, which of its columns the episodes' rows hold (`StatsTable.held_by`)."""
+    out: set[str] = set()
+    by_holder: dict[int, tuple[StatsRow, list[int]]] = {}
+    for ep in episodes:
+        row = stats_row(ep)
+        if row is None:
+            out.update(ep.stats)
+        else:
+            by_holder.setdefault(id(row.holder), (row, []))[1].append(row.position)
+    for row, positions in by_holder.values():
+        out.update(feature for feature, _ in row.table.held_by(np.array(positions, dtype=np.int64)))
+    return out
+
+
 def stats_columns(episodes: list[Episode]) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]] | None:
     """(feature, stat) -> (the episodes' values stacked (len(episodes), *shape), which rows hold one, or None when
     all do), taken from their tables' columns without a dict per episode, when every episode's stats are an unread

@@ -96,6 +96,21 @@ class StatsTable:
         return self.arrays and all(np.isfinite(c if key not in self.present else c[self.present[key]]).all()
                                    for key, c in self.columns.items())
 
+    def held_by(self, rows: np.ndarray) -> list[tuple[str, str]]:
+        """The (feature, stat) columns that hold a value in any of `rows`."""
+        out = []
+        for key, column in self.columns.items():
+            present = self.present.get(key)
+            if present is not None:
+                held = bool(present[rows].any())
+            elif isinstance(column, np.ndarray):
+                held = len(rows) > 0
+            else:
+                held = any(column[i] is not None for i in rows)
+            if held:
+                out.append(key)
+        return out
+
     def has_stats(self, i: int) -> bool:
         return any(self.held(key, i) for key in self.columns)
 

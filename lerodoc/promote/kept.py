@@ -14,6 +14,7 @@ from pathlib import Path
 from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
+from lerodoc.formats.model import stats_features
 from lerodoc.tables.parquet_io import read_schema
 from lerodoc.conventions import INFO_PATH
 
@@ -27,7 +28,7 @@ def undeclared_cameras(ds: Dataset) -> dict[str, list[str]]:
                  for path in sorted(ds.root.glob(formats.module(ds.version).EPISODES_GLOB))
                  for c in read_schema(path).names if c.startswith("videos/") and c.endswith("/chunk_index")}
     else:
-        named = {k for ep in ds.episodes for k in ep.stats} | set(ds.stats or {})
+        named = stats_features(ds.episodes) | set(ds.stats or {})
     named -= set(ds.info.features)
     out: dict[str, list[str]] = {}
     if named:
