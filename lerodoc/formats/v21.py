@@ -180,14 +180,14 @@ def _aligned(by_episode: Mapping[int, dict], indices: np.ndarray) -> StatsTable:
                    for key in by_episode.runs[0][1]}
         return StatsTable(columns, len(indices), {key: found for key in columns})
     keys: dict[tuple[str, str], None] = {}
-    rows = [by_episode.get(int(i), {}) for i in indices]
-    for stats in rows:
+    dicts = [by_episode.get(int(i), {}) for i in indices]
+    for stats in dicts:
         keys.update(dict.fromkeys((feature, stat) for feature, by_stat in stats.items() for stat in by_stat))
-    return StatsTable({(feature, stat): [stats.get(feature, {}).get(stat) for stats in rows]
+    return StatsTable({(feature, stat): [stats.get(feature, {}).get(stat) for stats in dicts]
                        for feature, stat in keys}, len(indices))
 
 
-def _uniform(columns: "StatColumns") -> bool:
+def _uniform(columns: StatColumns) -> bool:
     """Whether every run holds each feature's stat in one shape, so that the runs' arrays join."""
     first = {key: values.shape[1:] for key, values in columns.runs[0][1].items()}
     return all(values.shape[1:] == first[key] for _, run in columns.runs[1:] for key, values in run.items())
