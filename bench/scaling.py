@@ -75,7 +75,8 @@ VARIANTS = {
     # lets a recipe the CLI does not offer (yet) through float8.check_float8
     "float8_mlp": dict(float8="tensorwise-mlp", experiment=True),
     "float8_lm": dict(float8="tensorwise-lm", experiment=True),
-    "float8_vlm_fastacc": dict(float8="tensorwise-vlm-fast"),   # call 3 (0673a82) set it by a patch, as this
+    # call 3 (0673a82) set this variant's torchao config through a patch here; the recipe makes the same one
+    "float8_vlm_fastacc": dict(float8="tensorwise-vlm-fast"),
     "float8_vlm_nd": dict(float8="tensorwise-vlm", inductor={"triton.prefer_nd_tiling": True}),
     "float8_vlm_cdt": dict(float8="tensorwise-vlm", env={"TORCHINDUCTOR_COORDINATE_DESCENT_TUNING": "1"}),
 }

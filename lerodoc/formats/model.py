@@ -94,20 +94,30 @@ def has_stats(ep: Episode) -> bool:
     return bool(ep.stats) if row is None else row.table.has_stats(row.position)
 
 
-def stats_held(episodes: list[Episode]) -> np.ndarray:
-    """`has_stats` of each episode, as one boolean array: an unread row asks its table once per table
-    (`StatsTable.with_stats`), not once per episode."""
-    out = np.empty(len(episodes), dtype=bool)
-    by_holder: dict[int, tuple[object, list[int], list[int]]] = {}
+def _unread_rows(episodes: list[Episode]) -> tuple[list[int], list[tuple[StatsRow, list[int], list[int]]]]:
+    """The positions in `episodes` of those whose stats are a dict (read, set or changed), and those whose stats
+    are unread rows, grouped by holder: (one of its rows, their positions in `episodes`, their rows in its table)."""
+    read: list[int] = []
+    by_holder: dict[int, tuple[StatsRow, list[int], list[int]]] = {}
     for i, ep in enumerate(episodes):
         row = stats_row(ep)
         if row is None:
-            out[i] = bool(ep.stats)
+            read.append(i)
         else:
             _, where, positions = by_holder.setdefault(id(row.holder), (row, [], []))
             where.append(i)
             positions.append(row.position)
-    for row, where, positions in by_holder.values():
+    return read, list(by_holder.values())
+
+
+def stats_held(episodes: list[Episode]) -> np.ndarray:
+    """`has_stats` of each episode, as one boolean array: an unread row asks its table once per table
+    (`StatsTable.with_stats`), not once per episode."""
+    out = np.empty(len(episodes), dtype=bool)
+    read, unread = _unread_rows(episodes)
+    for i in read:
+        out[i] = bool(episodes[i].stats)
+    for row, where, positions in unread:
         out[where] = row.table.with_stats[positions]
     return out
 
@@ -115,15 +125,9 @@ def stats_held(episodes: list[Episode]) -> np.ndarray:
 def stats_features(episodes: list[Episode]) -> set[str]:
     """The features any of the episodes' stats name, without reading an unread row's dict: an unread row's table
     says, once per table, which of its columns the episodes' rows hold (`StatsTable.held_by`)."""
-    out: set[str] = set()
-    by_holder: dict[int, tuple[StatsRow, list[int]]] = {}
-    for ep in episodes:
-        row = stats_row(ep)
-        if row is None:
-            out.update(ep.stats)
-        else:
-            by_holder.setdefault(id(row.holder), (row, []))[1].append(row.position)
-    for row, positions in by_holder.values():
+    read, unread = _unread_rows(episodes)
+    out = {feature for i in read for feature in episodes[i].stats}
+    for row, _, positions in unread:
         out.update(feature for feature, _ in row.table.held_by(np.array(positions, dtype=np.int64)))
     return out
 

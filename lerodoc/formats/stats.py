@@ -98,18 +98,7 @@ class StatsTable:
 
     def held_by(self, rows: np.ndarray) -> list[tuple[str, str]]:
         """The (feature, stat) columns that hold a value in any of `rows`."""
-        out = []
-        for key, column in self.columns.items():
-            present = self.present.get(key)
-            if present is not None:
-                held = bool(present[rows].any())
-            elif isinstance(column, np.ndarray):
-                held = len(rows) > 0
-            else:
-                held = any(column[i] is not None for i in rows)
-            if held:
-                out.append(key)
-        return out
+        return [key for key in self.columns if self._holding(key)[rows].any()]
 
     def has_stats(self, i: int) -> bool:
         return any(self.held(key, i) for key in self.columns)
@@ -118,15 +107,18 @@ class StatsTable:
     def with_stats(self) -> np.ndarray:
         """`has_stats` of every row, as one boolean array."""
         out = np.zeros(self.rows, dtype=bool)
-        for key, column in self.columns.items():
-            present = self.present.get(key)
-            if present is not None:
-                out |= present
-            elif isinstance(column, np.ndarray):
-                out[:] = True
-            else:
-                out |= np.fromiter((value is not None for value in column), dtype=bool, count=self.rows)
+        for key in self.columns:
+            out |= self._holding(key)
         return out
+
+    def _holding(self, key: tuple[str, str]) -> np.ndarray:
+        """Which rows hold a value of the column `key`, as one boolean array."""
+        column, present = self.columns[key], self.present.get(key)
+        if present is not None:
+            return present
+        if isinstance(column, np.ndarray):
+            return np.ones(self.rows, dtype=bool)
+        return np.fromiter((value is not None for value in column), dtype=bool, count=self.rows)
 
     def normal(self, features: dict) -> bool:
         """Whether `normalise_stats` leaves every row as it is against `features`: regular columns of features it
