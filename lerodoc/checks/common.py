@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lerodoc import access
+from lerodoc import access, budget
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
@@ -82,18 +82,26 @@ class DataFile:
     """One referenced data parquet: its schema and bookkeeping columns, or why it could not be read."""
     path: str                        # relative to the root
     schema: pa.Schema | None = None
-    columns: pa.Table | None = None  # the INDEX_FEATURES columns the file has
+    columns: pa.Table | None = None  # the INDEX_FEATURES columns the file has (and, `data_files`, numeric ones kept)
     error: str | None = None         # "missing", or the reader's message
+
+    def kept(self, names: list[str]) -> pa.Table | None:
+        """Columns `names` when this read kept every one of them (`data_files`), else None."""
+        if self.columns is None or not set(names) <= set(self.columns.column_names):
+            return None
+        return self.columns.select(names)
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
 
-def read_data_file(root: Path, path: str) -> DataFile:
+def read_data_file(root: Path, path: str, keep: tuple[str, ...] = ()) -> DataFile:
     """The file's footer and its INDEX_FEATURES columns, read as every parquet read is (`read_row_groups`: the
     columns' footer claims held to the memory budget and to the bytes the file holds first); any other column is
-    never decoded."""
+    never decoded. `keep`: columns read in the same pass when the file has them all, for a later family (the stats
+    family's numeric ones); if that wider read fails, the file is read as without them, so that what the
+    bookkeeping families find does not change."""
     full = root / path
     if not full.is_file():
         return DataFile(path, error="missing")
@@ -102,8 +110,14 @@ def read_data_file(root: Path, path: str) -> DataFile:
         parquet = pq.ParquetFile(access.source(full), pre_buffer=not access.is_remote(full))
         schema = parquet.schema_arrow
         columns = [c for c in INDEX_FEATURES if c in schema.names]
-        return DataFile(path, schema, read_row_groups(parquet, full, list(range(parquet.metadata.num_row_groups)),
-                                                      columns))
+        groups = list(range(parquet.metadata.num_row_groups))
+        wider = list(dict.fromkeys(columns + list(keep)))
+        if keep and len(wider) > len(columns) and set(keep) <= set(schema.names):
+            try:
+                return DataFile(path, schema, read_row_groups(parquet, full, groups, wider))
+            except (LerodocError, OSError, pa.ArrowException, ValueError):
+                pass       # the stats family reads those columns again and names what is wrong with them
+        return DataFile(path, schema, read_row_groups(parquet, full, groups, columns))
     except Unreadable as exc:
         return DataFile(path, error=exc.reason)
     except LerodocError as exc:     # over the budget: its message and hint, without the file's name
@@ -117,12 +131,31 @@ def _read_data_file(args: tuple[Path, str]) -> DataFile:
     return read_data_file(*args)
 
 
+KEEP_SHARE = 4   # the numeric columns `data_files` keeps for the stats family: at most this share of the memory budget
+
+
+def numeric_features(ds: Dataset) -> list[str]:
+    """Numeric features with a well-formed spec (layout reports the others): the stats family's columns."""
+    return [name for name in ds.info.numeric_keys if valid_spec(ds.info.features[name])]
+
+
 def data_files(ctx: Context) -> dict[str, DataFile]:
-    """Every referenced data file in global row order (sorted paths), read once per context."""
+    """Every referenced data file in global row order (sorted paths), read once per context.
+
+    When the stats family will recompute the stats here (no engine), each file's numeric columns are read in the
+    same pass and kept, while what is kept stays within 1/KEEP_SHARE of the memory budget: the files the stats family
+    would read again are then read once. Past that, the remaining files are read for their bookkeeping alone."""
     if "data_files" not in ctx.cache:
         paths = sorted(ctx.dataset.data_files())
-        ctx.cache["data_files"] = dict(zip(paths, pmap(_read_data_file, [(ctx.root, p) for p in paths],
-                                                        engine=ctx.engine)))
+        if ctx.engine is not None or not ctx.stats:
+            files = pmap(_read_data_file, [(ctx.root, p) for p in paths], engine=ctx.engine)
+        else:
+            keep, room, files = tuple(numeric_features(ctx.dataset)), budget.memory_budget() // KEEP_SHARE, []
+            for path in paths:
+                files.append(read_data_file(ctx.root, path, keep if room > 0 else ()))
+                if files[-1].columns is not None:
+                    room -= files[-1].columns.nbytes
+        ctx.cache["data_files"] = dict(zip(paths, files))
     return ctx.cache["data_files"]
 
 

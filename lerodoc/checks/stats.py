@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_columns, episode_meta_files,
-                                   finding_factory, valid_spec)
+                                   finding_factory, numeric_features, valid_spec)
 from lerodoc.checks.indices import placement
 from lerodoc.dataset import Dataset
 from lerodoc.tables.stats import Stats
@@ -150,11 +150,6 @@ def _stats_files(ctx: Context) -> list[Finding]:
                     if present else f"{v21.EPISODES_STATS_PATH} does not exist")
             return [_finding("STA002", text, file=v21.EPISODES_STATS_PATH, episode=lacking[0] if present else None)]
     return []
-
-
-def _numeric(ds: Dataset) -> list[str]:
-    """Numeric features with a well-formed spec (layout reports the others)."""
-    return [name for name in ds.info.numeric_keys if valid_spec(ds.info.features[name])]
 
 
 def _normalised_features(ds: Dataset) -> list[str]:
@@ -552,7 +547,7 @@ def _channel_names(spec: dict) -> list[str]:
 def _channels(ds: Dataset, training: Stats) -> list[Finding]:
     """Near-constant and extreme channels of non-bookkeeping numeric features, from the stats values."""
     out = []
-    for feature in _numeric(ds):
+    for feature in numeric_features(ds):
         by_stat, spec = training.get(feature), ds.info.features[feature]
         width = int(np.prod(spec["shape"]))
         if feature in INDEX_FEATURES or not by_stat or not _usable(by_stat, width):
@@ -726,7 +721,7 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
     `file_stats`, run through ctx.engine when there is one); the order statistics around each per-episode
     quantile the episode stats state (`groups`: `_columns` of the sources, made here when not given)."""
     ds, where = ctx.dataset, placement(ctx)
-    numeric = _numeric(ds)
+    numeric = numeric_features(ds)
     result = DataStats({}, set() if where.complete else set(numeric), set(), {}, [], {})
     episodes, counts = np.unique(where.episode, return_counts=True)
     whole = counts[np.searchsorted(episodes, where.episode)] == 1   # per run: its episode's only one
@@ -751,7 +746,7 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
             batch, rows = [], 0
         batch.append((ctx.root / path, path, {f: widths[f] for f in columns},
                       (where.episode[lo:hi], where.start[lo:hi], where.length[lo:hi]),
-                      {f: (keys[f][0][lo:hi], keys[f][1]) for f in columns if f in keys}))
+                      {f: (keys[f][0][lo:hi], keys[f][1]) for f in columns if f in keys}, data.kept(columns)))
         rows += size
     units += [batch] if batch else []
     parts: dict[str, list[Exact]] = {}
@@ -820,16 +815,20 @@ class _Column:
 
 
 def file_stats(batch: list[tuple[str, str, dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray],
-                                 dict[str, tuple[np.ndarray, list[tuple]]]]]) -> DataStats:
+                                 dict[str, tuple[np.ndarray, list[tuple]]], pa.Table | None]]) -> DataStats:
     """Worker: the stats of the runs of some consecutive data files (each (full path, path, widths, (episodes, first
-    rows, lengths) of its runs in row order, stated)); `exact` holds a row per run, in file and row order. Each file
-    is read on its own and its findings are its own, in the order file by file gives them; each feature's columns of
-    the files are then worked on at once. The quantile brackets are those of the runs that `stated` gives quantiles
-    to bracket: feature -> (per run, which of the key sets, -1 for none; the key sets, (name, level) items)."""
+    rows, lengths) of its runs in row order, stated, the columns already read or None)); `exact` holds a row per
+    run, in file and row order. Each file is read on its own (unless its columns came read: `data_files` kept them)
+    and its findings are its own, in the order file by file gives them; each feature's columns of the files are then
+    worked on at once. The quantile brackets are those of the runs that `stated` gives quantiles to bracket: feature
+    -> (per run, which of the key sets, -1 for none; the key sets, (name, level) items)."""
     result = DataStats({}, set(), set(), {}, [], {})
     found: list[tuple[tuple[int, int, int], Finding]] = []   # (file, feature in it, run) -> finding
     tables = []
-    for i, (full, path, widths, _, _) in enumerate(batch):
+    for i, (full, path, widths, _, _, kept) in enumerate(batch):
+        if kept is not None:
+            tables.append(kept)
+            continue
         try:
             tables.append(read_parquet(full, list(widths)))
         except LerodocError as exc:
@@ -838,7 +837,7 @@ def file_stats(batch: list[tuple[str, str, dict[str, int], tuple[np.ndarray, np.
             result.incomplete |= set(widths)
     for feature in dict.fromkeys(f for unit in batch for f in unit[2]):
         columns = []
-        for i, (table, (_, path, widths, runs, stated)) in enumerate(zip(tables, batch)):
+        for i, (table, (_, path, widths, runs, stated, _)) in enumerate(zip(tables, batch)):
             if table is None or feature not in widths:
                 continue
             rank = list(widths).index(feature)
@@ -979,7 +978,7 @@ def _agreement(ctx: Context, sources: list[Source], groups: list[Group]) -> list
     ds = ctx.dataset
     data = _data_stats(ctx, groups)
     out = list(data.findings)
-    complete = [f for f in _numeric(ds) if f not in data.incomplete]
+    complete = [f for f in numeric_features(ds) if f not in data.incomplete]
     recomputed = _recomputed(ctx, data, complete) if placement(ctx).complete else {}
     unsure = _unsure(ds, groups, data)
     for source in _among(sources, groups, unsure):

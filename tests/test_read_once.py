@@ -1,0 +1,104 @@
+"""validate reads each data file once (issue 37): the bookkeeping read (`checks.common.data_files`) also reads and
+keeps the numeric columns the stats family recomputes, while they fit its share of the memory budget.
+
+- what validate finds is the same whether the columns were kept or read again, on datasets with defects the stats
+  family finds (a NaN, stats that disagree with the data, an episode split across files);
+- when kept, the stats family reads no data file itself; past the share, it reads the files not kept;
+- a file whose numeric columns cannot be read within the budget while its bookkeeping columns can is read as
+  before: the bookkeeping families see it, and the stats family names it (STA052).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lerodoc.checks import common, open_context, run_checks, stats as stats_family
+from tests.fixtures.factory import make_dataset
+
+KEEP_ALL, KEEP_NONE = 1, 10 ** 18   # KEEP_SHARE: the whole budget, or no room at all
+
+
+def _defective(root):
+    """A v2.1 dataset of 5 one-episode files: a NaN in episode 1's action, episode 3's state mean off by 0.5."""
+    root = make_dataset(root, version="v2.1", episodes=5, lengths=[12, 30, 9, 20, 15], cameras=(), noise=0.3).root
+    path = root / "data/chunk-000/episode_000001.parquet"
+    table = pq.read_table(path)
+    action = table.column("action").to_pylist()
+    action[4][2] = float("nan")
+    at = table.column_names.index("action")
+    pq.write_table(table.set_column(at, table.schema.field("action"),
+                                    pa.array(action, type=table.schema.field("action").type)), path)
+    stats = root / "meta/episodes_stats.jsonl"
+    lines = stats.read_text().splitlines()
+    record = json.loads(lines[3])
+    record["stats"]["observation.state"]["mean"][0] += 0.5
+    lines[3] = json.dumps(record)
+    stats.write_text("\n".join(lines) + "\n")
+    return root
+
+
+def _split_v30(root):
+    """A v3.0 dataset of 6 episodes, 2 a file, episode 2 split across files 0 and 1."""
+    root = make_dataset(root, version="v3.0", episodes=6, lengths=[14, 11, 16, 10, 13, 12], episodes_per_file=2,
+                        cameras=(), noise=0.3).root
+    name = "data/chunk-000/file-{:03d}.parquet"
+    first, second = pq.read_table(root / name.format(0)), pq.read_table(root / name.format(1))
+    pq.write_table(pa.concat_tables([first, second.slice(0, 1)]), root / name.format(0))
+    pq.write_table(second.slice(1), root / name.format(1))
+    return root
+
+
+def _validate(root, monkeypatch, share: int) -> tuple[list[tuple], int]:
+    """Every family's findings with KEEP_SHARE `share`, and how many data files the stats family read itself."""
+    monkeypatch.setattr(common, "KEEP_SHARE", share)
+    reads = []
+    original = stats_family.read_parquet
+    monkeypatch.setattr(stats_family, "read_parquet", lambda *a, **k: reads.append(a[0]) or original(*a, **k))
+    findings = [(f.code, f.file, f.episode, f.feature, f.channel, f.message) for f in run_checks(open_context(root))]
+    return findings, len(reads)
+
+
+@pytest.mark.parametrize("make", [_defective, _split_v30])
+def test_kept_columns_find_what_a_second_read_finds(tmp_path, monkeypatch, make):
+    root = make(tmp_path / "ds")
+    files = len(list(root.glob("data/*/*.parquet")))
+    kept, kept_reads = _validate(root, monkeypatch, KEEP_ALL)
+    again, again_reads = _validate(root, monkeypatch, KEEP_NONE)
+    assert kept == again
+    assert (kept_reads, again_reads) == (0, files)
+    if make is _defective:
+        codes = {(code, episode) for code, _, episode, *_ in kept}
+        assert {("STA050", 1), ("STA040", 3)} <= codes, kept
+
+
+def test_past_the_share_the_files_not_kept_are_read_again(tmp_path, monkeypatch):
+    root = _defective(tmp_path / "ds")
+    everything, _ = _validate(root, monkeypatch, KEEP_NONE)
+    first = pq.read_table(root / "data/chunk-000/episode_000000.parquet",
+                          columns=list(common.INDEX_FEATURES) + common.numeric_features(open_context(root).dataset))
+    # room for half the first file: it is kept, and the remaining four are read by the stats family
+    monkeypatch.setattr(common, "KEEP_SHARE", common.budget.memory_budget() // (first.nbytes // 2))
+    reads = []
+    original = stats_family.read_parquet
+    monkeypatch.setattr(stats_family, "read_parquet", lambda *a, **k: reads.append(a[0].name) or original(*a, **k))
+    ctx = open_context(root)
+    found = [(f.code, f.file, f.episode, f.feature, f.channel, f.message) for f in run_checks(ctx)]
+    assert found == everything
+    assert reads == [f"episode_{e:06d}.parquet" for e in range(1, 5)]
+
+
+def test_a_file_whose_numeric_columns_are_over_the_budget_is_named_by_the_stats_family(tmp_path, monkeypatch):
+    root = make_dataset(tmp_path / "ds", version="v2.1", episodes=3, lengths=[40, 3000, 50], cameras=(),
+                        noise=0.3).root
+    # its bookkeeping columns fit this budget, its numeric ones do not (3000 rows of 16 + 16 float32s)
+    monkeypatch.setenv("LERODOC_MEMORY_BUDGET", "200000")
+    kept, kept_reads = _validate(root, monkeypatch, KEEP_ALL)
+    again, _ = _validate(root, monkeypatch, KEEP_NONE)
+    assert kept == again
+    errors = [(code, file) for code, file, _, _, _, _ in kept if code.startswith(("LAY", "IDX", "STA052"))]
+    assert errors == [("STA052", "data/chunk-000/episode_000001.parquet")], kept
+    assert kept_reads == 1   # the file the wider read could not keep
