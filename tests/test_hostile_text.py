@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 from pathlib import Path
@@ -283,3 +284,59 @@ def test_check_json_budgets():
     hidden = b'"' + b"]" * DEEP + b'"' + b"[" * DEEP + b'"\n'
     assert refusal(b'{"a": 1}\n' + hidden, lines=True) == f"line 2 nests lists and objects deeper than {depth} " \
         "levels, the most lerodoc reads"
+
+
+def _read_byte_by_byte(data: bytes, lines: bool, chunks: list[tuple[int, int]]):
+    """What `jsonl._scan` finds, read a byte at a time: per document (a line, or the whole text), quotes open and
+    close strings and brackets outside them nest, except in a line of an odd number of quotes, where only the opening
+    brackets count. Each chunk's findings come in turn: the first long string closed in it (by where it opens), else
+    the first bracket in it past MAX_DEPTH."""
+    chunk_of = [i for i, (start, end) in enumerate(chunks) for _ in range(start, end)]
+    strings, deep = [], []
+    documents = [(0, data)] if not lines else []
+    if lines:
+        at = 0
+        for line in data.split(b"\n"):
+            documents.append((at, line))
+            at += len(line) + 1
+    for offset, document in documents:
+        bad = lines and document.count(b'"') % 2 == 1
+        depth, inside, opened = 0, False, None
+        for i, byte in enumerate(document):
+            where = offset + i
+            if byte == ord('"') and not bad:
+                if inside:
+                    strings.append((chunk_of[where], opened, where - opened - 1))
+                inside, opened = not inside, where
+            elif byte in b"[{" and not inside:
+                depth += 1
+                if depth > jsonl.MAX_DEPTH:
+                    deep.append((chunk_of[where], where))
+            elif byte in b"]}" and not inside and not bad:
+                depth -= 1
+    for chunk in range(len(chunks)):
+        long = [(start, size) for c, start, size in strings if c == chunk and size > jsonl.MAX_STRING]
+        if long:
+            return ("string", *min(long))
+        hit = [where for c, where in deep if c == chunk]
+        if hit:
+            return "depth", hit[0], 0
+    return None
+
+
+def test_check_json_scan_reads_as_a_byte_by_byte_reading_does(monkeypatch):
+    """`_scan` looks only at the quotes, brackets and newlines; on random texts of those bytes and others, with small
+    bounds and small chunks, it finds what reading every byte finds."""
+    rng = random.Random(37)
+    alphabet = [b"[", b"]", b"{", b"}", b'"', b"\n", b"a", b"1", b","]
+    found = set()
+    for trial in range(3000):
+        data = b"".join(rng.choices(alphabet, [rng.random() for _ in alphabet], k=rng.choice([1, 5, 40, 300])))
+        for lines in (False, True):
+            monkeypatch.setattr(jsonl, "MAX_DEPTH", rng.choice([1, 3, 8]))
+            monkeypatch.setattr(jsonl, "MAX_STRING", rng.choice([0, 4, 30]))
+            monkeypatch.setattr(jsonl, "_CHUNK", rng.choice([1 << 20, 16, 3]))
+            want = _read_byte_by_byte(data, lines, list(jsonl._chunks(data, lines)))
+            assert jsonl._scan(data, lines) == want, (data, lines, jsonl.MAX_DEPTH, jsonl.MAX_STRING, jsonl._CHUNK)
+            found.add(want[0] if want else None)
+    assert found == {"string", "depth", None}

@@ -127,6 +127,8 @@ def read_text(path: Path) -> str:
 _STEP = np.zeros(256, np.int8)   # how a byte changes the nesting, outside strings
 _STEP[[ord("["), ord("{")]], _STEP[[ord("]"), ord("}")]] = 1, -1
 _QUOTE, _NEWLINE = ord('"'), ord("\n")
+_KIND = (_STEP != 0) | (np.arange(256) == _QUOTE)   # the bytes `_scan` looks at: brackets and quotes
+_LINE_KIND = _KIND | (np.arange(256) == _NEWLINE)    # and, in JSON lines, newlines
 _CHUNK = 1 << 20   # bytes scanned at once (whole lines of JSON lines): some 20 bytes of numpy arrays each
 NEWLINE = b"\n"
 
@@ -179,38 +181,44 @@ def _scan(plain: bytes, lines: bool) -> tuple[str, int, int] | None:
     bytes, so every quote begins or ends a string); else None. A byte is inside a string when an odd number of quotes
     precede it (on its line, for JSON lines, each line counting from its start). A line with an odd number of quotes
     is malformed (the parser names it): its opening brackets count, wherever they are, its closing ones do not, so
-    that no line reaches a parser nested deeper (pyarrow's reader, v21's per-episode stats, crashes at 10^5 levels)."""
+    that no line reaches a parser nested deeper (pyarrow's reader, v21's per-episode stats, crashes at 10^5 levels).
+    Only the bytes that matter are looked at after one pass: quotes, brackets and (JSON lines) newlines, a few in a
+    hundred of a document of numbers."""
     carry_quotes = carry_level = opened = 0   # a document's state where the previous chunk ended (not JSON lines)
+    kinds = _LINE_KIND if lines else _KIND
     for start, end in _chunks(plain, lines):
         a = np.frombuffer(plain, np.uint8, count=end - start, offset=start)
-        is_quote = a == _QUOTE
-        ends = np.flatnonzero(a == _NEWLINE) if lines else np.empty(0, np.intp)
-        line = np.zeros(len(a), np.int32)   # each byte's line in the chunk (whole lines, for JSON lines)
-        line[ends[ends + 1 < len(a)] + 1] = 1
-        line = np.cumsum(line, dtype=np.int32)
+        at = np.flatnonzero(kinds[a])          # the bytes that matter, in order
+        if not len(at):
+            continue
+        kind = a[at]
+        is_quote, newline = kind == _QUOTE, kind == _NEWLINE
+        line = np.cumsum(newline, dtype=np.int32) - newline   # each event's line in the chunk (a newline ends its)
+        count = int(np.count_nonzero(newline & (at < len(a) - 1))) + 1   # lines in the chunk
+        ends = np.flatnonzero(newline)
         quotes = np.cumsum(is_quote, dtype=np.int32) + carry_quotes
-        before = np.concatenate(([0], quotes[ends]))[:line[-1] + 1]   # quotes before each line (JSON lines)
-        after = np.append(quotes[ends], quotes[-1])[:line[-1] + 1]
-        bad = ((after - before) & 1).astype(bool) if lines else np.zeros(len(before), bool)
+        before = np.concatenate(([0], quotes[ends]))[:count]   # quotes before each line (JSON lines)
+        after = np.append(quotes[ends], quotes[-1])[:count]
+        bad = ((after - before) & 1).astype(bool) if lines else np.zeros(count, bool)
         ok = ~bad[line]
         inside = ((quotes - before[line]) & 1).astype(bool) & ok
-        at = np.flatnonzero(is_quote & ok) + start
+        marks = at[is_quote & ok] + start
         if carry_quotes & 1:   # a string of the document opened in an earlier chunk
-            at = np.concatenate(([opened], at))
-        if len(at) % 2:
-            opened, at = int(at[-1]), at[:-1]
-        if len(at):
-            sizes = at[1::2] - at[0::2] - 1
+            marks = np.concatenate(([opened], marks))
+        if len(marks) % 2:
+            opened, marks = int(marks[-1]), marks[:-1]
+        if len(marks):
+            sizes = marks[1::2] - marks[0::2] - 1
             over = np.flatnonzero(sizes > MAX_STRING)
             if len(over):
-                return "string", int(at[2 * over[0]]), int(sizes[over[0]])
-        step = _STEP[a]
+                return "string", int(marks[2 * over[0]]), int(sizes[over[0]])
+        step = _STEP[kind]
         step[inside | ~ok & (step < 0)] = 0   # a malformed line: its opening brackets bound how deep it nests
         running = np.cumsum(step, dtype=np.int32) + carry_level
-        level = np.concatenate(([0], running[ends]))[:line[-1] + 1]
+        level = np.concatenate(([0], running[ends]))[:count]
         over = np.flatnonzero(running - level[line] > MAX_DEPTH)
         if len(over):
-            return "depth", start + int(over[0]), 0
+            return "depth", start + int(at[over[0]]), 0
         if not lines:
             carry_quotes, carry_level = int(quotes[-1]), int(running[-1])
     return None
