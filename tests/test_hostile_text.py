@@ -326,7 +326,7 @@ def _read_byte_by_byte(data: bytes, lines: bool, chunks: list[tuple[int, int]]):
 
 def test_check_json_scan_reads_as_a_byte_by_byte_reading_does(monkeypatch):
     """`_scan` looks only at the quotes, brackets and newlines; on random texts of those bytes and others, with small
-    bounds and small chunks, it finds what reading every byte finds."""
+    bounds and small chunks, it finds what reading every byte finds, and check_json refuses what it finds."""
     rng = random.Random(37)
     alphabet = [b"[", b"]", b"{", b"}", b'"', b"\n", b"a", b"1", b","]
     found = set()
@@ -338,5 +338,11 @@ def test_check_json_scan_reads_as_a_byte_by_byte_reading_does(monkeypatch):
             monkeypatch.setattr(jsonl, "_CHUNK", rng.choice([1 << 20, 16, 3]))
             want = _read_byte_by_byte(data, lines, list(jsonl._chunks(data, lines)))
             assert jsonl._scan(data, lines) == want, (data, lines, jsonl.MAX_DEPTH, jsonl.MAX_STRING, jsonl._CHUNK)
+            try:   # and check_json, with its shortcut for short documents of few brackets, refuses just those
+                jsonl.check_json(data, "f.json", lines)
+                refused = False
+            except jsonl.LerodocError:
+                refused = True
+            assert refused == (want is not None), (data, lines, jsonl.MAX_DEPTH, jsonl.MAX_STRING)
             found.add(want[0] if want else None)
     assert found == {"string", "depth", None}

@@ -297,9 +297,8 @@ def _schemas(ctx: Context) -> list[Finding]:
     return out
 
 
-def _uses_list_type(schema: pa.Schema) -> bool:
-    """Whether the schema's `huggingface` metadata has a datasets>=4 {"_type": "List"} feature."""
-    raw = (schema.metadata or {}).get(b"huggingface")
+def _uses_list_type(raw: bytes | None) -> bool:
+    """Whether a schema's `huggingface` metadata (`raw`) has a datasets>=4 {"_type": "List"} feature."""
     if not raw:
         return False
     try:
@@ -315,7 +314,15 @@ def _uses_list_type(schema: pa.Schema) -> bool:
 
 
 def _hf_metadata(ctx: Context) -> list[Finding]:
-    files = [d.path for d in data_files(ctx).values() if d.ok and _uses_list_type(d.schema)]
+    uses: dict[bytes | None, bool] = {}   # per distinct metadata text, parsed once (files of one writer share it)
+    files = []
+    for data in data_files(ctx).values():
+        if data.ok:
+            raw = (data.schema.metadata or {}).get(b"huggingface")
+            if raw not in uses:
+                uses[raw] = _uses_list_type(raw)
+            if uses[raw]:
+                files.append(data.path)
     if not files:
         return []
     others = f" (and {len(files) - 1} more files)" if len(files) > 1 else ""

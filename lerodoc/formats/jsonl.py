@@ -148,6 +148,8 @@ def check_json(data: bytes, path: object, lines: bool = False, line0: int = 0) -
             where = _line(data, long[0], line0) if lines else ""
             raise LerodocError(f"{where}holds more than {MAX_DOCUMENT_BYTES:,} bytes of JSON, the most lerodoc reads "
                                f"in one {'line' if lines else 'file'}", file=path)
+    if len(data) <= MAX_STRING and data.count(b"[") + data.count(b"{") <= MAX_DEPTH:
+        return   # no string in it can be longer, and no more brackets open than that: neither bound can break
     # an escaped backslash, then an escaped quote, as two plain bytes: each string keeps its length and its quotes
     plain = data.replace(b"\\\\", b"__").replace(b'\\"', b"__") if b"\\" in data else data
     found = _scan(plain, lines)
