@@ -99,7 +99,7 @@ class DataFile:
 def read_data_file(root: Path, path: str, keep: tuple[str, ...] = ()) -> DataFile:
     """The file's footer and its INDEX_FEATURES columns, read as every parquet read is (`read_row_groups`: the
     columns' footer claims held to the memory budget and to the bytes the file holds first); any other column is
-    never decoded. `keep`: columns read in the same pass when the file has them all, for a later family (the stats
+    never decoded. `keep`: columns read in the same pass, those of them the file has, for a later family (the stats
     family's numeric ones); if that wider read fails, the file is read as without them, so that what the
     bookkeeping families find does not change."""
     full = root / path
@@ -111,8 +111,8 @@ def read_data_file(root: Path, path: str, keep: tuple[str, ...] = ()) -> DataFil
         schema = parquet.schema_arrow
         columns = [c for c in INDEX_FEATURES if c in schema.names]
         groups = list(range(parquet.metadata.num_row_groups))
-        wider = list(dict.fromkeys(columns + list(keep)))
-        if keep and len(wider) > len(columns) and set(keep) <= set(schema.names):
+        wider = list(dict.fromkeys(columns + [c for c in keep if c in schema.names]))
+        if len(wider) > len(columns):
             try:
                 return DataFile(path, schema, read_row_groups(parquet, full, groups, wider))
             except (LerodocError, OSError, pa.ArrowException, ValueError):

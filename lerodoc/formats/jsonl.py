@@ -195,7 +195,7 @@ def _scan(plain: bytes, lines: bool) -> tuple[str, int, int] | None:
             continue
         kind = a[at]
         is_quote, newline = kind == _QUOTE, kind == _NEWLINE
-        line = np.cumsum(newline, dtype=np.int32) - newline   # each event's line in the chunk (a newline ends its)
+        line = np.cumsum(newline, dtype=np.int32) - newline   # each event's line (a newline's: the one it ends)
         count = int(np.count_nonzero(newline & (at < len(a) - 1))) + 1   # lines in the chunk
         ends = np.flatnonzero(newline)
         quotes = np.cumsum(is_quote, dtype=np.int32) + carry_quotes
