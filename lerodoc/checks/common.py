@@ -91,6 +91,12 @@ class DataFile:
             return None
         return self.columns.select(names)
 
+    def release(self) -> None:
+        """Let go of the numeric columns `data_files` kept (the stats family, their one reader, has them): the
+        bookkeeping columns stay."""
+        if self.columns is not None:
+            self.columns = self.columns.select([c for c in self.columns.column_names if c in INDEX_FEATURES])
+
     @property
     def ok(self) -> bool:
         return self.error is None

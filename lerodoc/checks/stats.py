@@ -193,6 +193,11 @@ class Group:
     matrices: dict[str, np.ndarray] | None
     positions: np.ndarray         # where each row's stats dict is in the sources (`_columns`' argument), int64
 
+    def rows(self, start: int, stop: int) -> "Group":
+        """Its rows [start, stop) as a group of their own (views of its arrays)."""
+        matrices = None if self.matrices is None else {k: v[start:stop] for k, v in self.matrices.items()}
+        return Group(self.feature, self.episodes[start:stop], self.shapes, matrices, self.positions[start:stop])
+
 
 def _stack(values: list, n: int, uniform: bool = False) -> np.ndarray:
     """(n, channels) float64 from n values of one shape (`uniform`: known to be; else checked, ValueError if not)."""
@@ -747,6 +752,7 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
         batch.append((ctx.root / path, path, {f: widths[f] for f in columns},
                       (where.episode[lo:hi], where.start[lo:hi], where.length[lo:hi]),
                       {f: (keys[f][0][lo:hi], keys[f][1]) for f in columns if f in keys}, data.kept(columns)))
+        data.release()   # held by the batch alone from here: gone once it is worked on
         rows += size
     units += [batch] if batch else []
     parts: dict[str, list[Exact]] = {}
@@ -859,8 +865,12 @@ def file_stats(batch: list[tuple[str, str, dict[str, int], tuple[np.ndarray, np.
 def _feature_stats(feature: str, columns: list[_Column], result: DataStats,
                    found: list[tuple[tuple[int, int, int], Finding]]) -> None:
     """One feature's stats and quantile brackets over its columns of a batch, all runs at once."""
-    values = columns[0].values.astype(np.float64) if len(columns) == 1 else \
-        np.concatenate([c.values.astype(np.float64) for c in columns])   # (rows, channels)
+    # float data stays in its dtype when every column has the same (`spans_stats` casts a few MB of it at a time, to
+    # the same float64 bits, and float32's order statistics are its own values); any other in float64
+    kinds = {c.values.dtype for c in columns}
+    kind = kinds.pop() if len(kinds) == 1 and next(iter(kinds)) in (np.float32, np.float64) else np.dtype(np.float64)
+    values = columns[0].values.astype(kind, copy=False) if len(columns) == 1 else \
+        np.concatenate([c.values.astype(kind, copy=False) for c in columns])   # (rows, channels)
     sizes = np.array([len(c.values) for c in columns], dtype=np.int64)
     episodes, firsts, lengths = (np.concatenate([c.runs[k] for c in columns]) for k in range(3))
     column = np.repeat(np.arange(len(columns)), [len(c.runs[0]) for c in columns])   # each run's
@@ -874,15 +884,12 @@ def _feature_stats(feature: str, columns: list[_Column], result: DataStats,
         return
     names = columns[0].stated[1]
     keys = np.where(dirty | (lengths == 0), -1, np.concatenate([c.stated[0] for c in columns]))
-    # float32 data's order statistics are float32 values: found in the data's own dtype they are the same numbers
-    # (the cast to float64 is exact and keeps the order), held in half the bytes
-    float32 = all(c.values.dtype == np.float32 for c in columns)
-    ordered = values if not float32 else (columns[0].values if len(columns) == 1 else
-                                          np.concatenate([c.values for c in columns])).T
+    # float32 data's order statistics are float32 values: found in the data's own dtype (`values` kept it) they are the
+    # same numbers (the cast to float64 is exact and keeps the order), held in half the bytes
     for k, items in enumerate(names):
         chosen = np.flatnonzero(keys == k)
         if len(chosen):
-            bounds = _quantile_brackets(ordered, firsts[chosen], lengths[chosen], dict(items))
+            bounds = _quantile_brackets(values, firsts[chosen], lengths[chosen], dict(items))
             result.brackets.setdefault(feature, []).append(
                 Brackets(episodes[chosen], tuple(name for name, _ in items), bounds))
 
@@ -1009,11 +1016,15 @@ def _recomputed(ctx: Context, data: DataStats, complete: list[str]) -> Stats:
         held |= found >= 0
     if not held.all():
         return {}
-    return aggregate({f: {k: v[rows[f]] for k, v in data.exact[f].stats.items()}
+    ordered = {f: len(at) == len(data.exact[f].episodes) and np.array_equal(at, np.arange(len(at)))
+               for f, at in rows.items()}   # the rows already in metadata order: no gather (a copy)
+    return aggregate({f: {k: v if ordered[f] else v[rows[f]] for k, v in data.exact[f].stats.items()}
                       for f in complete if f in rows and (rows[f] >= 0).all()})
 
 
 AGREE_MARGIN = 0.5   # the prefilter's share of each tolerance: it passes only what `_disagreement` surely does
+AGREE_ROWS = 1 << 13   # `_agreeing` takes a group's rows this many at a time: each row is decided on its own, and its
+                       # dozens of (rows, channels) temporaries stay a few MB, reused, not fresh memory per stat
 
 
 def _unsure(ds: Dataset, groups: list[Group], data: DataStats) -> dict[int, set[str]]:
@@ -1025,7 +1036,10 @@ def _unsure(ds: Dataset, groups: list[Group], data: DataStats) -> dict[int, set[
     unsure: dict[int, set[str]] = {}
     for group in groups:
         feature, n = group.feature, len(group.episodes)
-        ok = _agreeing(ds, group, data, moments) if group.matrices is not None else np.zeros(n, dtype=bool)
+        ok = np.zeros(n, dtype=bool)
+        if group.matrices is not None:
+            for start in range(0, n, AGREE_ROWS):
+                ok[start:start + AGREE_ROWS] = _agreeing(ds, group.rows(start, start + AGREE_ROWS), data, moments)
         for e in group.episodes[~ok].tolist():
             unsure.setdefault(e, set()).add(feature)
     return unsure

@@ -304,8 +304,12 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     `dry_run` returns the report with the plan (what would change, `rewrite.Plan.to_json`), writing nothing."""
     started = time.perf_counter()
     target = output_target(src, out, in_place, dry_run=dry_run)
-    before = validate(src, videos=True)
-    ds = Dataset.open(src)
+    try:   # one open for the validation and the repair (a dataset that does not open: validate says why, then this)
+        opened = Dataset.open(src)
+    except LerodocError:
+        opened = None
+    before = validate(src, videos=True, dataset=opened)
+    ds = opened if opened is not None else Dataset.open(src)
     ds.require_columns(files=False)   # missing or misplaced files are what repair looks for
     report = RepairReport(dataset=str(ds.root), output=None, before=_counts(before.findings))
     restored = restore_cameras(ds)

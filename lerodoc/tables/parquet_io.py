@@ -712,7 +712,7 @@ def regular_rows(column: pa.ChunkedArray | pa.Array, dtype) -> np.ndarray | None
         array = list_values(array)
     if array.null_count or numpy_dtype(array.type) is None:
         return None
-    return to_numpy(array).astype(dtype).reshape(shape)
+    return to_numpy(array).astype(dtype, copy=False).reshape(shape)
 
 
 def _has_str(value) -> bool:

@@ -34,7 +34,7 @@ QUANTILES = ("q01", "q10", "q50", "q90", "q99")
 LEVELS = [int(q[1:]) / 100 for q in QUANTILES]
 
 
-def segment_stats(matrix: np.ndarray, lengths, *, quantiles: bool = True, chunk: int = 1 << 22
+def segment_stats(matrix: np.ndarray, lengths, *, quantiles: bool = True, chunk: int = 1 << 19
                   ) -> dict[str, np.ndarray]:
     """Per-segment stats of a (channels, frames) matrix whose frames are consecutive segments (episodes) of
     `lengths` frames: min, max, mean, std (population) as (segments, channels) float64 arrays, count as
