@@ -225,3 +225,20 @@ def test_a_clean_dataset_reads_no_episodes_stats_dict(clean):
     assert all(stats_row(ep) is not None for ep in ctx.dataset.episodes)
     assert [f for f in run_checks(ctx, families=("stats",)) if f.episode is not None] == []
     assert all(stats_row(ep) is not None for ep in ctx.dataset.episodes)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_segment_stats_bits_do_not_depend_on_the_chunk_or_a_float64_cast(dtype):
+    """segment_stats works a few MB at a time (its `chunk`) and the stats family hands it float32 data uncast: every
+    chunk size gives the same bits, and those of the data cast to float64 first."""
+    from lerodoc.tables.stats import segment_stats
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 40, size=300)
+    lengths[[0, 7, 8]] = 0   # empty segments, leading and adjacent
+    matrix = (rng.standard_normal((5, int(lengths.sum()))) * 1e3).astype(dtype)
+    reference = segment_stats(matrix.astype(np.float64), lengths, chunk=1 << 22)
+    for chunk in (1, 7, 64, 1 << 19, 1 << 22):
+        got = segment_stats(matrix, lengths, chunk=chunk)
+        assert got.keys() == reference.keys()
+        for key, value in reference.items():
+            assert got[key].dtype == value.dtype and np.array_equal(got[key], value, equal_nan=True), (chunk, key)

@@ -92,3 +92,21 @@ def test_prefilters_pass_the_clean_episodes(damaged):
     assert not any("observation.state" in unsure.get(e, ()) for e in odd), unsure
     assert all("observation.state" in unsure.get(2 * KINDS.index(k), ()) for k in
                ("mean-off", "std-off", "min-off", "count-off", "q01-wild")), unsure
+
+
+def test_prefilter_in_row_chunks_decides_the_same(damaged, monkeypatch):
+    """`_unsure` hands `_agreeing` AGREE_ROWS rows at a time: chunks of 5 rows (cutting through the damaged episodes)
+    decide every episode as one chunk of all of them does, and the findings are the same."""
+    ctx = open_context(damaged)
+    groups = stats_family._columns(stats_family._sources(ctx))
+    data = stats_family._data_stats(ctx)
+    whole = stats_family._unsure(ctx.dataset, groups, data)
+    fast = _findings(damaged)
+    monkeypatch.setattr(stats_family, "AGREE_ROWS", 5)
+    seen = []
+    real = stats_family._agreeing
+    monkeypatch.setattr(stats_family, "_agreeing", lambda *a: seen.append(len(a[1].episodes)) or real(*a))
+    assert stats_family._unsure(ctx.dataset, groups, data) == whole
+    assert max(seen) == 5 and len(seen) > len(groups)   # it did cut the groups
+    assert _findings(damaged) == fast
+    assert whole   # the damaged episodes are among the unsure ones
