@@ -121,8 +121,7 @@ def _read_table(path: Path, info: Info, stats: bool = True) -> pa.Table:
     if not path.is_file():
         raise LerodocError("file is missing", file=path)
     used = set(EPISODE_COLUMNS) | {f"videos/{key}/{name}" for key in info.video_keys for name in VIDEO_COLUMNS}
-    return read_parquet(path, columns=[c for c in read_schema(path).names
-                                       if c in used or stats and c.startswith("stats/")])
+    return read_parquet(path, columns=lambda c: c in used or stats and c.startswith("stats/"))
 
 
 def _stats_table(table: pa.Table, path: Path) -> StatsTable:
@@ -146,8 +145,7 @@ class StatsColumns:
     @property
     def table(self) -> StatsTable:
         if self._table is None:
-            names = [c for c in read_schema(self.path).names if c.startswith("stats/")]
-            self._table = _stats_table(read_parquet(self.path, columns=names), self.path)
+            self._table = _stats_table(read_parquet(self.path, columns=lambda c: c.startswith("stats/")), self.path)
         return self._table
 
 

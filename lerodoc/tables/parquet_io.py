@@ -15,7 +15,7 @@ import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -42,12 +42,16 @@ def _readable(path: Path | str, episode: int | None):
         raise Unreadable(' '.join(str(exc).split()), file=path, episode=episode) from None
 
 
-def read_parquet(path: Path | str, columns: list[str] | None = None, episode: int | None = None) -> pa.Table:
-    """A whole parquet file (only `columns` if given); an unreadable file, or one whose footer claims more than
-    the file holds or the memory budget allows, is a clear error. Read through a small buffer, not pre-buffered:
-    pre-buffering a local file allocates its bytes once more, and fresh pages cost more than the read."""
+def read_parquet(path: Path | str, columns: list[str] | Callable[[str], bool] | None = None,
+                 episode: int | None = None) -> pa.Table:
+    """A whole parquet file (only `columns` if given: names, or which of the file's column names to read); an
+    unreadable file, or one whose footer claims more than the file holds or the memory budget allows, is a clear
+    error. Read through a small buffer, not pre-buffered: pre-buffering a local file allocates its bytes once more,
+    and fresh pages cost more than the read."""
     with _readable(path, episode):
         file = pq.ParquetFile(access.source(path), pre_buffer=False, buffer_size=1 << 20)
+        if callable(columns):   # chosen from the footer just read: the file is opened once
+            columns = [name for name in file.schema_arrow.names if columns(name)]
         return _read(file, path, columns, None, _within_budget(file, path, columns, None, episode), episode)
 
 
