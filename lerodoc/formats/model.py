@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -39,7 +39,9 @@ class StatsRow:
 class LazyStats:
     """`Episode.stats`, which a reader may give as a function instead of a dict: it is called the first time the
     stats are read, and its dict kept (v3.0 reads the stats columns of the episodes metadata, most of its bytes,
-    only when a command asks for an episode's stats: `formats.v30.read`)."""
+    only when a command asks for an episode's stats: `formats.v30.read`). The value is an ordinary attribute under
+    another name, read and set as attributes are: asking for an object's `__dict__` makes CPython (3.11+) build one
+    per object, a few hundred bytes an episode that its inline attribute values do not take."""
 
     def __set_name__(self, owner, name: str) -> None:
         self.slot = f"_{name}"
@@ -47,13 +49,14 @@ class LazyStats:
     def __get__(self, ep, owner=None):
         if ep is None:
             return None        # the field's default: no stats (an empty dict, by __set__)
-        value = ep.__dict__[self.slot]
+        value = getattr(ep, self.slot)
         if callable(value):
-            value = ep.__dict__[self.slot] = value()
+            value = value()
+            setattr(ep, self.slot, value)
         return value
 
     def __set__(self, ep, value) -> None:
-        ep.__dict__[self.slot] = {} if value is None else value
+        setattr(ep, self.slot, {} if value is None else value)
 
 
 @dataclass
@@ -70,7 +73,7 @@ class Episode:
     source: str | None = None   # the metadata file that lists the episode (relative), where its pointers are held
 
     def __getstate__(self) -> dict:   # to a worker process: the stats themselves, not the reader that gives them
-        return {**self.__dict__, "_stats": self.stats}
+        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "stats"}, "_stats": self.stats}
 
     @property
     def to_index(self) -> int:
@@ -79,7 +82,7 @@ class Episode:
 
 def stats_row(ep: Episode) -> StatsRow | None:
     """The episode's stats as an unread table row, or None once they are a dict (read, set or changed)."""
-    value = ep.__dict__.get("_stats")
+    value = getattr(ep, "_stats", None)
     return value if isinstance(value, StatsRow) else None
 
 
