@@ -107,3 +107,37 @@ def test_resize_with_pad_keeps_the_aspect_on_black():
     assert image.shape == (48, 48, 3)
     assert (image[:8] == 0).all() and (image[-8:] == 0).all()        # 48 x 32 content, 8 rows of pad each side
     assert abs(int(image[24, 24, 0]) - 200) <= 2
+
+
+def test_frames_of_files_converted_in_place_are_those_of_the_rows_gathered_first(tmp_path, fixture):
+    """load_frames converts each data file's rows into their place in the outputs (held: the outputs and one file):
+    the arrays are, bit for bit, those of every episode's rows gathered first and converted at once (the episode by
+    episode path), over files of two dtypes; and where the quantiles are missing and a data file too, the missing
+    file is what is said, as when every file was read first."""
+    import shutil
+    import pyarrow.parquet as pq
+    from lerodoc.errors import LerodocError
+    from lerodoc.pi05 import data as data_module
+    root = tmp_path / "ds"
+    shutil.copytree(fixture.root, root)
+    first = sorted((root / "data").rglob("*.parquet"))[0]
+    table = pq.read_table(first)
+    table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp",
+                             table.column("timestamp").cast("float64"))   # one file's timestamps in float64
+    pq.write_table(table, first)
+    dataset = Dataset.open(root)
+    assert len({ep.data_file for ep in dataset.episodes}) > 1
+    whole = load_frames(dataset, spec(), raw_action=True)
+    gathered = data_module._whole_columns
+    try:
+        data_module._whole_columns = lambda *args: None   # every episode's rows gathered, then converted
+        slow = load_frames(dataset, spec(), raw_action=True)
+    finally:
+        data_module._whole_columns = gathered
+    for key in ("action", "state", "timestamp", "task", "episode", "episode_end", "raw_action"):
+        a, b = getattr(whole, key), getattr(slow, key)
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), key
+    (root / "meta/stats.json").unlink()
+    first.unlink()
+    with pytest.raises(LerodocError, match="cannot read|missing|No such file"):
+        load_frames(Dataset.open(root), spec())

@@ -26,7 +26,7 @@ import functools
 import itertools
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -86,36 +86,46 @@ class Frames:
 def load_frames(dataset: Dataset, spec: DataSpec, stats: dict | None = None, raw_action: bool = False) -> Frames:
     """Read the needed columns once per data file and normalise them with the dataset's quantiles, or with
     `stats` ({feature: {"q01": ..., "q99": ...}}: a trained run's, when its policy is evaluated on a dataset)."""
-    columns = [spec.action_key, "timestamp", "task_index"] + ([spec.state_key] if spec.state_key else [])
+
+    def normalised(key: str) -> Callable[[np.ndarray], np.ndarray]:
+        def convert(values: np.ndarray) -> np.ndarray:
+            q = (stats or dataset.stats)[key]
+            return normalise(values.reshape(len(values), -1), np.ravel(q["q01"]), np.ravel(q["q99"]))
+        return convert
+
+    wanted = {"action": (spec.action_key, normalised(spec.action_key)),
+              "timestamp": ("timestamp", lambda values: values.reshape(-1).astype(np.float64)),
+              "task": ("task_index", lambda values: values.reshape(-1).astype(np.int64))}
+    if spec.state_key:
+        wanted["state"] = (spec.state_key, normalised(spec.state_key))
+    if raw_action:
+        wanted["raw_action"] = (spec.action_key, lambda values: values.reshape(len(values), -1).astype(np.float32))
     lengths = np.array([ep.length for ep in dataset.episodes])
-    values = _whole_columns(dataset, columns, lengths)
-    if values is None:
-        values = _episode_columns(dataset, columns)
+    kept = _whole_columns(dataset, wanted, lengths)
+    if kept is None:
+        values = _episode_columns(dataset, list(dict.fromkeys(column for column, _ in wanted.values())))
+        kept = {key: convert(values[column]) for key, (column, convert) in wanted.items()}
     ends = np.cumsum(lengths)
-
-    def normalised(key: str) -> np.ndarray:
-        q = (stats or dataset.stats)[key]
-        return normalise(values[key].reshape(len(values[key]), -1), np.ravel(q["q01"]), np.ravel(q["q99"]))
-
-    return Frames(action=normalised(spec.action_key),
-                  state=normalised(spec.state_key) if spec.state_key else None,
-                  timestamp=values["timestamp"].reshape(-1).astype(np.float64),
-                  task=values["task_index"].reshape(-1).astype(np.int64),
-                  episode=np.repeat(np.arange(len(lengths)), lengths),
-                  episode_end=np.repeat(ends, lengths),
-                  raw_action=values[spec.action_key].reshape(len(values[spec.action_key]), -1).astype(np.float32)
-                  if raw_action else None)
+    return Frames(action=kept["action"], state=kept.get("state"), timestamp=kept["timestamp"], task=kept["task"],
+                  episode=np.repeat(np.arange(len(lengths)), lengths), episode_end=np.repeat(ends, lengths),
+                  raw_action=kept.get("raw_action"))
 
 
-def _whole_columns(dataset: Dataset, columns: list[str], lengths: np.ndarray) -> dict[str, np.ndarray] | None:
-    """Each column's values of every frame, episodes in dataset order: one (rows, D) matrix per column and run of
-    consecutive episodes in one data file (the file read once, as `_episode_columns` reads it), cut by the run's row
-    ranges (read-only where one file's matrix is taken whole). None where a row range or a column is odd (rows past
-    the file's end, no rows, nulls, rows of unequal widths, not numbers, widths that differ between files):
-    `_episode_columns` then gives the values, or the error, episode by episode."""
+Wanted = dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]]   # output -> (column, what its rows become)
+
+
+def _whole_columns(dataset: Dataset, wanted: Wanted, lengths: np.ndarray) -> dict[str, np.ndarray] | None:
+    """Each output of `wanted` over every frame, episodes in dataset order: each data file read once (as
+    `_episode_columns` reads it), its runs of consecutive episodes cut by their row ranges and converted into their
+    rows of the output, so that what is held is the outputs and one file's columns (the conversions work row by row).
+    None where a row range or a column is odd (rows past the file's end, no rows, nulls, rows of unequal widths, not
+    numbers, widths that differ between files) or a conversion fails: `_episode_columns` then gives the values, or
+    the error, episode by episode."""
+    columns = list(dict.fromkeys(column for column, _ in wanted.values()))
     starts = np.array([ep.data_row for ep in dataset.episodes])
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in columns}
-    first = 0
+    out: dict[str, np.ndarray] = {}
+    widths: dict[str, tuple] = {}
+    first, at = 0, 0
     for file, run in itertools.groupby(dataset.episodes, key=lambda ep: ep.data_file):
         head = next(run)
         stop = first + 1 + sum(1 for _ in run)
@@ -127,16 +137,23 @@ def _whole_columns(dataset: Dataset, columns: list[str], lengths: np.ndarray) ->
             rows = slice(int(start[0]), int(start[-1] + length[-1]))
         else:   # gaps, overlaps or episodes out of row order: each range's rows, in episode order
             rows = np.repeat(start - np.cumsum(length) + length, length) + np.arange(int(length.sum()))
+        matrices = {}
         for name in columns:
             matrix = _matrix(table.column(name), table.num_rows)
-            if matrix is None:
+            if matrix is None or widths.setdefault(name, matrix.shape[1:]) != matrix.shape[1:]:
                 return None
-            parts[name].append(matrix[rows])
-        first = stop
-    if any(len({part.shape[1:] for part in parts[name]}) > 1 for name in columns):
-        return None
-    # one part (one data file): its view of the Arrow buffers as is, as load_frames copies every column it keeps
-    return {name: parts[name][0] if len(parts[name]) == 1 else np.concatenate(parts[name]) for name in columns}
+            matrices[name] = matrix[rows]
+        size = int(length.sum())
+        for key, (name, convert) in wanted.items():
+            try:
+                part = convert(matrices[name])
+            except (KeyError, TypeError, ValueError):   # e.g. no quantiles: said where every file has been read
+                return None
+            if key not in out:
+                out[key] = np.empty((int(lengths.sum()), *part.shape[1:]), dtype=part.dtype)
+            out[key][at:at + size] = part
+        first, at = stop, at + size
+    return out or None   # no episode: `_episode_columns` says so
 
 
 def _matrix(column, num_rows: int) -> np.ndarray | None:
