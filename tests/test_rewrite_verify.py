@@ -41,3 +41,28 @@ def test_a_clean_convert_passes_the_check(tmp_path):
     from lerodoc.ops.convert import convert
     report = convert(fixture.root, tmp_path / "out", workers=1)
     assert report.frames == 75
+
+
+def test_a_rewrite_lets_go_of_source_stats_tables_its_episodes_no_longer_use(tmp_path, monkeypatch):
+    """Deleting episode 0 renumbers every kept episode, whose stats then live in a new table: the source's v3.0 stats tables are let
+    go (gigabytes at a million episodes), and a source episode's stats asked for afterwards are read again, the same."""
+    import numpy as np
+    from lerodoc.dataset import Dataset
+    from lerodoc.formats.model import stats_row
+    from lerodoc.ops.merge import merge
+    from lerodoc.selection import Selection
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=5, lengths=[20, 21, 22, 23, 24],
+                        episodes_per_file=2, cameras=()).root
+    source = Dataset.open(root)
+    before = {ep.index: ep.stats for ep in Dataset.open(root).episodes}   # another open: source's rows stay unread
+    released = []
+    real = rewrite._release_sources
+    monkeypatch.setattr(rewrite, "_release_sources", lambda picks, eps: (released.append(
+        {id(stats_row(p.episode).holder): stats_row(p.episode).holder for p in picks}), real(picks, eps)))
+    merge([source], tmp_path / "out", exclude={0: Selection.of([0])})   # every kept episode renumbered
+    holders = list(released[0].values())
+    assert holders and all(h._table is None for h in holders)
+    for ep in source.episodes:   # read again on demand, the same values
+        for feature, by_stat in before[ep.index].items():
+            for stat, value in by_stat.items():
+                assert np.array_equal(ep.stats[feature][stat], value, equal_nan=True), (ep.index, feature, stat)

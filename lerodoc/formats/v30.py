@@ -148,6 +148,10 @@ class StatsColumns:
             self._table = _stats_table(read_parquet(self.path, columns=lambda c: c.startswith("stats/")), self.path)
         return self._table
 
+    def release(self) -> None:
+        """Let go of the table read (it is read again if asked for): a rewrite whose episodes no longer use it."""
+        self._table = None
+
 
 def _episode_stats(table: pa.Table) -> StatsTable:
     """Per-row stats from the `stats/<feature>/<stat>` columns, each column converted in one go: a regular column

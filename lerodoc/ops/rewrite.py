@@ -26,7 +26,7 @@ from lerodoc.files import new_file
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
-from lerodoc.formats.model import Episode, VideoSpan, shared_stats, stats_held, update_stats
+from lerodoc.formats.model import Episode, VideoSpan, shared_stats, stats_held, stats_row, update_stats
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix, conform, from_numpy, is_list_type,
@@ -725,6 +725,7 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     written_by_job, row_results = done_jobs[:len(video_jobs)], done_jobs[len(video_jobs):]
     blocks = [block for job in row_results for block in job]
     _update_stats(new_eps, blocks)
+    _release_sources(picks, new_eps)
     renumbered = [b.episodes for b in blocks if {"episode_index", "index"} & set(b.changed)]
     result.renumbered = sorted(np.concatenate(renumbered).tolist()) if renumbered else []
     computed = [b.episodes[b.stats.every] for b in blocks if b.stats is not None]
@@ -750,6 +751,18 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
         ep.videos = {key: ep.videos[key] for key in info.video_keys}
     result.retimed.sort(key=lambda r: (r["episode"], r["camera"]))
     return result
+
+
+def _release_sources(picks: list[Pick], episodes: list[Episode]) -> None:
+    """The sources' per-episode stats tables that none of the new `episodes` holds rows of any more (their stats
+    were gathered into a new table, `_update_stats`) let go: at a million episodes each copy is gigabytes. A source
+    episode whose stats are asked for again has them read again. Holders without `release` keep theirs: v2.x's
+    episodes_stats.jsonl, whose features promotion's kept check asks for (`promote.kept.undeclared_cameras`)."""
+    used = {id(row.holder) for row in map(stats_row, episodes) if row is not None}
+    holders = {id(row.holder): row.holder for row in map(stats_row, (p.episode for p in picks)) if row is not None}
+    for key, holder in holders.items():
+        if key not in used and hasattr(holder, "release"):
+            holder.release()
 
 
 def _update_stats(episodes: list[Episode], blocks: list[BlockResult]) -> None:
