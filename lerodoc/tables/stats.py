@@ -428,15 +428,19 @@ def _all_episodes(matrices: list[np.ndarray], groups: list[Group], episodes: lis
     of `episodes`: whole matrices at a time, in `workers` runs of consecutive episodes (threads of `pool`)."""
     size = -(-len(episodes) // max(1, workers)) or 1
     runs = [(m, g, episodes[i:i + size]) for g, m in zip(groups, matrices) for i in range(0, len(episodes), size)]
-    parts = list((pool.map if pool else map)(lambda r: _episodes_of(*r), runs))
     stacks: dict[str, dict[str, list[np.ndarray]]] = {}
-    for part in parts:   # runs in order: a group's runs one after the other
+    for part in (pool.map if pool else map)(lambda r: _episodes_of(*r), runs):   # in order: a group's runs in turn
         for feature, by_stat in part.items():
             for stat, values in by_stat.items():
                 stacks.setdefault(feature, {}).setdefault(stat, []).append(values)
-    return EpisodeStacks([index for _, _, index, _ in episodes],
-                         {feature: {stat: np.concatenate(values) for stat, values in by_stat.items()}
-                          for feature, by_stat in stacks.items()})
+    # joined stat by stat, each stat's parts let go once joined: a stat's parts are views of one array per run
+    # (`split_features` of its features side by side), freed once every feature's rows of it are copied out
+    joined = {feature: dict.fromkeys(by_stat) for feature, by_stat in stacks.items()}
+    for stat in dict.fromkeys(stat for by_stat in stacks.values() for stat in by_stat):
+        for feature, by_stat in stacks.items():
+            if stat in by_stat:
+                joined[feature][stat] = np.concatenate(by_stat.pop(stat))
+    return EpisodeStacks([index for _, _, index, _ in episodes], joined)
 
 
 Target = tuple[Group, np.ndarray, int, int]   # a group, its (hi - lo, N) matrix, and the channels lo:hi it holds
