@@ -716,7 +716,9 @@ def regular_rows(column: pa.ChunkedArray | pa.Array, dtype) -> np.ndarray | None
         array = list_values(array)
     if array.null_count or numpy_dtype(array.type) is None:
         return None
-    return to_numpy(array).astype(dtype, copy=False).reshape(shape)
+    # a copy, even of float64: a view would keep Arrow's buffer, and the pages of its pool, for as long as the stats
+    # live (quantiles -o of 100k episodes: 1.19 GB resident with views, 0.91 GB with copies)
+    return to_numpy(array).astype(dtype).reshape(shape)
 
 
 def _has_str(value) -> bool:
