@@ -867,8 +867,9 @@ def _feature_stats(feature: str, columns: list[_Column], result: DataStats,
     """One feature's stats and quantile brackets over its columns of a batch, all runs at once."""
     # float data stays in its dtype when every column has the same (`spans_stats` casts a few MB of it at a time, to
     # the same float64 bits, and float32's order statistics are its own values); any other in float64
-    kinds = {c.values.dtype for c in columns}
-    kind = kinds.pop() if len(kinds) == 1 and next(iter(kinds)) in (np.float32, np.float64) else np.dtype(np.float64)
+    kind = columns[0].values.dtype
+    if kind not in (np.float32, np.float64) or any(c.values.dtype != kind for c in columns):
+        kind = np.dtype(np.float64)
     values = columns[0].values.astype(kind, copy=False) if len(columns) == 1 else \
         np.concatenate([c.values.astype(kind, copy=False) for c in columns])   # (rows, channels)
     sizes = np.array([len(c.values) for c in columns], dtype=np.int64)
