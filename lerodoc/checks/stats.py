@@ -9,6 +9,7 @@ aggregate of episodes_stats.jsonl as lerobot 0.3 builds it, plus whatever stats.
 from __future__ import annotations
 
 import warnings
+from itertools import groupby
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -23,7 +24,7 @@ from lerodoc.tables.stats import Stats
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
-from lerodoc.formats.model import Episode, stats_held, stats_matrices
+from lerodoc.formats.model import Episode, stats_held, stats_matrices, stats_row
 from lerodoc.formats.stats import is_placeholder, is_shaped, stat_shape
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
@@ -113,29 +114,134 @@ class Source:
         return "dataset stats" if self.episode is None else f"episode {self.episode}"
 
 
+BLOCK = 1 << 16   # at most this many episodes (metadata order) whose stated and recomputed stats the family holds at
+                  # once (issue 37): whole episodes metadata files where they fit, each file's stats let go after
+                  # its last block
+
+
 def check(ctx: Context) -> list[Finding]:
     ds = ctx.dataset
     if ds is None:
         return []
-    sources = _sources(ctx)
-    out = _stats_files(ctx) + _coverage(ctx, sources)
-    groups = _columns(sources)
-    suspect = _suspects(ds, groups)
-    for source in _among(sources, groups, suspect):
-        out += _well_formed(ds, source, suspect.get(source.episode))
+    head = _head(ds)
+    out = _stats_files(ctx) + _coverage(ctx, _sources(ctx) if ds.version == "v2.1" else head)
+    formed = [f for source in head for f in _well_formed(ds, source)]
+    compared: list[Finding] = []
+    tally = Tally()
+    plan = _blocks(ctx)
+    for k, (lo, hi) in enumerate(plan.bounds):
+        block = _episodic(ctx, lo, hi)
+        groups = _columns(block)
+        suspect = _suspects(ds, groups)
+        for source in _among(block, groups, suspect):
+            formed += _well_formed(ds, source, suspect.get(source.episode))
+        if ctx.stats:
+            compared += _agree_block(ctx, block, groups, tally, k)
+        del block, groups
+        if k + 1 < len(plan.bounds):
+            _let_go(ds.episodes[lo:hi], ds.episodes[hi:plan.bounds[k + 1][1]])
     training = _training_stats(ds)
-    out += _quantiles_present(ds, training) + _channels(ds, training)
-    return out + (_agreement(ctx, sources, groups) if ctx.stats else [])
+    out += formed + _quantiles_present(ds, training) + _channels(ds, training)
+    if not ctx.stats:
+        return out
+    complete = [f for f in numeric_features(ds) if f not in tally.incomplete]
+    recomputed = tally.recomputed(complete) if placement(ctx).complete else {}
+    found = [finding for _, finding in sorted(tally.found.items(), key=itemgetter(0))]
+    return out + found + [f for source in head for f in _compare(ds, source, recomputed, tally.dtypes)] + compared
+
+
+def _head(ds: Dataset) -> list[Source]:
+    """The dataset stats as a source, when there are any."""
+    return [Source(v30.STATS_PATH, None, ds.stats)] if ds.stats is not None else []
 
 
 def _sources(ctx: Context) -> list[Source]:
+    """The dataset stats, then every episode's (`_episodic`)."""
+    return _head(ctx.dataset) + _episodic(ctx, 0, len(ctx.dataset.episodes))
+
+
+def _episodic(ctx: Context, lo: int, hi: int) -> list[Source]:
+    """The stats of the episodes at metadata positions [lo, hi) that have any (none for v2.0, or without
+    ctx.stats)."""
     ds = ctx.dataset
-    sources = [Source(v30.STATS_PATH, None, ds.stats)] if ds.stats is not None else []
     if ds.version == "v2.0" or not ctx.stats:
-        return sources
-    files = episode_meta_files(ctx) if ds.version == "v3.0" else [v21.EPISODES_STATS_PATH] * len(ds.episodes)
-    held = stats_held(ds.episodes).tolist()
-    return sources + [Source(file, ep.index, ep) for file, ep, has in zip(files, ds.episodes, held) if has]
+        return []
+    episodes = ds.episodes[lo:hi]
+    files = episode_meta_files(ctx)[lo:hi] if ds.version == "v3.0" else [v21.EPISODES_STATS_PATH] * len(episodes)
+    held = stats_held(episodes).tolist()
+    return [Source(file, ep.index, ep) for file, ep, has in zip(files, episodes, held) if has]
+
+
+@dataclass
+class Blocks:
+    """The family's blocks: metadata position ranges, and per block the runs (`placement`'s) whose stats it
+    recomputes, those of its episodes (a run of an episode the metadata does not list goes to the last block)."""
+    bounds: list[tuple[int, int]]
+    runs: list[np.ndarray]
+    whole: np.ndarray      # per run: its episode's only run
+    last: dict[int, int]   # placed file -> the last block that reads it
+
+
+def _blocks(ctx: Context) -> Blocks:
+    """BLOCK episodes at a time; one block with an engine (its workers read the files themselves)."""
+    if "stats.blocks" in ctx.cache:
+        return ctx.cache["stats.blocks"]
+    where, n = placement(ctx), len(ctx.dataset.episodes)
+    bounds = [(0, n)] if ctx.engine is not None or not ctx.stats else _bounds(ctx)
+    known, counts = np.unique(where.episode, return_counts=True)
+    whole = counts[np.searchsorted(known, where.episode)] == 1
+    if len(bounds) == 1:
+        runs = [np.arange(len(where.episode), dtype=np.int64)]
+    else:
+        indices = episode_columns(ctx).index
+        order = np.argsort(indices, kind="stable")
+        ordered = indices[order]
+        first, stop = np.searchsorted(ordered, where.episode), np.searchsorted(ordered, where.episode, side="right")
+        block = np.full(len(where.episode), len(bounds) - 1, dtype=np.int64)
+        listed = stop > first
+        starts = np.array([lo for lo, _ in bounds], dtype=np.int64)
+        block[listed] = np.searchsorted(starts, order[first[listed]], side="right") - 1
+        extra: dict[int, list[int]] = {}
+        for r in np.flatnonzero(stop - first > 1).tolist():   # an episode index the metadata lists more than once
+            held = np.searchsorted(starts, order[first[r]:stop[r]], side="right") - 1
+            for k in set(held.tolist()) - {int(block[r])}:
+                extra.setdefault(k, []).append(r)
+        runs = [np.sort(np.concatenate([np.flatnonzero(block == k), np.array(extra.get(k, []), dtype=np.int64)]))
+                for k in range(len(bounds))]
+    last = {f: k for k, mine in enumerate(runs) for f in np.unique(where.file[mine]).tolist()}
+    ctx.cache["stats.blocks"] = Blocks(bounds, runs, whole, last)
+    return ctx.cache["stats.blocks"]
+
+
+def _bounds(ctx: Context) -> list[tuple[int, int]]:
+    """The blocks' metadata position ranges: consecutive episodes metadata files (v3.0) while they hold at most
+    BLOCK episodes together, a larger one cut every BLOCK episodes (v2.1: one file)."""
+    ds = ctx.dataset
+    n = len(ds.episodes)
+    files = [(0, n)]
+    if ds.version == "v3.0":
+        ends = np.cumsum([len(list(rows)) for _, rows in groupby(episode_meta_files(ctx))]).tolist()
+        files = list(zip([0] + ends[:-1], ends))
+    bounds, start = [], 0
+    for lo, hi in files:
+        if hi - start > BLOCK and lo > start:
+            bounds.append((start, lo))
+            start = lo
+        while hi - start > BLOCK:
+            bounds.append((start, start + BLOCK))
+            start += BLOCK
+    return bounds + [(start, n)] if n > start or not bounds else bounds
+
+
+def _let_go(done: list[Episode], following: list[Episode]) -> None:
+    """Let go of the stats tables (episodes metadata files: read again if asked for) that the `done` block's
+    episodes read and the `following` block's do not."""
+    def holders(episodes: list[Episode]) -> dict:
+        return {id(row.holder): row.holder for row in map(stats_row, episodes) if row is not None}
+    still = holders(following)
+    for key, holder in holders(done).items():
+        if key not in still and hasattr(holder, "release"):
+            holder.release()
 
 
 def _stats_files(ctx: Context) -> list[Finding]:
@@ -648,6 +754,8 @@ class DataStats:
     dtypes: dict[str, np.dtype]
     findings: list[Finding]       # what reading the data revealed (NaN, misshapen or unreadable columns)
     brackets: dict[str, list[Brackets]]   # feature -> the quantile brackets of its one-run episodes
+    found: dict[tuple[int, int, int], Finding] = field(default_factory=dict)   # `findings` by (placed file, feature
+    # in it (-1: the file), placement's run (-1: none)): the order they keep, whichever block found them
     _index: dict = field(default_factory=dict, repr=False)   # feature -> brackets by episode, made on first use
 
     def episode(self, episode: int) -> Stats:
@@ -721,38 +829,51 @@ BATCH_ROWS = 1 << 16   # data files of fewer rows go to a worker together, up to
                        # one-episode files then cost their numpy calls once a batch, not once a file
 
 
-def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
+def _data_stats(ctx: Context, groups: list[Group] | None = None, block: int | None = None) -> DataStats:
     """Exact per-episode stats of every numeric column, one projected read per data file (a unit of
     `file_stats`, run through ctx.engine when there is one); the order statistics around each per-episode
-    quantile the episode stats state (`groups`: `_columns` of the sources, made here when not given)."""
-    ds, where = ctx.dataset, placement(ctx)
+    quantile the episode stats state (`groups`: `_columns` of the sources, made here when not given). `block`: the
+    runs of that block of `_blocks` alone (default: every run); a file a later block reads too is read once and
+    kept until then."""
+    ds, where, plan = ctx.dataset, placement(ctx), _blocks(ctx)
+    chosen = np.arange(len(where.episode), dtype=np.int64) if block is None else plan.runs[block]
     numeric = numeric_features(ds)
     result = DataStats({}, set() if where.complete else set(numeric), set(), {}, [], {})
-    episodes, counts = np.unique(where.episode, return_counts=True)
-    whole = counts[np.searchsorted(episodes, where.episode)] == 1   # per run: its episode's only one
-    keys = {}   # feature -> per run, which of the feature's stated quantile sets to bracket (-1: none)
+    episodes, whole, files = where.episode[chosen], plan.whole[chosen], where.file[chosen]
+    keys = {}   # feature -> per chosen run, which of the feature's stated quantile sets to bracket (-1: none)
     for feature, (known, which, names) in _stated_quantiles(_columns(_sources(ctx)) if groups is None
                                                             else groups).items():
-        at = _lookup(known, where.episode)
+        at = _lookup(known, episodes)
         keys[feature] = np.where(whole & (at >= 0), which[at], -1), names
     widths = {f: int(np.prod(ds.info.features[f]["shape"])) for f in numeric}
     placed = {path: i for i, path in enumerate(where.files)}
+    kept = ctx.cache.setdefault("stats.tables", {})   # path -> columns read for a later block too
     units, batch, rows = [], [], 0
     for path, data in data_files(ctx).items():
         at = placed.get(path, -1)
-        lo, hi = np.searchsorted(where.file, [at, at + 1]).tolist()
+        lo, hi = np.searchsorted(files, [at, at + 1]).tolist()
         if not data.ok or lo == hi:   # unread, or no rows placed (its episode_index column is unusable)
             continue
         columns = [f for f in numeric if f in data.schema.names]
         result.incomplete |= set(numeric) - set(columns)
-        size = int(where.length[lo:hi].sum())
+        runs = chosen[lo:hi]
+        table = kept.pop(path, None) or data.kept(columns)
+        data.release()   # held by the batch (or `kept`) alone from here: gone once no block needs it
+        if block is not None and plan.last.get(at, block) > block:
+            if table is None:
+                try:
+                    table = read_parquet(ctx.root / path, columns)
+                except LerodocError:
+                    table = None   # `file_stats` reads it and says why it cannot
+            if table is not None:
+                kept[path] = table
+        size = int(where.length[runs].sum())
         if batch and rows + size > BATCH_ROWS:
             units.append(batch)
             batch, rows = [], 0
-        batch.append((ctx.root / path, path, {f: widths[f] for f in columns},
-                      (where.episode[lo:hi], where.start[lo:hi], where.length[lo:hi]),
-                      {f: (keys[f][0][lo:hi], keys[f][1]) for f in columns if f in keys}, data.kept(columns)))
-        data.release()   # held by the batch alone from here: gone once it is worked on
+        batch.append((ctx.root / path, path, at, {f: widths[f] for f in columns},
+                      (where.episode[runs], where.start[runs], where.length[runs], runs),
+                      {f: (keys[f][0][lo:hi], keys[f][1]) for f in columns if f in keys}, table))
         rows += size
     units += [batch] if batch else []
     parts: dict[str, list[Exact]] = {}
@@ -760,15 +881,16 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None) -> DataStats:
     for part in pmap(file_stats, units, engine=ctx.engine):
         result.incomplete |= part.incomplete
         result.dirty |= part.dirty
-        result.findings += part.findings
+        result.found.update(part.found)
         for feature, blocks in part.brackets.items():
-            for block in blocks:
-                brackets.setdefault(feature, {}).setdefault(block.keys, []).append(block)
+            for unit in blocks:
+                brackets.setdefault(feature, {}).setdefault(unit.keys, []).append(unit)
         for feature, dtype in part.dtypes.items():
             result.dtypes.setdefault(feature, dtype)
         for feature, exact in part.exact.items():
             parts.setdefault(feature, []).append(exact)
-    result.exact = {feature: _by_episode(feature, exacts) for feature, exacts in parts.items()}
+    result.findings = [finding for _, finding in sorted(result.found.items(), key=itemgetter(0))]
+    result.exact = {feature: _by_episode(feature, parts.pop(feature)) for feature in list(parts)}
     result.brackets = {feature: [b for blocks in by_keys.values() for b in _joined(blocks)]
                        for feature, by_keys in brackets.items()}
     return result
@@ -788,10 +910,10 @@ def _joined(blocks: list[Brackets]) -> list[Brackets]:
 
 def _by_episode(feature: str, parts: list[Exact]) -> Exact:
     """The runs of every file (in row order) as one row per episode; an episode of several runs gets their exact
-    `aggregate`, run by run (the rare path: a split episode, or one across two files)."""
+    `aggregate`, run by run (the rare path: a split episode, or one across two files). The parts are emptied."""
     episodes = parts[0].episodes if len(parts) == 1 else np.concatenate([p.episodes for p in parts])
-    stats = parts[0].stats if len(parts) == 1 else {k: np.concatenate([p.stats[k] for p in parts])
-                                                    for k in parts[0].stats}
+    stats = parts[0].stats if len(parts) == 1 else {k: np.concatenate([p.stats.pop(k) for p in parts])
+                                                    for k in list(parts[0].stats)}   # each part let go once joined
     if len(episodes) < 2 or (np.diff(episodes) > 0).all():   # one run an episode, in order (the common case): as is
         return Exact(episodes, stats)
     known, first, runs = np.unique(episodes, return_index=True, return_counts=True)
@@ -811,27 +933,28 @@ def _by_episode(feature: str, parts: list[Exact]) -> Exact:
 @dataclass
 class _Column:
     """One feature's column of one data file of a batch: the file's place in the batch and the feature's in the file
-    (the order its findings keep), its (rows, width) values, its runs and their stated quantile sets (or None)."""
+    (the order its findings keep), its (rows, width) values, its runs (episodes, first rows, lengths, `placement`'s
+    run numbers) and their stated quantile sets (or None)."""
     file: int
     rank: int
     path: str
     values: np.ndarray
-    runs: tuple[np.ndarray, np.ndarray, np.ndarray]
+    runs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     stated: tuple[np.ndarray, list[tuple]] | None
 
 
-def file_stats(batch: list[tuple[str, str, dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray],
+def file_stats(batch: list[tuple[str, str, int, dict[str, int], tuple[np.ndarray, ...],
                                  dict[str, tuple[np.ndarray, list[tuple]]], pa.Table | None]]) -> DataStats:
-    """Worker: the stats of the runs of some consecutive data files (each (full path, path, widths, (episodes, first
-    rows, lengths) of its runs in row order, stated, the columns already read or None)); `exact` holds a row per
-    run, in file and row order. Each file is read on its own (unless its columns came read: `data_files` kept them)
-    and its findings are its own, in the order file by file gives them; each feature's columns of the files are then
-    worked on at once. The quantile brackets are those of the runs that `stated` gives quantiles to bracket: feature
-    -> (per run, which of the key sets, -1 for none; the key sets, (name, level) items)."""
+    """Worker: the stats of the runs of some consecutive data files (each (full path, path, its number among the
+    placed files, widths, (episodes, first rows, lengths, run numbers) of its runs in row order, stated, the
+    columns already read or None)); `exact` holds a row per run, in file and row order. Each file is read on its
+    own (unless its columns came read) and its findings are keyed (file, feature in it, run) in `found`, the order
+    file by file gives them; each feature's columns of the files are then worked on at once. The quantile brackets
+    are those of the runs that `stated` gives quantiles to bracket: feature -> (per run, which of the key sets, -1
+    for none; the key sets, (name, level) items)."""
     result = DataStats({}, set(), set(), {}, [], {})
-    found: list[tuple[tuple[int, int, int], Finding]] = []   # (file, feature in it, run) -> finding
     tables = []
-    for i, (full, path, widths, _, _, kept) in enumerate(batch):
+    for full, path, at, widths, _, _, kept in batch:
         if kept is not None:
             tables.append(kept)
             continue
@@ -839,31 +962,29 @@ def file_stats(batch: list[tuple[str, str, dict[str, int], tuple[np.ndarray, np.
             tables.append(read_parquet(full, list(widths)))
         except LerodocError as exc:
             tables.append(None)
-            found.append(((i, -1, 0), _finding("STA052", f"{path}: {exc.message}", file=path)))
+            result.found[at, -1, -1] = _finding("STA052", f"{path}: {exc.message}", file=path)
             result.incomplete |= set(widths)
-    for feature in dict.fromkeys(f for unit in batch for f in unit[2]):
+    for feature in dict.fromkeys(f for unit in batch for f in unit[3]):
         columns = []
-        for i, (table, (_, path, widths, runs, stated, _)) in enumerate(zip(tables, batch)):
+        for i, (table, (_, path, at, widths, runs, stated, _)) in enumerate(zip(tables, batch)):
             if table is None or feature not in widths:
                 continue
             rank = list(widths).index(feature)
             values = _numeric_matrix(table, feature, widths[feature])
             if isinstance(values, str):
-                found.append(((i, rank, 0), _finding("STA051", f"{path}: {feature} {values} (meta/info.json's shape: "
-                                                               f"{widths[feature]} values a row)", file=path,
-                                                     feature=feature)))
+                result.found[at, rank, -1] = _finding(
+                    "STA051", f"{path}: {feature} {values} (meta/info.json's shape: {widths[feature]} values a row)",
+                    file=path, feature=feature)
                 result.incomplete.add(feature)
                 continue
             result.dtypes.setdefault(feature, values.dtype)
-            columns.append(_Column(i, rank, path, values, runs, stated.get(feature)))
+            columns.append(_Column(at, rank, path, values, runs, stated.get(feature)))
         if columns:
-            _feature_stats(feature, columns, result, found)
-    result.findings = [finding for _, finding in sorted(found, key=itemgetter(0))]
+            _feature_stats(feature, columns, result)
     return result
 
 
-def _feature_stats(feature: str, columns: list[_Column], result: DataStats,
-                   found: list[tuple[tuple[int, int, int], Finding]]) -> None:
+def _feature_stats(feature: str, columns: list[_Column], result: DataStats) -> None:
     """One feature's stats and quantile brackets over its columns of a batch, all runs at once."""
     # float data stays in its dtype when every column has the same (`spans_stats` casts a few MB of it at a time, to
     # the same float64 bits, and float32's order statistics are its own values); any other in float64
@@ -873,10 +994,10 @@ def _feature_stats(feature: str, columns: list[_Column], result: DataStats,
     values = columns[0].values.astype(kind, copy=False) if len(columns) == 1 else \
         np.concatenate([c.values.astype(kind, copy=False) for c in columns])   # (rows, channels)
     sizes = np.array([len(c.values) for c in columns], dtype=np.int64)
-    episodes, firsts, lengths = (np.concatenate([c.runs[k] for c in columns]) for k in range(3))
+    episodes, firsts, lengths, numbers = (np.concatenate([c.runs[k] for c in columns]) for k in range(4))
     column = np.repeat(np.arange(len(columns)), [len(c.runs[0]) for c in columns])   # each run's
     firsts = firsts + (np.cumsum(sizes) - sizes)[column]
-    dirty = _non_finite(values, columns, column, episodes, firsts, lengths, feature, result, found)
+    dirty = _non_finite(values, columns, column, (episodes, firsts, lengths, numbers), feature, result)
     values = values.T   # (channels, rows)
     stats = spans_stats(values, firsts, lengths, quantiles=False)
     stats["count"] = stats["count"].reshape(-1, 1).astype(np.int64)
@@ -899,11 +1020,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
 
-def _non_finite(values: np.ndarray, columns: list[_Column], column: np.ndarray, episodes: np.ndarray,
-                firsts: np.ndarray, lengths: np.ndarray, feature: str, result: DataStats,
-                found: list[tuple[tuple[int, int, int], Finding]]) -> np.ndarray:
+def _non_finite(values: np.ndarray, columns: list[_Column], column: np.ndarray, runs: tuple[np.ndarray, ...],
+                feature: str, result: DataStats) -> np.ndarray:
     """One STA050 per run (episode) of the (rows, channels) `values` with NaN/inf in `feature` (run r of
-    columns[column[r]]); those episodes' stats are not compared. Per run, whether it has any."""
+    columns[column[r]]; `runs`: episodes, first rows, lengths, run numbers); those episodes' stats are not compared.
+    Per run, whether it has any."""
+    episodes, firsts, lengths, numbers = runs
     bad = ~np.isfinite(values)
     dirty = np.zeros(len(firsts), dtype=bool)
     rows = np.flatnonzero(bad.any(axis=1))
@@ -917,10 +1039,10 @@ def _non_finite(values: np.ndarray, columns: list[_Column], column: np.ndarray, 
         start, episode, where = int(firsts[r]), int(episodes[r]), columns[column[r]]
         at, channels = np.nonzero(bad[start:start + int(lengths[r])])
         row, c = int(at[0]), int(channels[0])
-        found.append(((where.file, where.rank, r), _finding(
+        result.found[where.file, where.rank, int(numbers[r])] = _finding(
             "STA050", f"episode {episode}: {feature}[{c}] is {values[start + row, c]} at frame {row} "
                       f"({_plural(len(at), 'non-finite value')} in the episode)",
-            file=where.path, episode=episode, feature=feature, channel=c)))
+            file=where.path, episode=episode, feature=feature, channel=c)
         result.dirty.add((episode, feature))
     result.incomplete.add(feature)
     return dirty
@@ -982,45 +1104,90 @@ def _disagreement(stated: dict, actual: dict, tol: Tolerance, brackets: dict | N
     return off
 
 
-def _agreement(ctx: Context, sources: list[Source], groups: list[Group]) -> list[Finding]:
+def _agree_block(ctx: Context, block: list[Source], groups: list[Group], tally: "Tally", k: int) -> list[Finding]:
+    """The block's stated episode stats against the data's (block k of `_blocks`); what the dataset stats are held
+    to goes to `tally`."""
     ds = ctx.dataset
-    data = _data_stats(ctx, groups)
-    out = list(data.findings)
-    complete = [f for f in numeric_features(ds) if f not in data.incomplete]
-    recomputed = _recomputed(ctx, data, complete) if placement(ctx).complete else {}
+    data = _data_stats(ctx, groups, k)
+    lo, hi = _blocks(ctx).bounds[k]
+    tally.add(data, episode_columns(ctx).index[lo:hi])
+    data.dtypes = tally.dtypes   # each feature's first dtype in the data, as the dataset stats are held to
     unsure = _unsure(ds, groups, data)
-    for source in _among(sources, groups, unsure):
-        actual = recomputed if source.episode is None else data.episode(source.episode)
-        for feature, stated in source.stats.items():
-            if source.episode is not None and feature not in unsure[source.episode]:
-                continue
-            if feature not in actual or (source.episode, feature) in data.dirty or is_placeholder(stated):
-                continue
-            exact = actual[feature]
-            magnitude = np.maximum(np.abs(exact["min"]), np.abs(exact["max"]))
-            tol = Tolerance.of(ds.info.features[feature]["dtype"], data.dtypes.get(feature),
-                               _rows(ds, source, exact["count"]), magnitude, exact["max"] - exact["min"])
-            brackets = data.bracket(source.episode, feature) if source.episode is not None else None
-            short = _rows(ds, source, exact["count"], shortest=True)
-            ddof = float(np.sqrt(short / (short - 1))) if short > 1 else 1.0
-            out += _mismatch(ds, source, feature, _disagreement(stated, exact, tol, brackets, ddof))
+    return [f for source in _among(block, groups, unsure)
+            for f in _compare(ds, source, data.episode(source.episode), tally.dtypes, unsure[source.episode], data)]
+
+
+def _compare(ds: Dataset, source: Source, actual: Stats, dtypes: dict, only: set[str] | None = None,
+             data: DataStats | None = None) -> list[Finding]:
+    """One stats dict against the data's `actual` stats (of `only` features, when given); `data`: an episode's
+    recomputed stats, with its non-finite runs and quantile brackets."""
+    out = []
+    for feature, stated in source.stats.items():
+        if only is not None and feature not in only:
+            continue
+        dirty = data is not None and (source.episode, feature) in data.dirty
+        if feature not in actual or dirty or is_placeholder(stated):
+            continue
+        exact = actual[feature]
+        magnitude = np.maximum(np.abs(exact["min"]), np.abs(exact["max"]))
+        tol = Tolerance.of(ds.info.features[feature]["dtype"], dtypes.get(feature),
+                           _rows(ds, source, exact["count"]), magnitude, exact["max"] - exact["min"])
+        brackets = data.bracket(source.episode, feature) if data is not None else None
+        short = _rows(ds, source, exact["count"], shortest=True)
+        ddof = float(np.sqrt(short / (short - 1))) if short > 1 else 1.0
+        out += _mismatch(ds, source, feature, _disagreement(stated, exact, tol, brackets, ddof))
     return out
 
 
-def _recomputed(ctx: Context, data: DataStats, complete: list[str]) -> Stats:
-    """Dataset stats from the recomputed per-episode ones, of the `complete` features every metadata episode has in
-    the data (none unless each has some): `aggregate` of their (episodes, channels) stacks, in metadata order."""
-    indices = episode_columns(ctx).index
+@dataclass
+class Tally:
+    """What the blocks' recomputed stats leave for the dataset stats: the data findings, incomplete features, each
+    feature's first dtype, and per block the `aggregate` of its episodes' recomputed stats (None: an episode of it
+    has none), pooled at the end."""
+    found: dict = field(default_factory=dict)
+    incomplete: set = field(default_factory=set)
+    dtypes: dict = field(default_factory=dict)
+    parts: list = field(default_factory=list)
+
+    def add(self, data: DataStats, indices: np.ndarray) -> None:
+        self.found.update(data.found)
+        self.incomplete |= data.incomplete
+        for feature, dtype in data.dtypes.items():
+            self.dtypes.setdefault(feature, dtype)
+        self.parts.append(_aggregated(data, indices))
+
+    def recomputed(self, complete: list[str]) -> Stats:
+        """Dataset stats of the `complete` features every block's episodes hold (none unless every episode has
+        some): one block's `aggregate`, or the pooled `aggregate` of the blocks'."""
+        if not self.parts or any(part is None for part in self.parts):
+            return {}
+        features = [f for f in self.parts[0] if f in complete and all(f in part for part in self.parts)]
+        if len(self.parts) == 1:
+            return {f: self.parts[0][f] for f in features}   # aggregate's order, sorted
+        return aggregate([{f: part[f] for f in features} for part in self.parts])
+
+
+def _aggregated(data: DataStats, indices: np.ndarray) -> Stats | None:
+    """`aggregate` of the recomputed stats of the episodes `indices` (metadata order), of each feature they all
+    have in the data, complete there; None unless each has some."""
     rows = {f: _lookup(exact.episodes, indices) for f, exact in data.exact.items()}
     held = np.zeros(len(indices), dtype=bool)
     for found in rows.values():
         held |= found >= 0
     if not held.all():
-        return {}
+        return None
     ordered = {f: len(at) == len(data.exact[f].episodes) and np.array_equal(at, np.arange(len(at)))
                for f, at in rows.items()}   # the rows already in metadata order: no gather (a copy)
     return aggregate({f: {k: v if ordered[f] else v[rows[f]] for k, v in data.exact[f].stats.items()}
-                      for f in complete if f in rows and (rows[f] >= 0).all()})
+                      for f in rows if f not in data.incomplete and (rows[f] >= 0).all()})
+
+
+def _recomputed(ctx: Context, data: DataStats, complete: list[str]) -> Stats:
+    """Dataset stats from the recomputed per-episode ones (every run's `data`), of the `complete` features every
+    metadata episode has in the data (none unless each has some)."""
+    tally = Tally()
+    tally.add(data, episode_columns(ctx).index)
+    return tally.recomputed(complete)
 
 
 AGREE_MARGIN = 0.5   # the prefilter's share of each tolerance: it passes only what `_disagreement` surely does
