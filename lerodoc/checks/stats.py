@@ -857,7 +857,8 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None, block: int | No
         columns = [f for f in numeric if f in data.schema.names]
         result.incomplete |= set(numeric) - set(columns)
         runs = chosen[lo:hi]
-        table = kept.pop(path, None) or data.kept(columns)
+        table = kept.pop(path, None)
+        table = data.kept(columns) if table is None else table
         data.release()   # held by the batch (or `kept`) alone from here: gone once no block needs it
         if block is not None and plan.last.get(at, block) > block:
             if table is None:
