@@ -67,7 +67,12 @@ def test_failing_episodes_are_those_measure_rejects(version):
     index = np.arange(len(lengths))
     owner = np.repeat(index, lengths)
     owner[start[7]] = 99                                       # episode 7's rows are not all its own: left out
-    got = _failing(ts_all, owner, np.ones(len(ts_all), bool), start, lengths, index, fps, tol, version)
+    got = _failing(ts_all, owner, start, lengths, index, fps, tol, version)
     expected = np.array([fails(measure(p, fps, tol), version, tol) for p in parts])
+    unowned = _failing(ts_all, None, start, lengths, index, fps, tol, version)   # a file without episode_index
+    assert np.array_equal(unowned, expected)
     expected[7] = False
     assert np.array_equal(got, expected) and 0 < expected.sum() < len(expected)
+    assert np.array_equal(_failing(ts_all.astype(np.float32), owner, start, lengths, index, fps, tol, version),
+                          [fails(measure(p.astype(np.float32).astype(np.float64), fps, tol), version, tol) and e != 7
+                           for e, p in enumerate(parts)])   # float32 timestamps measured in float64, as one by one

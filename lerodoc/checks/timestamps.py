@@ -146,63 +146,55 @@ def check(ctx: Context) -> list[Finding]:
     return findings
 
 
-CHUNK_ROWS = 1 << 22     # rows measured at once: memory bounded even where the metadata's spans overlap
+CHUNK_ROWS = 1 << 20     # rows measured at once: memory bounded even where the metadata's spans overlap; 8 MB
+                         # temporaries, which malloc reuses (at 2^22, each chunk's 32 MB ones were mapped anew)
 
 
 def failing(ctx: Context) -> np.ndarray:
     """Per metadata episode: True when lerobot (at ctx.tolerance_s) rejects its timestamps, over whole columns (what
-    `measure` and `fails` tell of one episode, for all at once). Episodes whose rows are not where the metadata puts
-    them are left out, as `episode_rows` leaves them out."""
+    `measure` and `fails` tell of one episode, for all at once), one data file at a time. Episodes whose rows are
+    not where the metadata puts them are left out, as `episode_rows` leaves them out."""
     ds, meta = ctx.dataset, episode_columns(ctx)
     files = data_files(ctx)
-    parts, owners, checked, base, has = [], [], [], [], []
-    offset = 0
-    for path in meta.files:
+    out = np.zeros(len(meta.length), bool)
+    order = np.argsort(meta.file, kind="stable")   # each file's episodes, in metadata order
+    bounds = np.searchsorted(meta.file[order], np.arange(len(meta.files) + 1))
+    for f, path in enumerate(meta.files):
         data = files.get(path)
         columns = _file_columns(data.columns) if data is not None and data.ok else None
         ts = None if columns is None else columns["timestamp"]
-        has.append(ts is not None)
-        base.append(offset)
-        if ts is not None:
-            owner = columns["episode_index"]
-            parts.append(ts.astype(np.float64))
-            owners.append(np.full(len(ts), -1, np.int64) if owner is None else owner)
-            checked.append(np.full(len(ts), owner is not None))
-            offset += len(ts)
-    ends = np.r_[base[1:], offset] if base else np.zeros(0, np.int64)
-    file_rows = np.asarray(ends, np.int64) - np.asarray(base, np.int64)
-    ts_all = np.concatenate(parts) if parts else np.zeros(0)
-    owner_all = np.concatenate(owners) if owners else np.zeros(0)
-    checked_all = np.concatenate(checked) if checked else np.zeros(0, bool)
-    has = np.asarray(has, bool)
-    length = meta.length
-    ok = has[meta.file] & (length > 0) & (meta.data_row >= 0) & (meta.data_row + length <= file_rows[meta.file])
-    start = np.asarray(base, np.int64)[meta.file] + meta.data_row
-    out = np.zeros(len(length), bool)
-    chosen = np.flatnonzero(ok)
-    chunk = (np.cumsum(length[chosen]) - length[chosen]) // CHUNK_ROWS
-    cuts = np.r_[0, np.flatnonzero(np.diff(chunk)) + 1, len(chosen)]
-    for lo, hi in zip(cuts[:-1], cuts[1:]):      # a chunk of episodes at a time
-        some = chosen[lo:hi]
-        out[some] = _failing(ts_all, owner_all, checked_all, start[some], length[some], meta.index[some],
-                             ds.info.fps, ctx.tolerance_s, ds.version)
+        if ts is None:
+            continue
+        mine = order[bounds[f]:bounds[f + 1]]
+        start, length = meta.data_row[mine], meta.length[mine]
+        chosen = mine[(length > 0) & (start >= 0) & (start + length <= len(ts))]
+        length = meta.length[chosen]
+        chunk = (np.cumsum(length) - length) // CHUNK_ROWS
+        cuts = np.r_[0, np.flatnonzero(np.diff(chunk)) + 1, len(chosen)]
+        for lo, hi in zip(cuts[:-1], cuts[1:]):      # a chunk of episodes at a time
+            some = chosen[lo:hi]
+            out[some] = _failing(ts, columns["episode_index"], meta.data_row[some], meta.length[some],
+                                 meta.index[some], ds.info.fps, ctx.tolerance_s, ds.version)
     return out
 
 
-def _failing(ts_all: np.ndarray, owner_all: np.ndarray, checked_all: np.ndarray, start: np.ndarray,
-             length: np.ndarray, index: np.ndarray, fps: int, tol: float, version: str) -> np.ndarray:
-    """`fails` of each span (start, length) of the laid-out columns, and no row of it owned by another episode: per
-    row whether it is off by tolerance_s or more, then per span whether any row is."""
+def _failing(ts_file: np.ndarray, owner: np.ndarray | None, start: np.ndarray, length: np.ndarray,
+             index: np.ndarray, fps: int, tol: float, version: str) -> np.ndarray:
+    """`fails` of each span (start, length) of one file's columns, and no row of it owned by another episode (by
+    `owner`, the file's episode_index, when it has a usable one): per row whether it is off by tolerance_s or more,
+    then per span whether any row is."""
     rows = ragged_arange(start, length)
     span = np.repeat(np.arange(len(length)), length)
-    foreign = (owner_all[rows] != np.repeat(index, length)) & checked_all[rows]
-    ts, period = ts_all[rows], 1.0 / fps
+    ts, period = ts_file[rows].astype(np.float64), 1.0 / fps
     off = ~(np.abs(ts - (rows - np.repeat(start, length)) * period) < tol)       # NaN and inf are off
     if version != "v3.0":
         step = ~(np.abs(np.diff(ts, append=0.0) - period) < tol)
         step[np.cumsum(length) - 1] = False                     # no step from an episode's last row
         off |= step
     count = np.bincount(span[off], minlength=len(length))
+    if owner is None:
+        return count > 0
+    foreign = owner[rows] != np.repeat(index, length)
     return (count > 0) & (np.bincount(span[foreign], minlength=len(length)) == 0)
 
 
