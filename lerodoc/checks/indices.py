@@ -155,18 +155,16 @@ def placement(ctx: Context) -> Placement:
 
 def placed_column(ctx: Context, name: str) -> tuple[np.ndarray, np.ndarray]:
     """The `name` column of the placed files laid end to end as Placement's rows, and per row whether its file has
-    it (a number column, one value per row); zeros where it has not."""
-    key = f"placed.{name}"
-    if key not in ctx.cache:
-        where, files = placement(ctx), data_files(ctx)
-        parts, has = [], []
-        for path, rows in zip(where.files, where.file_rows):
-            values = flat_column(files[path].columns, name)
-            has.append(values is not None and len(values) == rows)
-            parts.append(values if has[-1] else np.zeros(rows, np.int64))
-        values = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        ctx.cache[key] = values, np.repeat(np.array(has, bool), where.file_rows)
-    return ctx.cache[key]
+    it (a number column, one value per row); zeros where it has not. Made on each call, not kept: each family asks
+    for its column once, and a million episodes' column is 80 MB that the later families need not carry."""
+    where, files = placement(ctx), data_files(ctx)
+    parts, has = [], []
+    for path, rows in zip(where.files, where.file_rows):
+        values = flat_column(files[path].columns, name)
+        has.append(values is not None and len(values) == rows)
+        parts.append(values if has[-1] else np.zeros(rows, np.int64))
+    values = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    return values, np.repeat(np.array(has, bool), where.file_rows)
 
 
 def check(ctx: Context) -> list[Finding]:
