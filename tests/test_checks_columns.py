@@ -6,9 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lerodoc.checks import indices, open_context, run_checks
 from lerodoc.checks.common import ragged_arange
 from lerodoc.checks.indices import Placement
 from lerodoc.checks.timestamps import _failing, fails, measure
+from tests.fixtures.defects_data import BASES, DEFECTS
+from tests.fixtures.factory import make_dataset
 
 
 def test_ragged_arange_is_the_spans_rows():
@@ -76,3 +79,19 @@ def test_failing_episodes_are_those_measure_rejects(version):
     assert np.array_equal(_failing(ts_all.astype(np.float32), owner, start, lengths, index, fps, tol, version),
                           [fails(measure(p.astype(np.float32).astype(np.float64), fps, tol), version, tol) and e != 7
                            for e, p in enumerate(parts)])   # float32 timestamps measured in float64, as one by one
+
+
+@pytest.mark.parametrize("defect", ["wrong_frame_index", "wrong_global_index"])
+def test_row_columns_in_chunks_find_what_one_chunk_finds(defect, tmp_path, monkeypatch):
+    """The indices family compares frame_index and index ROW_CHUNK rows at a time (issue 37: a million episodes'
+    columns without 80 MB temporaries each): chunks of 3 rows, which cut through every episode, find the same first
+    wrong row of the same episodes, with the same counts, as one chunk of all rows."""
+    version, plant = DEFECTS[defect]
+    root = tmp_path / defect
+    make_dataset(root, **BASES[version])
+    planted = plant(root)
+    whole = [(f.code, f.file, f.episode, f.message) for f in run_checks(open_context(root), ("indices",))]
+    assert any((code, file, episode) == (planted[0].code, planted[0].file, planted[0].episode)
+               for code, file, episode, _ in whole), whole
+    monkeypatch.setattr(indices, "ROW_CHUNK", 3)
+    assert [(f.code, f.file, f.episode, f.message) for f in run_checks(open_context(root), ("indices",))] == whole

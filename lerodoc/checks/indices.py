@@ -317,32 +317,50 @@ def _episode_rows(ctx: Context, where: Placement) -> list[Finding]:
     return out
 
 
-def _first_per_run(bad: np.ndarray, run_of_row: np.ndarray, runs: int) -> tuple[np.ndarray, np.ndarray]:
-    """For each run, its first flagged row (-1 when none) and how many rows are flagged."""
-    rows = np.flatnonzero(bad)
-    first = np.full(runs, -1, np.int64)
-    owners, at = np.unique(run_of_row[rows], return_index=True)
-    first[owners] = rows[at]
-    return first, np.bincount(run_of_row[rows], minlength=runs)
+ROW_CHUNK = 1 << 20   # rows `_first_wrong` compares at once: its temporaries stay 8 MB, not 80 MB a million episodes
+
+
+def _first_wrong(values: np.ndarray, has: np.ndarray, where: Placement, within_run: bool
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per run, its first row whose value (where its file `has` the column) is not the row's place in its run
+    (`within_run`: frame_index) or in the dataset (index), -1 when none, and how many rows are not; ROW_CHUNK rows at
+    a time."""
+    runs = len(where.episode)
+    first, count = np.full(runs, -1, np.int64), np.zeros(runs, np.int64)
+    for start in range(0, where.rows, ROW_CHUNK):
+        stop = min(start + ROW_CHUNK, where.rows)
+        position = np.arange(start, stop)
+        run = np.searchsorted(where.global_start, position, side="right") - 1
+        want = position - where.global_start[run] if within_run else position
+        rows = np.flatnonzero(has[start:stop] & (values[start:stop] != want))
+        if not len(rows):
+            continue
+        owners, at = np.unique(run[rows], return_index=True)   # rows ascend: each run's first
+        fresh = first[owners] < 0
+        first[owners[fresh]] = position[rows[at[fresh]]]
+        count += np.bincount(run[rows], minlength=runs)
+    return first, count
 
 
 def _row_columns(ctx: Context, where: Placement) -> list[Finding]:
-    """frame_index 0..n-1 within each episode; index equal to the global row position. Whole columns: per row the
-    value expected from its run, and per run its first wrong row; the episodes of a single run only."""
+    """frame_index 0..n-1 within each episode; index equal to the global row position. Whole columns, a chunk of
+    rows at a time: per row the value expected from its run, and per run its first wrong row; the episodes of a single
+    run only."""
     runs = len(where.episode)
     if not runs:
         return []
     lo, hi = where.runs_of(where.episode)
     single = (hi - lo) == 1
-    run_of_row = np.repeat(np.arange(runs), where.length)
-    position = np.arange(where.rows)
     frames, has_frames = placed_column(ctx, "frame_index")
-    frame_first, _ = _first_per_run(has_frames & (frames != position - where.global_start[run_of_row]),
-                                    run_of_row, runs)
+    frame_first, _ = _first_wrong(frames, has_frames, where, within_run=True)
+    frame_found = {r: frames[frame_first[r]] for r in np.flatnonzero(single & (frame_first >= 0)).tolist()}
+    del frames, has_frames
     index_first, index_wrong = np.full(runs, -1), np.zeros(runs, np.int64)
+    index_found = {}
     if where.complete:
         index, has_index = placed_column(ctx, "index")
-        index_first, index_wrong = _first_per_run(has_index & (index != position), run_of_row, runs)
+        index_first, index_wrong = _first_wrong(index, has_index, where, within_run=False)
+        index_found = {r: index[index_first[r]] for r in np.flatnonzero(single & (index_first >= 0)).tolist()}
     out = []
     for r in np.flatnonzero(single & ((frame_first >= 0) | (index_first >= 0))).tolist():
         run = where.runs[r]
@@ -350,11 +368,11 @@ def _row_columns(ctx: Context, where: Placement) -> list[Finding]:
         if frame_first[r] >= 0:
             k = int(frame_first[r]) - run.global_start
             out.append(_finding("IDX020", f"episode {run.episode}: row {k} of the episode has frame_index "
-                                          f"{frames[frame_first[r]]:g}, expected {k}", **loc))
+                                          f"{frame_found[r]:g}, expected {k}", **loc))
         if index_first[r] >= 0:
             k = int(index_first[r]) - run.global_start
             out.append(_finding("IDX021", f"episode {run.episode}: global row {run.global_start + k} has index "
-                                          f"{index[index_first[r]]:g} ({int(index_wrong[r])} of {run.length} rows "
+                                          f"{index_found[r]:g} ({int(index_wrong[r])} of {run.length} rows "
                                           "wrong)", **loc))
     return out
 
