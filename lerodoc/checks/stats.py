@@ -128,8 +128,9 @@ def check(ctx: Context) -> list[Finding]:
     formed = [f for source in head for f in _well_formed(ds, source)]
     compared: list[Finding] = []
     tally = Tally()
-    plan = _blocks(ctx)
-    for k, (lo, hi) in enumerate(plan.bounds):
+    bounds = _blocks(ctx).bounds if ctx.stats else [(0, len(ds.episodes))]   # without: no episode's stats are read
+    holders = _holders(ds.episodes[slice(*bounds[0])]) if len(bounds) > 1 else {}
+    for k, (lo, hi) in enumerate(bounds):
         block = _episodic(ctx, lo, hi)
         groups = _columns(block)
         suspect = _suspects(ds, groups)
@@ -138,8 +139,10 @@ def check(ctx: Context) -> list[Finding]:
         if ctx.stats:
             compared += _agree_block(ctx, block, groups, tally, k)
         del block, groups
-        if k + 1 < len(plan.bounds):
-            _let_go(ds.episodes[lo:hi], ds.episodes[hi:plan.bounds[k + 1][1]])
+        if k + 1 < len(bounds):
+            following = _holders(ds.episodes[slice(*bounds[k + 1])])
+            _let_go(holders, following)
+            holders = following
     training = _training_stats(ds)
     out += formed + _quantiles_present(ds, training) + _channels(ds, training)
     if not ctx.stats:
@@ -187,7 +190,7 @@ def _blocks(ctx: Context) -> Blocks:
     if "stats.blocks" in ctx.cache:
         return ctx.cache["stats.blocks"]
     where, n = placement(ctx), len(ctx.dataset.episodes)
-    bounds = [(0, n)] if ctx.engine is not None or not ctx.stats else _bounds(ctx)
+    bounds = [(0, n)] if ctx.engine is not None else _bounds(ctx)
     known, counts = np.unique(where.episode, return_counts=True)
     whole = counts[np.searchsorted(known, where.episode)] == 1
     if len(bounds) == 1:
@@ -233,14 +236,16 @@ def _bounds(ctx: Context) -> list[tuple[int, int]]:
     return bounds + [(start, n)] if n > start or not bounds else bounds
 
 
-def _let_go(done: list[Episode], following: list[Episode]) -> None:
-    """Let go of the stats tables (episodes metadata files: read again if asked for) that the `done` block's
-    episodes read and the `following` block's do not."""
-    def holders(episodes: list[Episode]) -> dict:
-        return {id(row.holder): row.holder for row in map(stats_row, episodes) if row is not None}
-    still = holders(following)
-    for key, holder in holders(done).items():
-        if key not in still and hasattr(holder, "release"):
+def _holders(episodes: list[Episode]) -> dict:
+    """The holders (id -> holder) of the episodes' stats that are still unread table rows."""
+    return {id(row.holder): row.holder for row in map(stats_row, episodes) if row is not None}
+
+
+def _let_go(done: dict, following: dict) -> None:
+    """Let go of the stats tables (episodes metadata files: read again if asked for) that a block's episodes read
+    (`done`, `_holders`) and the next block's (`following`) do not."""
+    for key, holder in done.items():
+        if key not in following and hasattr(holder, "release"):
             holder.release()
 
 
@@ -933,8 +938,8 @@ def _by_episode(feature: str, parts: list[Exact]) -> Exact:
 
 @dataclass
 class _Column:
-    """One feature's column of one data file of a batch: the file's place in the batch and the feature's in the file
-    (the order its findings keep), its (rows, width) values, its runs (episodes, first rows, lengths, `placement`'s
+    """One feature's column of one data file of a batch: the file's number among the placed files and the feature's
+    place in the file (the order its findings keep), its (rows, width) values, its runs (episodes, first rows, lengths, `placement`'s
     run numbers) and their stated quantile sets (or None)."""
     file: int
     rank: int
@@ -967,7 +972,7 @@ def file_stats(batch: list[tuple[str, str, int, dict[str, int], tuple[np.ndarray
             result.incomplete |= set(widths)
     for feature in dict.fromkeys(f for unit in batch for f in unit[3]):
         columns = []
-        for i, (table, (_, path, at, widths, runs, stated, _)) in enumerate(zip(tables, batch)):
+        for table, (_, path, at, widths, runs, stated, _) in zip(tables, batch):
             if table is None or feature not in widths:
                 continue
             rank = list(widths).index(feature)
