@@ -10,7 +10,7 @@ from lerodoc.checks import indices, open_context, run_checks
 from lerodoc.checks.common import ragged_arange
 from lerodoc.checks.indices import Placement
 from lerodoc.checks.timestamps import _failing, fails, measure
-from tests.fixtures.defects_data import BASES, DEFECTS
+from tests.fixtures.defects_data import BASES, DEFECTS, TOP
 from tests.fixtures.factory import make_dataset
 
 
@@ -95,3 +95,46 @@ def test_row_columns_in_chunks_find_what_one_chunk_finds(defect, tmp_path, monke
                for code, file, episode, _ in whole), whole
     monkeypatch.setattr(indices, "ROW_CHUNK", 3)
     assert [(f.code, f.file, f.episode, f.message) for f in run_checks(open_context(root), ("indices",))] == whole
+
+
+@pytest.mark.parametrize("case", ["unresolvable_task_index", "episode_lists_another_task"])
+def test_task_index_in_chunks_finds_what_one_chunk_finds(case, tmp_path, monkeypatch):
+    """The tasks family resolves task_index ROW_CHUNK rows at a time (a million episodes' rows at once made 230 MB of
+    temporaries): chunks of 3 rows find the same episodes, counts and values (TSK001) and unlisted tasks (TSK005)
+    as one chunk of all rows."""
+    from lerodoc.checks import tasks
+    from tests.test_check_codes import CASES
+    version, plant = DEFECTS[case] if case in DEFECTS else CASES[case]
+    root = tmp_path / case
+    make_dataset(root, **BASES[version])
+    planted = plant(root)
+    whole = [(f.code, f.file, f.episode, f.message) for f in run_checks(open_context(root), ("tasks",))]
+    assert any((code, file, episode) == (planted[0].code, planted[0].file, planted[0].episode)
+               for code, file, episode, _ in whole), whole
+    monkeypatch.setattr(tasks, "ROW_CHUNK", 3)
+    assert [(f.code, f.file, f.episode, f.message) for f in run_checks(open_context(root), ("tasks",))] == whole
+
+
+@pytest.mark.parametrize("case", ["unresolvable_task_index", "wrong_frame_index", "jitter_timestamps", "shift_window"])
+def test_families_find_the_same_after_earlier_ones_let_go(case, tmp_path, monkeypatch):
+    """run_checks lets go of the data files' bookkeeping columns, and of the caches made from them, once no later
+    family reads them (checks.READS: 40-80 MB a column at a million episodes); a family that runs after others let
+    go finds what it finds alone, whether its cache (placement, the timestamps' rows) was made before or not. (No
+    numeric columns kept for the stats family: a file holding them keeps its bookkeeping ones until stats ran.)"""
+    from lerodoc.checks import FAMILIES, common
+    monkeypatch.setattr(common, "KEEP_SHARE", 1 << 62)
+    from tests.fixtures import defects_media as media
+    media_plants = {"jitter_timestamps": ("v3.0", lambda root: media.jitter_timestamps(root, 1)),
+                    "shift_window": ("v3.0", lambda root: media.shift_window(root, 2, TOP, 0.5))}
+    version, plant = DEFECTS[case] if case in DEFECTS else media_plants[case]
+    root = tmp_path / case
+    make_dataset(root, **BASES[version])
+    plant(root)
+
+    def found(families):
+        return [(f.code, f.file, f.episode, f.message) for f in run_checks(open_context(root, videos=True), families)]
+    alone = {name: found((name,)) for name in FAMILIES}
+    assert any(alone.values())
+    for later in FAMILIES:   # each family after layout alone (its caches made late) and after all before it
+        assert found(("layout", later))[len(alone["layout"]):] == alone[later], later
+    assert found(FAMILIES) == [f for name in FAMILIES for f in alone[name]]

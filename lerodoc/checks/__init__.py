@@ -17,6 +17,12 @@ from lerodoc.errors import LerodocError
 
 FAMILIES = ("layout", "indices", "timestamps", "videos", "stats", "tasks")
 Family = Callable[[Context], list[Finding]]
+# The data files' bookkeeping columns (`common.data_files`) and the context caches made from them that each family
+# reads; `run_checks` lets go of each once no later family reads it (a column is 40-80 MB at a million episodes).
+READS = {"layout": (), "indices": ("placement", "frame_index", "index"),
+         "timestamps": ("timestamp", "frame_index", "episode_index", "timestamps.rows"),
+         "videos": ("timestamps.rows",), "stats": ("placement",), "tasks": ("placement", "task_index")}
+MADE_FROM = {"placement": ("episode_index",), "timestamps.rows": ("timestamp", "frame_index", "episode_index")}
 
 
 def family(name: str) -> Family:
@@ -37,6 +43,19 @@ def open_context(root: Path, dataset: Dataset | None = None, **options) -> Conte
 def run_checks(ctx: Context, families: tuple[str, ...] = FAMILIES) -> list[Finding]:
     """Every family's findings, in family order."""
     findings: list[Finding] = []
-    for name in families:   # the videos family opens files only with ctx.videos (else: windows from metadata)
-        findings.extend(family(name)(ctx))
+    for k, name in enumerate(families):   # the videos family opens files only with ctx.videos (else: windows from
+        findings.extend(family(name)(ctx))   # metadata)
+        _let_go(ctx, {read for later in families[k + 1:] for read in READS.get(later, ())})
     return findings
+
+
+def _let_go(ctx: Context, needed: set[str]) -> None:
+    """Drop the bookkeeping columns and caches that no family still to run reads (`READS`); a cache still to be
+    made keeps the columns it is made from (`MADE_FROM`)."""
+    for cache, columns in MADE_FROM.items():
+        if cache not in needed:
+            ctx.cache.pop(cache, None)
+        elif cache not in ctx.cache:
+            needed = needed | set(columns)
+    for data in ctx.cache.get("data_files", {}).values():
+        data.keep(needed)

@@ -320,6 +320,15 @@ def _episode_rows(ctx: Context, where: Placement) -> list[Finding]:
 ROW_CHUNK = 1 << 20   # rows `_first_wrong` compares at once: its temporaries stay 8 MB, not 80 MB a million episodes
 
 
+def run_of_rows(where: Placement, start: int, stop: int) -> np.ndarray:
+    """The run of each of the placed rows [start, stop): the runs that overlap them, each repeated for its rows
+    there (no search per row)."""
+    first = int(np.searchsorted(where.global_start, start, side="right")) - 1
+    last = int(np.searchsorted(where.global_start, stop, side="left"))
+    lengths = np.minimum(where.global_stop[first:last], stop) - np.maximum(where.global_start[first:last], start)
+    return np.repeat(np.arange(first, last, dtype=np.int64), lengths)
+
+
 def _first_wrong(values: np.ndarray, has: np.ndarray, where: Placement, within_run: bool
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Per run, its first row whose value (where its file `has` the column) is not the row's place in its run
