@@ -240,3 +240,31 @@ def test_joining_stacks_can_let_the_parts_go():
     assert a.indices == b.indices == [0, 1, 2] and list(a.stacks["x"]) == list(b.stacks["x"]) == ["min", "count"]
     assert all(np.array_equal(a.stacks["x"][k], b.stacks["x"][k]) for k in ("min", "count"))
     assert all(part["x"] == {} for _, part in consumed) and all(len(part["x"]) == 2 for _, part in kept)
+
+
+def test_update_replacing_every_feature_reads_no_old_value(tmp_path, monkeypatch):
+    """quantiles replaces every feature's stats of every episode: the old values are then never read (at a million
+    episodes the episodes metadata's stats columns are gigabytes). The holders say from their footers which stats
+    every row holds, in the order the table gives them, and the episodes metadata written is the one written after
+    reading them (column by column, and episode by episode from the dicts)."""
+    from lerodoc.formats import model
+    from lerodoc.ops.stats import exact_stats
+    from tests.fixtures.factory import make_dataset
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=5, lengths=[4, 6, 5, 7, 3], cameras=()).root
+    fast, slow, read = Dataset.open(root), Dataset.open(root), Dataset.open(root)
+    features = fast.info.numeric_keys
+    _, per_episode, _ = exact_stats(fast, features)
+    for ep in read.episodes:
+        ep.stats   # noqa: B018: dicts
+    update_stats(read.episodes, [dict(per_episode[ep.index]) for ep in read.episodes])
+    holders = {id(stats_row(ep).holder): stats_row(ep).holder for ep in fast.episodes}
+    assert holders and all(h.full_keys() for h in holders.values())
+    monkeypatch.setattr(v30.StatsColumns, "table", property(lambda self: pytest.fail("an old value was read")))
+    update_stats(fast.episodes, per_episode)
+    monkeypatch.undo()
+    monkeypatch.setattr(model, "_replaced_keys", lambda episodes, features: None)   # the path that reads them
+    update_stats(slow.episodes, per_episode)
+    written = [_written(ds, tmp_path / name) for ds, name in ((fast, "fast"), (slow, "slow"), (read, "read"))]
+    assert written[0].equals(written[1]) and written[0].equals(written[2])
+    assert {c for c in written[0].column_names if c.startswith("stats/")} == \
+        {f"stats/{f}/{s}" for f in features for s in per_episode.stacks[f]}

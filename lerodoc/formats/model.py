@@ -113,6 +113,28 @@ def _unread_rows(episodes: list[Episode]) -> tuple[list[int], list[tuple[StatsRo
     return read, list(by_holder.values())
 
 
+def full_keys(table: StatsTable) -> list[tuple[str, str]] | None:
+    """A table's (feature, stat) columns when every row holds every one of them, else None."""
+    return list(table.columns) if table.regular else None
+
+
+def _replaced_keys(episodes: list[Episode], features: set[str]) -> list[tuple[str, str]] | None:
+    """The (feature, stat) keys `stats_columns` would give the episodes, when every episode's stats are an unread row
+    of a table whose every row holds every stat, and every feature is among `features` (an update that replaces
+    them all then reads no old value): known without reading a value where a holder can tell from its file
+    (`full_keys`). None otherwise."""
+    rows = [stats_row(ep) for ep in episodes]
+    if not rows or any(r is None for r in rows):
+        return None
+    keys: dict[tuple[str, str], None] = {}
+    for holder in {id(r.holder): r.holder for r in rows}.values():   # in the order their rows first come
+        own = full_keys(holder) if isinstance(holder, StatsTable) else getattr(holder, "full_keys", lambda: None)()
+        if own is None or any(feature not in features for feature, _ in own):
+            return None
+        keys.update(dict.fromkeys(own))
+    return list(keys)
+
+
 def stats_held(episodes: list[Episode]) -> np.ndarray:
     """`has_stats` of each episode, as one boolean array: an unread row asks its table once per table
     (`StatsTable.with_stats`), not once per episode."""
@@ -234,6 +256,10 @@ def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Sta
             return
         keys = [(feature, tuple(by_stat)) for feature, by_stat in updates.stacks.items()]
         new = updates.aligned([ep.index for ep, u in zip(episodes, updated) if u])
+        replaced = _replaced_keys(episodes, set(updates.stacks)) if updated.all() else None
+        if replaced is not None:   # every episode's every feature replaced: the old values are never read
+            _set_columns(episodes, {key: (None, None) for key in replaced}, new, updated)
+            return
         base = stats_columns(episodes)
         rows = None   # made only if the column path is not taken
     else:

@@ -25,7 +25,7 @@ from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import parse, read_json, replace_file, stats_from_json, stats_to_json, write_json
-from lerodoc.formats.model import Episode, StatsRow, VideoSpan, stats_columns
+from lerodoc.formats.model import Episode, StatsRow, VideoSpan, full_keys, stats_columns
 from lerodoc.formats.stats import StatsTable
 from lerodoc.tables.parquet_io import (arrow_array, null_free, open_parquet, read_parquet, read_schema, regular_rows,
                                       to_numpy)
@@ -151,6 +151,23 @@ class StatsColumns:
     def release(self) -> None:
         """Let go of the table read (it is read again if asked for): a rewrite whose episodes no longer use it."""
         self._table = None
+
+    def full_keys(self) -> list[tuple[str, str]] | None:
+        """The (feature, stat) columns every row holds a value of, in the table's order, from the footer alone (no
+        value read), when the footer says no column holds a null; else None (the table then tells)."""
+        if self._table is not None:
+            return full_keys(self._table)
+        try:
+            meta = open_parquet(self.path).metadata
+            names = [n for n in meta.schema.to_arrow_schema().names if n.startswith("stats/")]
+            free = null_free(meta)
+        except (LerodocError, OSError, pa.ArrowException, ValueError):
+            return None
+        if any(n not in free for n in names):
+            return None
+        keys = [tuple(n[len("stats/"):].rsplit("/", 1)) for n in names]
+        order = list(dict.fromkeys(feature for feature, _ in keys))   # feature by feature, as `_episode_stats`
+        return sorted(keys, key=lambda key: order.index(key[0]))
 
 
 def _episode_stats(table: pa.Table) -> StatsTable:
