@@ -67,3 +67,20 @@ def test_a_path_template_with_an_unknown_field_is_refused_not_a_crash(copy):
     proc = run_cli("info", copy, "--json", check=False)
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_task_lists_are_the_rows_with_one_str_per_text():
+    """An episode's tasks read column-wise: each row a list of its own, equal to pyarrow's rows (null and empty rows
+    an empty list), every distinct text one str shared by the rows (a million episodes held 1M copies of a few)."""
+    import pyarrow as pa
+    from lerodoc.formats.v30 import _task_lists
+    kind = pa.list_(pa.string())
+    rows = [["pick"], ["place", "pick"], None, [], ["pick"]]
+    for column in (pa.array(rows, kind), pa.array(rows, kind).slice(1, 3), pa.array(rows[:2], pa.large_list(pa.string())),
+                   pa.chunked_array([pa.array(rows[:2], kind), pa.array(rows[3:], kind)]),
+                   pa.array([["pick", None]], kind), pa.array([[1], [2]])):
+        got = _task_lists(pa.table({"tasks": column}))
+        assert got == [list(v or []) for v in column.to_pylist()]
+    got = _task_lists(pa.table({"tasks": pa.array(rows[3:] + rows[:2], kind)}))
+    assert got[1][0] is got[2][0] is got[3][1] and got[1] is not got[2]
+    assert _task_lists(pa.table({"length": [1, 2]})) == [[], []]

@@ -157,14 +157,16 @@ def stats_features(episodes: list[Episode]) -> set[str]:
     return out
 
 
-def stats_columns(episodes: list[Episode]) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]] | None:
+def stats_columns(episodes: list[Episode], *, release: bool = False
+                  ) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]] | None:
     """(feature, stat) -> (the episodes' values stacked (len(episodes), *shape), which rows hold one, or None when
     all do), taken from their tables' columns without a dict per episode, when every episode's stats are an unread
     row of a table of arrays and a stat has one shape and type in every table that holds it; else None. The stats
     come in the order the tables first name them, the tables in the order their rows first come. Where the episodes
     are one table's rows in order, the arrays are that table's own (read them, do not write them); where they are
     several tables' rows in order, each table's columns become views of the stacks (the same values, held once: a
-    dataset's episodes metadata files)."""
+    dataset's episodes metadata files). With `release`, a table's holder lets it go once its rows are copied
+    (`_gathered`: a rewrite whose episodes are about to hold the stacks instead)."""
     rows = [stats_row(ep) for ep in episodes]
     if not rows or any(r is None for r in rows):
         return None
@@ -186,6 +188,10 @@ def stats_columns(episodes: list[Episode]) -> dict[tuple[str, str], tuple[np.nda
     runs = [(tables[which[a]], positions[a:b]) for a, b in zip(starts, np.r_[starts[1:], len(rows)])]
     whole = len(runs) == len(tables) and all(t.rows == len(p) and np.array_equal(p, np.arange(len(p)))
                                              for t, p in runs)   # every table's rows in order, one after the other
+    if release and not whole:
+        holders = [rows[a].holder for a in starts]
+        tables = table = column = None   # the runs hold the tables from here: each is let go after its last run
+        return _gathered(runs, holders, layout)
     ends = np.cumsum([len(p) for _, p in runs])
     out = {}
     for key, (shape, dtype) in layout.items():
@@ -200,6 +206,35 @@ def stats_columns(episodes: list[Episode]) -> dict[tuple[str, str], tuple[np.nda
                                            np.full(len(p), key in t.columns, dtype=bool) for t, p in runs]) \
             if masked else None
     return out
+
+
+def _gathered(runs: list, holders: list, layout: dict) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]]:
+    """`stats_columns`' stacks filled run by run, each (table, positions) run's holder letting its table go (`release`:
+    read again if asked) after the table's last run: at a million episodes the tables and the stacks are gigabytes
+    each, and were held together."""
+    n = sum(len(p) for _, p in runs)
+    masked = {key for key in layout if any(key in t.present or key not in t.columns for t, _ in runs)}
+    values = {key: np.empty((n, *shape), dtype=dtype) for key, (shape, dtype) in layout.items()}
+    present = {key: np.empty(n, dtype=bool) for key in masked}
+    last = {id(holder): k for k, holder in enumerate(holders)}
+    start = 0
+    for k in range(len(runs)):
+        table, positions = runs[k]
+        runs[k] = None
+        stop = start + len(positions)
+        for key in layout:
+            if key in table.columns:
+                values[key][start:stop] = table.columns[key][positions]
+            else:
+                values[key][start:stop] = 0
+            if key in masked:
+                present[key][start:stop] = table.present[key][positions] if key in table.present else \
+                    key in table.columns
+        del table
+        if last[id(holders[k])] == k and hasattr(holders[k], "release"):
+            holders[k].release()
+        start = stop
+    return {key: (values[key], present.get(key)) for key in layout}
 
 
 def stats_matrices(episodes: list[Episode]) -> dict[tuple[str, str], np.ndarray] | None:
@@ -242,14 +277,14 @@ def keep_stats(episodes: list[Episode], features: dict, renamed: dict[str, str])
         ep.stats = StatsRow(table, i)
 
 
-def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Stats]) -> None:
+def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Stats], *, release: bool = False) -> None:
     """`ep.stats.update(u)` for each episode and its update (a list in the episodes' order, a Mapping from episode
     index, or `EpisodeStacks`, already stacked, for the episodes it holds); a feature's new stats replace all of its
     old ones. Done column by column, into one new table whose rows the episodes become, when their stats are unread
     rows of tables of arrays (`stats_columns`) and the updates are alike: the same features' same stats in every
     episode updated, each of those features already held (in some rows) with the new stats leading its stats in the
     same order (so every row's dict lists them as the episode-by-episode update would), or every episode updated.
-    Otherwise episode by episode."""
+    Otherwise episode by episode. `release`: the old tables' holders let them go once copied (`stats_columns`)."""
     if isinstance(updates, EpisodeStacks):   # the episodes it holds updated, their new stats already stacked
         updated = np.array([ep.index in updates for ep in episodes], dtype=bool)
         if not updated.any():
@@ -260,7 +295,7 @@ def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Sta
         if replaced is not None:   # every episode's every feature replaced: the old values are never read
             _set_columns(episodes, {key: (None, None) for key in replaced}, new, updated)
             return
-        base = stats_columns(episodes)
+        base = stats_columns(episodes, release=release)
         rows = None   # made only if the column path is not taken
     else:
         if isinstance(updates, Mapping):
@@ -270,7 +305,7 @@ def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Sta
             return
         first = updates[int(np.argmax(updated))]
         keys = [(feature, tuple(by_stat)) for feature, by_stat in first.items()]
-        base = stats_columns(episodes) if all(
+        base = stats_columns(episodes, release=release) if all(
             [(feature, tuple(by_stat)) for feature, by_stat in u.items()] == keys for u in updates if u) else None
         new = {feature: {stat: np.stack([u[feature][stat] for u in updates if u]) for stat in stats}
                for feature, stats in keys} if base is not None else None

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lerodoc.conventions import INFO_PATH
@@ -217,6 +218,22 @@ def stats_held(root: Path) -> dict[str, set[str]] | None:
     return held
 
 
+def _task_lists(table: pa.Table) -> list[list]:
+    """Each row's `tasks` as a list of its own (empty where null or absent), every distinct text one str shared by the
+    rows that list it: a million episodes' texts as one object each made 1M strings of about 100 bytes."""
+    if "tasks" not in table.column_names:
+        return [[] for _ in range(table.num_rows)]
+    column = table.column("tasks").combine_chunks()
+    if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) \
+            or not pa.types.is_string(column.type.value_type) or column.null_count or column.flatten().null_count:
+        return [list(v or []) for v in column.to_pylist()]   # a null row may hide values: row by row
+    encoded = pc.dictionary_encode(column.flatten())
+    texts, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False).tolist()
+    offsets = column.offsets.to_numpy(zero_copy_only=False)
+    ends = (offsets[1:] - offsets[0]).tolist()
+    return [[texts[c] for c in codes[a:b]] for a, b in zip([0] + ends[:-1], ends)]
+
+
 def _whole_columns(tables: list[pa.Table], names: list[str], video_keys: list[str], data_path: str, video_path: str,
                    row_stats: list, sources: list[str]) -> list[Episode] | None:
     """`read`'s episodes made column by column, where every pointer and count is an integer column and every
@@ -229,8 +246,7 @@ def _whole_columns(tables: list[pa.Table], names: list[str], video_keys: list[st
                for t in tables for name in names):
         return None
     column = {name: np.concatenate([to_numpy(t.column(name).combine_chunks()) for t in tables]) for name in names}
-    tasks = [v for t in tables for v in (t.column("tasks").to_pylist() if "tasks" in t.column_names
-                                         else [None] * t.num_rows)]
+    tasks = [v for t in tables for v in _task_lists(t)]
 
     def files(template: str, chunks: np.ndarray, numbers: np.ndarray, **key) -> list[str]:
         pairs, which = np.unique(np.stack([chunks, numbers], axis=1), axis=0, return_inverse=True)
@@ -242,7 +258,7 @@ def _whole_columns(tables: list[pa.Table], names: list[str], video_keys: list[st
                       column[f"videos/{key}/from_timestamp"].astype(float).tolist(),
                       column[f"videos/{key}/to_timestamp"].astype(float).tolist())) for key in video_keys]
     videos = [dict(zip(video_keys, row)) for row in zip(*spans)] if spans else [{} for _ in sources]
-    return [Episode(index=index, length=length, tasks=list(task or []), data_file=file, data_row=0,
+    return [Episode(index=index, length=length, tasks=task, data_file=file, data_row=0,
                     from_index=start, videos=windows, stats=stats, source=source)
             for index, length, task, file, start, windows, stats, source in zip(
                 column["episode_index"].tolist(), column["length"].tolist(), tasks, data,
@@ -308,8 +324,9 @@ def read(root: Path, info: Info):
 def _stats_columns(episodes: list[Episode]) -> dict[str, pa.Array]:
     """The episodes table's `stats/<feature>/<stat>` columns, in the order the episodes' dicts first name them (a
     stat no episode holds has none): from the stats' own tables where every episode's stats are still an unread
-    row (`stats_columns`), else gathered from each episode's dict."""
-    columns = stats_columns(episodes)
+    row (`stats_columns`, whose old tables are let go once copied: read again if asked), else gathered from each
+    episode's dict."""
+    columns = stats_columns(episodes, release=True)
     if columns is not None:
         first = {key: (0 if present is None else int(np.argmax(present)), rank)
                  for rank, (key, (_, present)) in enumerate(columns.items()) if present is None or present.any()}

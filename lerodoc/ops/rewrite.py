@@ -775,7 +775,7 @@ def _update_stats(episodes: list[Episode], blocks: list[BlockResult]) -> None:
                 key = tuple((f, tuple(by_stat)) for f, by_stat in stacks.items())
                 kinds.setdefault(key, []).append((block.episodes[rows].tolist(), stacks))
     for parts in kinds.values():
-        update_stats(episodes, EpisodeStacks.joined(parts))
+        update_stats(episodes, EpisodeStacks.joined(parts), release=True)
 
 
 def verify(root: Path, to: str, expected: list[Episode]) -> None:
