@@ -274,7 +274,6 @@ def test_gathering_with_release_lets_each_table_go_after_its_rows(tmp_path):
     """A rewrite's stats gathered with `release` (the episodes are about to hold the stacks): the same stacks and
     masks as without, each old table let go by its holder once its last rows are copied (a million episodes held the
     tables and the stacks together: 5.2 GB), and read again when asked."""
-    import shutil
     from lerodoc.formats.model import Episode, StatsRow
     from lerodoc.formats.stats import StatsTable
 

@@ -10,7 +10,6 @@ import string
 from dataclasses import replace
 from pathlib import Path
 
-import pyarrow as pa
 
 from lerodoc import access, formats
 from lerodoc.checks.common import (ERROR, WARNING, Context, DataFile, Finding, data_files, finding_factory, relative,
