@@ -97,3 +97,16 @@ def held(fd: int) -> int:
     except (OSError, AttributeError):   # no SEEK_DATA here: the blocks are all there is to go by
         return stat.st_blocks * 512
     return data
+
+
+def give_back() -> None:
+    """Return the memory the process has freed to the system (glibc's `malloc_trim`; elsewhere nothing): a step that
+    lets go of gigabytes held in many blocks of a few MB (a million episodes' stats tables) before it allocates as
+    much anew. glibc keeps such freed blocks for reuse, and the new allocations, larger, cannot reuse them, so both
+    stay resident (measured: 7.7 GB where 5.1 GB were live)."""
+    try:
+        import ctypes
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)

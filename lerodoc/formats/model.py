@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from lerodoc.budget import give_back
 from lerodoc.formats.stats import StatsTable
 from lerodoc.tables.stats import BASIC, EpisodeStacks, Stats, stack_stats
 
@@ -233,6 +234,7 @@ def _gathered(runs: list, holders: list, layout: dict) -> dict[tuple[str, str], 
         del table
         if last[id(holders[k])] == k and hasattr(holders[k], "release"):
             holders[k].release()
+            give_back()   # its blocks, before the stacks' next rows are touched
         start = stop
     return {key: (values[key], present.get(key)) for key in layout}
 
