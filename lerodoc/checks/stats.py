@@ -21,6 +21,7 @@ from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files,
 from lerodoc.checks.indices import placement
 from lerodoc.dataset import Dataset
 from lerodoc.tables.stats import Stats
+from lerodoc.budget import give_back
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
@@ -247,6 +248,7 @@ def _let_go(done: dict, following: dict) -> None:
     for key, holder in done.items():
         if key not in following and hasattr(holder, "release"):
             holder.release()
+    give_back()   # their blocks, before the next block reads its own
 
 
 def _stats_files(ctx: Context) -> list[Finding]:

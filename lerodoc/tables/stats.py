@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lerodoc.budget import give_back
 from lerodoc.errors import LerodocError
 from lerodoc.tables.parquet_io import column_matrix, iter_batches, leaf_values, open_parquet, read_parquet
 from lerodoc.tables.quantiles import Selection, Tally, interpolate, key_slices, row_quantiles, transpose_into
@@ -402,6 +403,7 @@ class EpisodeStacks(Mapping):
                 if consume:
                     for _, part in parts:
                         del part[feature][stat]
+                    give_back()   # the parts' blocks (a data file's rows each), before the next stat's stack
         return cls(indices, stacks)
 
     def __contains__(self, index) -> bool:
