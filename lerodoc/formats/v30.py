@@ -228,8 +228,8 @@ def _task_lists(table: pa.Table) -> list[list]:
             or not pa.types.is_string(column.type.value_type) or column.null_count or column.flatten().null_count:
         return [list(v or []) for v in column.to_pylist()]   # a null row may hide values: row by row
     encoded = pc.dictionary_encode(column.flatten())
-    texts, codes = encoded.dictionary.to_pylist(), encoded.indices.to_numpy(zero_copy_only=False).tolist()
-    offsets = column.offsets.to_numpy(zero_copy_only=False)
+    texts, codes = encoded.dictionary.to_pylist(), to_numpy(encoded.indices).tolist()
+    offsets = to_numpy(column.offsets)
     ends = (offsets[1:] - offsets[0]).tolist()
     return [[texts[c] for c in codes[a:b]] for a, b in zip([0] + ends[:-1], ends)]
 
