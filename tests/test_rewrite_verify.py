@@ -66,3 +66,22 @@ def test_a_rewrite_lets_go_of_source_stats_tables_its_episodes_no_longer_use(tmp
         for feature, by_stat in before[ep.index].items():
             for stat, value in by_stat.items():
                 assert np.array_equal(ep.stats[feature][stat], value, equal_nan=True), (ep.index, feature, stat)
+
+
+def test_verify_holds_the_written_episodes_to_the_planned_ones(tmp_path):
+    """rewrite.verify: the reopened output lists exactly the planned episodes (index, length, data file, first row);
+    any one of those off in any episode, a missing episode or another version is a VerificationError."""
+    from dataclasses import replace
+    from lerodoc.dataset import Dataset
+    verify = rewrite.verify
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=4, lengths=[3, 4, 5, 6], cameras=()).root
+    planned = Dataset.open(root).episodes
+    verify(root, "v3.0", planned)
+    for changed in ({"index": 9}, {"length": 7}, {"data_file": "data/chunk-000/file-009.parquet"}, {"from_index": 1}):
+        wrong = list(planned)
+        wrong[2] = replace(planned[2], **changed)
+        with pytest.raises(VerificationError):
+            verify(root, "v3.0", wrong)
+    for wrong, to in ((planned[:-1], "v3.0"), (planned, "v2.1")):
+        with pytest.raises(VerificationError):
+            verify(root, to, wrong)
