@@ -5,7 +5,7 @@ Opening reads metadata only: no frame is decoded and no data parquet is read bey
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -33,6 +33,8 @@ class Dataset:
     stats: Stats | None = None
     meta_seen: tuple = ()                # confined.meta_state of a local root as it was read: an in-place swap
                                          # refuses to replace a meta/ that changed since (promote.staging)
+    stats_fit: bool = field(default=False, repr=False, compare=False)   # _require_stats_shapes passed: split's
+                                         # parts ask again, and the stats tables would be read again to answer
 
     @classmethod
     def open(cls, root: Path | str) -> Dataset:
@@ -164,6 +166,8 @@ class Dataset:
                                             "metadata from the data files")
 
     def _require_stats_shapes(self) -> None:
+        if self.stats_fit:
+            return
         module = formats.module(self.version)
         stats_file, episodes_file = module.STATS_PATH, module.EPISODE_STATS_META
         sizes: dict[tuple[str, str], int | None] = {}    # per feature and stat, not per episode
@@ -187,6 +191,7 @@ class Dataset:
                                            f"{list(spec['shape'])} needs {sizes[name, stat]}", file=self.root / where,
                                            episode=episode, field=f"{name}.{stat}",
                                            hint="lerodoc repair recomputes the stats")
+        self.stats_fit = True
 
     def _stat_fits(self, name: str, stat: str, size: int, sizes: dict) -> bool:
         """Whether `size` values are what info.json's shape gives the stat (`stat_size`, kept per feature and stat in

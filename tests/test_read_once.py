@@ -97,3 +97,22 @@ def test_a_file_whose_numeric_columns_are_over_the_budget_is_named_by_the_stats_
     errors = [(code, file) for code, file, _, _, _, _ in kept if code.startswith(("LAY", "IDX", "STA052"))]
     assert errors == [("STA052", "data/chunk-000/episode_000001.parquet")], kept
     assert kept_reads == ["episode_000001.parquet"]   # the file the wider read could not keep
+
+
+def test_stats_shapes_are_checked_once_per_opened_dataset(tmp_path, monkeypatch):
+    """split runs one merge per part on the dataset it opened: the stats' shapes, checked by the first part, are not
+    read again for the next (each part lets the stats tables go once it has copied them)."""
+    from lerodoc.dataset import Dataset
+    from lerodoc.formats import v30
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=4, lengths=[3, 4, 5, 6], cameras=()).root
+    ds = Dataset.open(root)
+    reads = []
+    table = v30.StatsColumns.table.fget
+    monkeypatch.setattr(v30.StatsColumns, "table", property(lambda self: reads.append(self.path) or table(self)))
+    ds.require_complete()
+    first = len(reads)
+    for holder in {id(h): h for h in (ep._stats.holder for ep in ds.episodes)}.values():
+        holder.release()
+    ds.require_complete()
+    assert first and len(reads) == first and ds.stats_fit
+    assert not Dataset.open(root).stats_fit
