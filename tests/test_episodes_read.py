@@ -84,3 +84,16 @@ def test_task_lists_are_the_rows_with_one_str_per_text():
     got = _task_lists(pa.table({"tasks": pa.array(rows[3:] + rows[:2], kind)}))
     assert got[1][0] is got[2][0] is got[3][1] and got[1] is not got[2]
     assert _task_lists(pa.table({"length": [1, 2]})) == [[], []]
+
+
+def test_opening_a_dataset_imports_no_pyarrow_compute(tmp_path):
+    """Reading the episodes (their task lists included) imports neither pandas nor pyarrow.compute: each costs every
+    command tens to hundreds of milliseconds at start."""
+    import subprocess
+    import sys
+    from tests.fixtures.factory import make_dataset
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=3, lengths=[3, 4, 5], cameras=()).root
+    code = ("import sys; from lerodoc.dataset import Dataset; ds = Dataset.open(sys.argv[1]); "
+            "assert ds.episodes[0].tasks; print(sorted(m for m in ('pandas', 'pyarrow.compute') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lerodoc.conventions import INFO_PATH
@@ -220,18 +219,22 @@ def stats_held(root: Path) -> dict[str, set[str]] | None:
 
 def _task_lists(table: pa.Table) -> list[list]:
     """Each row's `tasks` as a list of its own (empty where null or absent), every distinct text one str shared by the
-    rows that list it: a million episodes' texts as one object each made 1M strings of about 100 bytes."""
+    rows that list it: a million episodes' texts as one object each made 1M strings of about 100 bytes. (From the
+    list's offsets and values: `flatten` and `dictionary_encode` import pyarrow.compute, which costs every command.)"""
     if "tasks" not in table.column_names:
         return [[] for _ in range(table.num_rows)]
     column = table.column("tasks").combine_chunks()
     if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)) \
-            or not pa.types.is_string(column.type.value_type) or column.null_count or column.flatten().null_count:
+            or not pa.types.is_string(column.type.value_type) or column.null_count:
         return [list(v or []) for v in column.to_pylist()]   # a null row may hide values: row by row
-    encoded = pc.dictionary_encode(column.flatten())
-    texts, codes = encoded.dictionary.to_pylist(), to_numpy(encoded.indices).tolist()
     offsets = to_numpy(column.offsets)
+    values = column.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])) if len(offsets) else column.values
+    if values.null_count:
+        return [list(v or []) for v in column.to_pylist()]
+    shared: dict[str, str] = {}
+    texts = [shared.setdefault(text, text) for text in values.to_pylist()]
     ends = (offsets[1:] - offsets[0]).tolist()
-    return [[texts[c] for c in codes[a:b]] for a, b in zip([0] + ends[:-1], ends)]
+    return [texts[a:b] for a, b in zip([0] + ends[:-1], ends)]
 
 
 def _whole_columns(tables: list[pa.Table], names: list[str], video_keys: list[str], data_path: str, video_path: str,
