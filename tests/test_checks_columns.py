@@ -81,38 +81,24 @@ def test_failing_episodes_are_those_measure_rejects(version):
                            for e, p in enumerate(parts)])   # float32 timestamps measured in float64, as one by one
 
 
-@pytest.mark.parametrize("defect", ["wrong_frame_index", "wrong_global_index"])
-def test_row_columns_in_chunks_find_what_one_chunk_finds(defect, tmp_path, monkeypatch):
-    """The indices family compares frame_index and index ROW_CHUNK rows at a time (issue 37: a million episodes'
-    columns without 80 MB temporaries each): chunks of 3 rows, which cut through every episode, find the same first
-    wrong row of the same episodes, with the same counts, as one chunk of all rows."""
-    version, plant = DEFECTS[defect]
-    root = tmp_path / defect
-    make_dataset(root, **BASES[version])
-    planted = plant(root)
-    whole = [(f.code, f.file, f.episode, f.message) for f in run_checks(open_context(root), ("indices",))]
-    assert any((code, file, episode) == (planted[0].code, planted[0].file, planted[0].episode)
-               for code, file, episode, _ in whole), whole
-    monkeypatch.setattr(indices, "ROW_CHUNK", 3)
-    assert [(f.code, f.file, f.episode, f.message) for f in run_checks(open_context(root), ("indices",))] == whole
-
-
-@pytest.mark.parametrize("case", ["unresolvable_task_index", "episode_lists_another_task"])
-def test_task_index_in_chunks_finds_what_one_chunk_finds(case, tmp_path, monkeypatch):
-    """The tasks family resolves task_index ROW_CHUNK rows at a time (a million episodes' rows at once made 230 MB of
-    temporaries): chunks of 3 rows find the same episodes, counts and values (TSK001) and unlisted tasks (TSK005)
-    as one chunk of all rows."""
+@pytest.mark.parametrize("family, case", [("indices", "wrong_frame_index"), ("indices", "wrong_global_index"),
+                                          ("tasks", "unresolvable_task_index"), ("tasks", "episode_lists_another_task")])
+def test_row_columns_in_chunks_find_what_one_chunk_finds(family, case, tmp_path, monkeypatch):
+    """The indices family compares frame_index and index, and the tasks family resolves task_index, ROW_CHUNK rows at
+    a time (issue 37: a million episodes' columns without 80 MB temporaries each): chunks of 3 rows, which cut through
+    every episode, find the same first wrong row of the same episodes, with the same counts and values (and the same
+    unlisted tasks, TSK005), as one chunk of all rows."""
     from lerodoc.checks import tasks
     from tests.test_check_codes import CASES
     version, plant = DEFECTS[case] if case in DEFECTS else CASES[case]
     root = tmp_path / case
     make_dataset(root, **BASES[version])
     planted = plant(root)
-    whole = [(f.code, f.file, f.episode, f.message) for f in run_checks(open_context(root), ("tasks",))]
+    whole = [(f.code, f.file, f.episode, f.message) for f in run_checks(open_context(root), (family,))]
     assert any((code, file, episode) == (planted[0].code, planted[0].file, planted[0].episode)
                for code, file, episode, _ in whole), whole
-    monkeypatch.setattr(tasks, "ROW_CHUNK", 3)
-    assert [(f.code, f.file, f.episode, f.message) for f in run_checks(open_context(root), ("tasks",))] == whole
+    monkeypatch.setattr({"indices": indices, "tasks": tasks}[family], "ROW_CHUNK", 3)
+    assert [(f.code, f.file, f.episode, f.message) for f in run_checks(open_context(root), (family,))] == whole
 
 
 @pytest.mark.parametrize("case", ["unresolvable_task_index", "wrong_frame_index", "jitter_timestamps", "shift_window"])
