@@ -43,8 +43,9 @@ def open_context(root: Path, dataset: Dataset | None = None, **options) -> Conte
 def run_checks(ctx: Context, families: tuple[str, ...] = FAMILIES) -> list[Finding]:
     """Every family's findings, in family order."""
     findings: list[Finding] = []
-    for k, name in enumerate(families):   # the videos family opens files only with ctx.videos (else: windows from
-        findings.extend(family(name)(ctx))   # metadata)
+    # the videos family opens files only with ctx.videos (else: windows from metadata)
+    for k, name in enumerate(families):
+        findings.extend(family(name)(ctx))
         _let_go(ctx, {read for later in families[k + 1:] for read in READS.get(later, ())})
     return findings
 

@@ -101,10 +101,9 @@ class DataFile:
         """Let go of the bookkeeping columns not `needed` by a later family (`checks.run_checks`); numeric columns
         kept for the stats family stay, with the bookkeeping ones among them, until `release` lets go of them."""
         if self.columns is not None and set(self.columns.column_names) <= set(INDEX_FEATURES):
-            names = self.columns.column_names
-            gone = [c for c in names if c in INDEX_FEATURES and c not in needed]
-            if gone:
-                self.columns = self.columns.select([c for c in names if c not in gone])
+            kept = [c for c in self.columns.column_names if c in needed]
+            if len(kept) < self.columns.num_columns:
+                self.columns = self.columns.select(kept)
 
     @property
     def ok(self) -> bool:

@@ -10,7 +10,6 @@ import string
 from dataclasses import replace
 from pathlib import Path
 
-
 from lerodoc import access, formats
 from lerodoc.checks.common import (ERROR, WARNING, Context, DataFile, Finding, data_files, finding_factory, relative,
                                     valid_spec)

@@ -245,10 +245,11 @@ def _holders(episodes: list[Episode]) -> dict:
 def _let_go(done: dict, following: dict) -> None:
     """Let go of the stats tables (episodes metadata files: read again if asked for) that a block's episodes read
     (`done`, `_holders`) and the next block's (`following`) do not."""
-    for key, holder in done.items():
-        if key not in following and hasattr(holder, "release"):
-            holder.release()
-    give_back()   # their blocks, before the next block reads its own
+    gone = [holder for key, holder in done.items() if key not in following and hasattr(holder, "release")]
+    for holder in gone:
+        holder.release()
+    if gone:
+        give_back()   # their blocks, before the next block reads its own
 
 
 def _stats_files(ctx: Context) -> list[Finding]:

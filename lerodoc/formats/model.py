@@ -114,11 +114,6 @@ def _unread_rows(episodes: list[Episode]) -> tuple[list[int], list[tuple[StatsRo
     return read, list(by_holder.values())
 
 
-def full_keys(table: StatsTable) -> list[tuple[str, str]] | None:
-    """A table's (feature, stat) columns when every row holds every one of them, else None."""
-    return list(table.columns) if table.regular else None
-
-
 def _replaced_keys(episodes: list[Episode], features: set[str]) -> list[tuple[str, str]] | None:
     """The (feature, stat) keys `stats_columns` would give the episodes, when every episode's stats are an unread row
     of a table whose every row holds every stat, and every feature is among `features` (an update that replaces
@@ -129,7 +124,7 @@ def _replaced_keys(episodes: list[Episode], features: set[str]) -> list[tuple[st
         return None
     keys: dict[tuple[str, str], None] = {}
     for holder in {id(r.holder): r.holder for r in rows}.values():   # in the order their rows first come
-        own = full_keys(holder) if isinstance(holder, StatsTable) else getattr(holder, "full_keys", lambda: None)()
+        own = holder.full_keys() if hasattr(holder, "full_keys") else None   # v2.x's jsonl holders cannot tell
         if own is None or any(feature not in features for feature, _ in own):
             return None
         keys.update(dict.fromkeys(own))

@@ -79,6 +79,10 @@ class StatsTable:
         self.regular = self.arrays and not self.present   # every row holds every stat, of one shape
         self._normal: tuple[dict, bool] | None = None
 
+    def full_keys(self) -> list[tuple[str, str]] | None:
+        """The (feature, stat) columns, when every row holds every one of them; else None."""
+        return list(self.columns) if self.regular else None
+
     def held(self, key: tuple[str, str], i: int) -> bool:
         column, present = self.columns[key], self.present.get(key)
         return column[i] is not None if present is None else bool(present[i])

@@ -25,7 +25,7 @@ from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import parse, read_json, replace_file, stats_from_json, stats_to_json, write_json
-from lerodoc.formats.model import Episode, StatsRow, VideoSpan, full_keys, stats_columns
+from lerodoc.formats.model import Episode, StatsRow, VideoSpan, stats_columns
 from lerodoc.formats.stats import StatsTable
 from lerodoc.tables.parquet_io import (arrow_array, null_free, open_parquet, read_parquet, read_schema, regular_rows,
                                       to_numpy)
@@ -156,7 +156,7 @@ class StatsColumns:
         """The (feature, stat) columns every row holds a value of, in the table's order, from the footer alone (no
         value read), when the footer says no column holds a null; else None (the table then tells)."""
         if self._table is not None:
-            return full_keys(self._table)
+            return self._table.full_keys()
         try:
             meta = open_parquet(self.path).metadata
             names = [n for n in meta.schema.to_arrow_schema().names if n.startswith("stats/")]
@@ -228,7 +228,7 @@ def _task_lists(table: pa.Table) -> list[list]:
             or not pa.types.is_string(column.type.value_type) or column.null_count:
         return [list(v or []) for v in column.to_pylist()]   # a null row may hide values: row by row
     offsets = to_numpy(column.offsets)
-    values = column.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])) if len(offsets) else column.values
+    values = column.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))   # the rows' own values
     if values.null_count:
         return [list(v or []) for v in column.to_pylist()]
     shared: dict[str, str] = {}
