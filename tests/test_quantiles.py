@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 
@@ -246,3 +247,82 @@ def test_dataset_stats_gives_no_empty_entry_for_a_listed_feature_without_stats()
     kept = {"min": np.array([7.0])}
     stats = dataset_stats([{"a": one}], features=["a", "b"], previous={"b": kept})
     assert list(stats) == ["b", "a"] and stats["b"] == kept
+
+
+def _stats_json(root):
+    return json.loads((root / "meta/stats.json").read_text())
+
+
+def test_streamed_stats_equal_in_memory_and_hold_a_file_at_a_time(tmp_path, monkeypatch):
+    """Past the budget, quantiles hands the episodes files their stats one data file at a time (StatsStream): the
+    episodes files are byte for byte those the in-memory path writes, the dataset stats equal up to rounding (a
+    file's episodes aggregated, then the files), and no more than the file being handed out and the next are held."""
+    from lerodoc.ops import stats as stats_module
+    fixture = make_dataset(tmp_path / "src", version="v3.0", episodes=1500, lengths=3, episodes_per_file=300)
+    info = json.loads((fixture.root / "meta/info.json").read_text())
+    info["data_files_size_in_mb"] = 1   # episodes files of 1 MiB: several, each handed out as it is written
+    (fixture.root / "meta/info.json").write_text(json.dumps(info))
+    ds = Dataset.open(fixture.root)
+    features = ds.info.numeric_keys
+    assert stats_module.StatsStream.of(ds, features, budget=64 << 20) is None   # fits: the in-memory path
+    assert stats_module.StatsStream.of(ds, features, budget=50) is not None
+    held = []
+    rows = stats_module.StatsStream.rows
+
+    def spy(self, lo, hi):
+        out = rows(self, lo, hi)
+        held.append(len(self.parts))
+        return out
+    monkeypatch.setattr(stats_module.StatsStream, "rows", spy)
+    whole = quantiles(fixture.root, tmp_path / "whole", workers=2)
+    streamed = quantiles(fixture.root, tmp_path / "streamed", budget=50, workers=2)
+    assert len(held) >= 3 and max(held) <= 1   # per episodes file; a file straddling two is the one kept
+    episodes = sorted((tmp_path / "whole").glob("meta/episodes/*/*.parquet"))
+    assert len(episodes) == len(held)
+    for path in episodes:
+        assert path.read_bytes() == (tmp_path / "streamed" / path.relative_to(tmp_path / "whole")).read_bytes()
+    a, b = _stats_json(tmp_path / "whole"), _stats_json(tmp_path / "streamed")
+    assert a.keys() == b.keys()
+    for feature in a:
+        assert a[feature].keys() == b[feature].keys()
+        for stat in a[feature]:
+            if stat in ("mean", "std"):
+                np.testing.assert_allclose(b[feature][stat], a[feature][stat], rtol=1e-12, atol=1e-12)
+            else:
+                assert b[feature][stat] == a[feature][stat], (feature, stat)
+    assert [r["feature"] for r in streamed.channels] == [r["feature"] for r in whole.channels]
+    assert streamed.changes == whole.changes
+    shutil.copytree(fixture.root, tmp_path / "in_place")
+    quantiles(tmp_path / "in_place", in_place=True, budget=50)   # the old stats read while the new are staged
+    for path in episodes:
+        assert path.read_bytes() == (tmp_path / "in_place" / path.relative_to(tmp_path / "whole")).read_bytes()
+    dry = quantiles(fixture.root, budget=50, workers=2)   # nothing written: the stats still reported
+    assert dry.output is None and [r["q99"] for r in dry.channels] == [r["q99"] for r in streamed.channels]
+
+
+def test_stream_only_forward_and_only_in_file_order(tmp_path):
+    from lerodoc.ops.stats import StatsStream
+    fixture = make_dataset(tmp_path / "src", version="v3.0", episodes=6, lengths=4, episodes_per_file=2)
+    ds = Dataset.open(fixture.root)
+    stream = StatsStream.of(ds, ds.info.numeric_keys, budget=1)
+    first = stream.rows(0, 3)
+    assert {len(v) for v in first.values()} == {3} and list(stream.layout()) == list(first)
+    with pytest.raises(ValueError):
+        stream.rows(0, 3)
+    assert {len(v) for v in stream.rows(3, 6).values()} == {3}
+    ds.episodes[1], ds.episodes[2] = ds.episodes[2], ds.episodes[1]   # files interleaved: taken whole, not streamed
+    assert StatsStream.of(ds, ds.info.numeric_keys, budget=1) is None
+
+
+def test_streamed_openpi_error_keeps_no_output(tmp_path, monkeypatch):
+    """The stream's dataset stats are known once its episodes files are written; an openpi refusal then (a NaN
+    mean or std) still leaves no output and no norm stats file."""
+    from lerodoc.ops import quantiles as quantiles_module
+
+    def refuse(stats, keys):
+        raise LerodocError("has non-finite std: openpi cannot read NaN or infinity", field="observation.state")
+    monkeypatch.setattr(quantiles_module, "openpi_norm_stats", refuse)
+    fixture = make_dataset(tmp_path / "src", version="v3.0", episodes=4, lengths=5, episodes_per_file=2)
+    with pytest.raises(LerodocError, match="non-finite"):
+        quantiles(fixture.root, tmp_path / "out", budget=1, openpi_path=tmp_path / "norm.json")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "norm.json").exists()

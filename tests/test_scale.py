@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -74,8 +75,17 @@ def test_quantiles_on_ray_write_the_pool_bytes_without_gathering_rows(cluster, s
     on_ray = quantiles(src, tmp_path / "ray", engine=RayEngine())            # tally passes on the workers
     assert in_memory.passes == 1 and on_ray.passes > 1 and on_ray.passes == by_passes.passes
     expected = tree_digests(tmp_path / "memory")
-    assert tree_digests(tmp_path / "passes") == expected
     assert tree_digests(tmp_path / "ray") == expected
+    # past the budget on this machine the episodes are streamed a data file at a time (ops.stats.StatsStream): the
+    # same files, and the dataset mean and std aggregated per file first, equal up to rounding
+    passes = tree_digests(tmp_path / "passes")
+    assert {k: v for k, v in passes.items() if k != "meta/stats.json"} == \
+        {k: v for k, v in expected.items() if k != "meta/stats.json"}
+    a, b = (json.loads((tmp_path / name / "meta/stats.json").read_text()) for name in ("memory", "passes"))
+    assert a.keys() == b.keys() and all(a[f].keys() == b[f].keys() for f in a)
+    for feature in a:
+        for stat in a[feature]:
+            np.testing.assert_allclose(b[feature][stat], a[feature][stat], rtol=1e-12 if stat in ("mean", "std") else 0)
 
 
 def test_validate_on_ray_finds_what_the_pool_finds(cluster, sources, tmp_path):

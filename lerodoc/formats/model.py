@@ -131,6 +131,21 @@ def _replaced_keys(episodes: list[Episode], features: set[str]) -> list[tuple[st
     return list(keys)
 
 
+def shared_keys(episodes: list[Episode]) -> list[tuple[str, str]] | None:
+    """The (feature, stat) keys of every episode's stats, when each is an unread row of a table whose every row holds
+    the same stats, in the same order, in every table (the footers tell: `full_keys`); else None."""
+    rows = [stats_row(ep) for ep in episodes]
+    if not rows or any(r is None for r in rows):
+        return None
+    keys = None
+    for holder in {id(r.holder): r.holder for r in rows}.values():
+        own = holder.full_keys() if hasattr(holder, "full_keys") else None
+        if own is None or keys is not None and own != keys:
+            return None
+        keys = own
+    return keys
+
+
 def stats_held(episodes: list[Episode]) -> np.ndarray:
     """`has_stats` of each episode, as one boolean array: an unread row asks its table once per table
     (`StatsTable.with_stats`), not once per episode."""

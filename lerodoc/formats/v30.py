@@ -386,9 +386,12 @@ def _episodes_files(nbytes: int, rows: int, info: Info) -> list[tuple[int, int, 
     return out
 
 
-def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | None) -> None:
+def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | Callable[[], dict] | None, *,
+                stream=None) -> None:
     """Write the episodes table (per-episode stats live there), in files of at most EPISODES_FILE_MB MiB
-    (`_episodes_files`), and stats.json."""
+    (`_episodes_files`), and stats.json (`stats`, or what a function gives once the episodes files are written).
+    With a `stream` (`ops.stats.StatsStream`) the stats columns are its rows, not the episodes' own, taken file by
+    file: only one file's stats are held at a time."""
     n = len(episodes)
     where = {path: chunk_file_of(path) for path in dict.fromkeys(
         [e.data_file for e in episodes] + [s.file for e in episodes for s in e.videos.values()])}   # once a file
@@ -411,19 +414,32 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | N
     arrays = {name: arrow_array(values, types.get(name, pa.float64() if "timestamp" in name
                                                   and name.startswith("videos/") else None))
               for name, values in columns.items()}
-    arrays.update(_stats_columns(episodes))
-    files = _episodes_files(sum(a.nbytes for a in arrays.values()) + 16 * n, n, info)   # and the two int64 below
+    if stream is None:
+        arrays.update(_stats_columns(episodes))
+        nbytes = sum(a.nbytes for a in arrays.values())
+    else:   # a stats column's Arrow bytes are its rows' (a list array's offsets and values grow with its rows alone)
+        layout = stream.layout()
+        nbytes = sum(a.nbytes for a in arrays.values()) + n * sum(
+            arrow_array(np.zeros((1, *shape), dtype=dtype)).nbytes for shape, dtype in layout.values())
+    files = _episodes_files(nbytes + 16 * n, n, info)   # and the two int64 below
     counts, chunks, numbers = zip(*files)
-    arrays["meta/episodes/chunk_index"] = arrow_array(np.repeat(chunks, counts))
-    arrays["meta/episodes/file_index"] = arrow_array(np.repeat(numbers, counts))
-    table, first = pa.table(arrays), 0
+    tail = {"meta/episodes/chunk_index": arrow_array(np.repeat(chunks, counts)),
+            "meta/episodes/file_index": arrow_array(np.repeat(numbers, counts))}
+    table, first = pa.table({**arrays, **tail}) if stream is None else None, 0
     for rows, chunk, file in files:
         path = root / EPISODES_PATH.format(chunk_index=chunk, file_index=file)
         path.parent.mkdir(parents=True, exist_ok=True)
-        part = table.slice(first, rows)
+        if stream is None:
+            part = table.slice(first, rows)
+        else:
+            part = pa.table({**{name: a.slice(first, rows) for name, a in arrays.items()},
+                             **{f"stats/{feature}/{stat}": arrow_array(values)
+                                for (feature, stat), values in stream.rows(first, first + rows).items()},
+                             **{name: a.slice(first, rows) for name, a in tail.items()}})
         # dictionary encoding only where values repeat (tasks): tried on every stats column, whose values do not, it
         # doubled the write's time and grew the file
         replace_file(path, lambda tmp: pq.write_table(part, tmp, use_dictionary=["tasks"]))
         first += rows
+        part = None
     if stats is not None:
-        write_json(root / STATS_PATH, stats_to_json(stats))
+        write_json(root / STATS_PATH, stats_to_json(stats() if callable(stats) else stats))

@@ -3,7 +3,8 @@ reported per channel and written where asked.
 
 Per episode: min, max, mean, std, count and q01, q10, q50, q90, q99, exact. For the dataset: the
 same, with the basic stats aggregated exactly from the episodes and the quantiles computed over all
-rows. The computation is `lerodoc.ops.stats.exact_stats`.
+rows. The computation is `lerodoc.ops.stats.exact_stats`, or past its budget `StatsStream` (a data file's episodes
+at a time, into the episodes files as they are written).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from lerodoc.formats.info import ACTION_FEATURES, INDEX_FEATURES, STATE_FEATURES
 from lerodoc.formats.jsonl import write_text
 from lerodoc.formats.model import update_stats
 from lerodoc.promote.staging import check_output, in_place_root, staged_edit, staged_meta
-from lerodoc.ops.stats import exact_stats
-from lerodoc.tables.stats import channel_flags, merge_dataset_stats
+from lerodoc.ops.stats import StatsStream, dataset_quantiles, exact_stats
+from lerodoc.tables.stats import channel_flags, dataset_stats, merge_dataset_stats
 from lerodoc.conventions import INFO_PATH
 
 # openpi's norm_stats.json keys, and the dataset features each is found in when not named
@@ -134,24 +135,48 @@ def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, fea
     keys = openpi_keys(ds, openpi_features or {}) if openpi_path is not None else None
     if openpi_path is not None and (out is not None or in_place):   # never into the dataset, an existing file with
         check_output(Path(openpi_path), (ds.root,), force=force, folder=False)   # --force only
-    dataset, per_episode, passes = exact_stats(ds, features, workers=workers, budget=budget, engine=engine)
+    # v3.0's episodes files take a stream's rows file by file (formats.v30.write_stats); v2.1's jsonl lines do not
+    stream = StatsStream.of(ds, features, workers=workers, budget=budget, engine=engine) \
+        if ds.version == "v3.0" else None
+    if stream is None:
+        dataset, per_episode, passes = exact_stats(ds, features, workers=workers, budget=budget, engine=engine)
+    else:   # per-episode stats one data file at a time, into the episodes files as they come (if written)
+        quantiles_, passes = dataset_quantiles([Path(f) for f, _ in stream.files], features, ds.info.features,
+                                               ds.total_frames, workers=workers, budget=budget)
+        dataset = None
+    norm_stats = None
+
+    def finish() -> dict:
+        """The dataset stats, the report's channels and the openpi norm stats (an error before anything is kept)."""
+        nonlocal dataset, norm_stats
+        if dataset is None:
+            dataset = dataset_stats(stream.basic(), quantiles_, features=features)
+        report.channels = channel_table(ds, dataset, features)
+        report.changes = stat_changes(ds.stats, dataset, features, ds)
+        norm_stats = openpi_norm_stats(dataset, keys) if keys else None
+        return merge_dataset_stats(dataset, ds.stats)
+
     report = QuantilesReport(dataset=str(ds.root), output=None, features=features, frames=ds.total_frames,
-                             passes=passes, channels=channel_table(ds, dataset, features),
-                             changes=stat_changes(ds.stats, dataset, features, ds))
-    norm_stats = openpi_norm_stats(dataset, keys) if keys else None
+                             passes=passes)
     if out is None and not in_place:
+        finish()
         report.seconds = round(time.perf_counter() - started, 3)
         return report
-    if norm_stats is not None:
-        write_text(Path(openpi_path), json.dumps(norm_stats, indent=2) + "\n")
-        report.openpi_norm_stats = str(openpi_path)
     module = formats.module(ds.version)
-    update_stats(ds.episodes, per_episode)
+    if stream is None:
+        update_stats(ds.episodes, per_episode)
+        stats = finish()
     rewrite = module.stats_files(ds.root)
     staged = (staged_meta(ds.root, rewrite, seen=ds.meta_seen) if in_place
               else staged_edit(ds.root, out, force=force, rewrite=rewrite, opened=ds))
     with staged as tmp:
-        module.write_stats(tmp, ds.info, ds.episodes, merge_dataset_stats(dataset, ds.stats))
+        if stream is None:
+            module.write_stats(tmp, ds.info, ds.episodes, stats)
+        else:
+            module.write_stats(tmp, ds.info, ds.episodes, finish, stream=stream)
+    if norm_stats is not None:
+        write_text(Path(openpi_path), json.dumps(norm_stats, indent=2) + "\n")
+        report.openpi_norm_stats = str(openpi_path)
     report.output = str(in_place_root(ds.root) if in_place else Path(out).absolute())
     report.stored = True
     report.seconds = round(time.perf_counter() - started, 3)

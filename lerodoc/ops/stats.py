@@ -15,15 +15,17 @@ from pathlib import Path
 
 import numpy as np
 
+from lerodoc.budget import give_back
 from lerodoc.dataset import Dataset
+from lerodoc.formats.model import shared_keys, stats_columns
 from lerodoc.tables.stats import EpisodeStacks, Stats
 from lerodoc.run.engine import TASKS_PER_CPU
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import iter_batches, open_parquet
 from lerodoc.tables.quantiles import Tally, selected_quantiles
 from lerodoc.tables.quantiles import quantiles as exact_quantiles
-from lerodoc.tables.stats import (LEVELS, QUANTILES, check_sizes, dataset_stats, episode_stats, groups_of,
-                                  in_memory_stats, load, tally_files)
+from lerodoc.tables.stats import (BASIC, LEVELS, QUANTILES, aggregate, check_sizes, dataset_stats, episode_stats,
+                                  groups_of, in_memory_stats, load, tally_files)
 
 
 def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: int = 64 << 20, engine=None
@@ -51,6 +53,118 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
     order = [ep.index for ep in ds.episodes]
     stacked = per_episode.aligned(order)
     return dataset_stats(stacked, dataset, features=features), per_episode, passes
+
+
+class StatsStream:
+    """Per-episode stats of `features` computed one data file at a time and handed out in the episodes' order, a slice
+    at a time (`rows`), to a writer that holds them no longer than its slice (`formats.v30.write_stats`): at a million
+    episodes every episode's stats are gigabytes (ten stats of each channel), a data file's megabytes. The stats of
+    the other features (the cameras') are the episodes' own, gathered a slice at a time too. What the dataset
+    aggregate reads is kept as the files go, a file's episodes aggregated (`basic`). `StatsStream.of` says when a
+    dataset's episodes can be streamed."""
+
+    def __init__(self, files: list[tuple[str, list[tuple[int, int, int]]]], groups: list, episodes: list,
+                 keys: list[tuple[str, str]], workers: int):
+        self.files, self.groups, self.workers = files, groups, max(1, workers)
+        self.episodes = episodes                 # whose own stats the features not computed keep
+        self.old = keys                          # the keys every episode's stats hold, in order
+        self.computed_features = {g for group in groups for g in group.names}
+        self.next_file = 0
+        self.parts: list[tuple[int, dict]] = []   # (rows, stacks) of computed files not yet handed out in full
+        self.first = 0        # the episode position parts[0] starts at
+        self.computed = 0     # episodes computed so far
+        self.handed = 0       # episodes handed out so far
+        self._layout: dict | None = None
+        self.partials: list[Stats] = []   # each computed file's episodes aggregated (BASIC)
+
+    @classmethod
+    def of(cls, ds: Dataset, features: list[str], *, workers: int = 1, budget: int = 64 << 20, engine=None
+           ) -> StatsStream | None:
+        """A stream of `ds`'s episode stats where `exact_stats` would read the data files one by one (their values
+        past the budget) on this machine, the episodes metadata lists the episodes file after file in row order, and
+        every episode's old stats are an unread row holding the same stats (`shared_keys`: the update is then the
+        same column by column for every row); else None."""
+        by_file = ds.row_spans(absolute=True)
+        groups = groups_of(features, ds.info.features)
+        held = ds.total_frames * sum(g.width * np.dtype(g.dtype).itemsize for g in groups)
+        if engine is not None or held <= budget * 8 or not ds.episodes:
+            return None
+        if [index for eps in by_file.values() for index, _, _ in eps] != [ep.index for ep in ds.episodes]:
+            return None
+        keys = shared_keys(ds.episodes)
+        if keys is None:
+            return None
+        check_sizes(by_file, groups)
+        return cls(list(by_file.items()), groups, ds.episodes, keys, workers)
+
+    def _compute(self) -> None:
+        """The next file's stats, its episodes in `workers` threads (one file's values and stats held at a time,
+        none pickled back from a process), and their `aggregate` kept."""
+        path, eps = self.files[self.next_file]
+        self.next_file += 1
+        part = episode_stats((path, eps, self.groups), self.workers)
+        if self._layout is None:   # update_stats' order: the old features in place, the new ones last
+            kept = {key for key in self.old if key[0] not in part.stacks}
+            own = stats_columns(self.episodes[:1]) if kept else {}
+            self._layout = {}
+            for feature in dict.fromkeys([*(f for f, _ in self.old), *part.stacks]):
+                if feature in part.stacks:
+                    self._layout.update({(feature, stat): (values.shape[1:], values.dtype)
+                                         for stat, values in part.stacks[feature].items()})
+                else:
+                    self._layout.update({key: (own[key][0].shape[1:], own[key][0].dtype)
+                                         for key in self.old if key[0] == feature})
+        self.partials.append(aggregate(part.stacks))
+        self.parts.append((len(part.indices), part.stacks))
+        self.computed += len(part.indices)
+
+    def layout(self) -> dict[tuple[str, str], tuple[tuple, np.dtype]]:
+        """(feature, stat) -> (a row's shape, dtype), in the order `rows` gives them."""
+        if self._layout is None:
+            self._compute()
+        return self._layout
+
+    def rows(self, lo: int, hi: int) -> dict[tuple[str, str], np.ndarray]:
+        """The stats of the episodes at positions lo:hi, (hi - lo, *shape) per key, where lo is where the last call
+        ended (0 at first). The files wholly handed out, and the old stats tables read, are let go."""
+        if lo != self.handed:
+            raise ValueError(f"StatsStream.rows({lo}, {hi}): the next rows start at {self.handed}")
+        self.handed = hi
+        while self.computed < hi and self.next_file < len(self.files):
+            self._compute()
+        layout = self.layout()
+        out: dict[tuple[str, str], list] = {key: [] for key in layout}
+        start = self.first
+        for rows, stacks in self.parts:
+            a, b = max(lo, start) - start, min(hi, start + rows) - start
+            for feature, by_stat in stacks.items():
+                for stat, values in by_stat.items():
+                    if a < b:
+                        out[feature, stat].append(values[a:b])
+            start += rows
+        while self.parts and self.first + self.parts[0][0] <= hi:
+            self.first += self.parts.pop(0)[0]
+        if any(feature not in self.computed_features for feature, _ in layout):
+            own = stats_columns(self.episodes[lo:hi], release=True)   # the old tables let go once copied
+            for key in layout:
+                if key[0] not in self.computed_features:
+                    out[key].append(own[key][0])
+        joined = {key: np.concatenate(chunks) for key, chunks in out.items()}
+        give_back()   # the files' blocks let go, before the next slice's
+        return joined
+
+    def basic(self) -> dict[str, dict[str, np.ndarray]]:
+        """What `aggregate` reads, once per data file instead of once per episode: each file's episodes aggregated,
+        stacked per feature. The aggregate of those is the dataset's (count-weighted mean, pooled variance: the law
+        of total variance, a file taken as one episode), up to rounding. Files nobody took rows of are computed for
+        it, and let go."""
+        while self.next_file < len(self.files):
+            self._compute()
+            while self.parts:
+                self.first += self.parts.pop(0)[0]
+        features = dict.fromkeys(feature for partial in self.partials for feature in partial)
+        return {feature: {stat: np.stack([p[feature][stat] for p in self.partials if feature in p]) for stat in BASIC}
+                for feature in features}
 
 
 def dataset_quantiles(files: list[Path], features: list[str], specs: dict, count: int, *, workers: int = 1,

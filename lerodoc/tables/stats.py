@@ -464,13 +464,17 @@ def load(path: str, targets: list[Target], at: int, rows: int) -> None:
         at += batch.num_rows
 
 
-def episode_stats(args: tuple[str, list[tuple[int, int, int]], list[Group]]) -> EpisodeStacks:
-    """Worker: exact stats of each (episode, first row, length) of one data file."""
+def episode_stats(args: tuple[str, list[tuple[int, int, int]], list[Group]], workers: int = 1) -> EpisodeStacks:
+    """Worker: exact stats of each (episode, first row, length) of one data file (in `workers` threads)."""
     path, episodes, groups = args
     rows = sum(length for _, _, length in episodes)
     matrices = [np.empty((g.width, rows), dtype=g.dtype) for g in groups]
     load(path, [(g, m, 0, g.width) for g, m in zip(groups, matrices)], 0, rows)
-    return _all_episodes(matrices, groups, [(start, length, index, path) for index, start, length in episodes])
+    spans = [(start, length, index, path) for index, start, length in episodes]
+    if workers <= 1:
+        return _all_episodes(matrices, groups, spans)
+    with ThreadPoolExecutor(workers) as pool:
+        return _all_episodes(matrices, groups, spans, workers, pool)
 
 
 def in_memory_stats(by_file: dict[str, list[tuple[int, int, int]]], groups: list[Group], workers: int
