@@ -326,3 +326,25 @@ def test_streamed_openpi_error_keeps_no_output(tmp_path, monkeypatch):
     with pytest.raises(LerodocError, match="non-finite"):
         quantiles(fixture.root, tmp_path / "out", budget=1, openpi_path=tmp_path / "norm.json")
     assert not (tmp_path / "out").exists() and not (tmp_path / "norm.json").exists()
+
+
+def test_stream_refuses_kept_stats_that_change_shape_between_files(tmp_path):
+    """Footers say every row of both episodes files holds the cameras' stats, but the second file's are another shape
+    (crafted): the stream names the file (exit 3), and nothing is written."""
+    fixture = make_dataset(tmp_path / "src", version="v3.0", episodes=4, lengths=5, episodes_per_file=2)
+    path = fixture.root / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.slice(0, 2), path)
+    rest = table.slice(2)
+    name = "stats/observation.images.top/mean"
+    flat = pa.array([np.ravel(v).tolist() for v in rest.column(name).to_pylist()], pa.list_(pa.float64()))
+    rest = rest.set_column(rest.schema.get_field_index(name), name, flat)
+    if "meta/episodes/file_index" in rest.column_names:
+        rest = rest.set_column(rest.schema.get_field_index("meta/episodes/file_index"), "meta/episodes/file_index",
+                               pa.array([1] * rest.num_rows, pa.int64()))
+    pq.write_table(rest, path.with_name("file-001.parquet"))
+    assert len(Dataset.open(fixture.root).episodes) == 4
+    result = run_cli("quantiles", fixture.root, "-o", tmp_path / "out", "--budget-mb", "0", check=False)
+    assert result.returncode == 3, result.stderr
+    assert "file-001.parquet" in result.stderr and "observation.images.top" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()

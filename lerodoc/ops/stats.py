@@ -17,6 +17,7 @@ import numpy as np
 
 from lerodoc.budget import give_back
 from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
 from lerodoc.formats.model import shared_keys, stats_columns
 from lerodoc.tables.stats import EpisodeStacks, Stats
 from lerodoc.run.engine import TASKS_PER_CPU
@@ -64,8 +65,8 @@ class StatsStream:
     dataset's episodes can be streamed."""
 
     def __init__(self, files: list[tuple[str, list[tuple[int, int, int]]]], groups: list, episodes: list,
-                 keys: list[tuple[str, str]], workers: int):
-        self.files, self.groups, self.workers = files, groups, max(1, workers)
+                 keys: list[tuple[str, str]], workers: int, root: Path):
+        self.files, self.groups, self.workers, self.root = files, groups, max(1, workers), root
         self.episodes = episodes                 # whose own stats the features not computed keep
         self.old = keys                          # the keys every episode's stats hold, in order
         self.computed_features = {g for group in groups for g in group.names}
@@ -95,7 +96,7 @@ class StatsStream:
         if keys is None:
             return None
         check_sizes(by_file, groups)
-        return cls(list(by_file.items()), groups, ds.episodes, keys, workers)
+        return cls(list(by_file.items()), groups, ds.episodes, keys, workers, ds.root)
 
     def _compute(self) -> None:
         """The next file's stats, its episodes in `workers` threads (one file's values and stats held at a time,
@@ -104,15 +105,15 @@ class StatsStream:
         self.next_file += 1
         part = episode_stats((path, eps, self.groups), self.workers)
         if self._layout is None:   # update_stats' order: the old features in place, the new ones last
-            kept = {key for key in self.old if key[0] not in part.stacks}
-            own = stats_columns(self.episodes[:1]) if kept else {}
+            kept = [key for key in self.old if key[0] not in part.stacks]
+            own = self._own(0, 1, {key: None for key in kept})
             self._layout = {}
             for feature in dict.fromkeys([*(f for f, _ in self.old), *part.stacks]):
                 if feature in part.stacks:
                     self._layout.update({(feature, stat): (values.shape[1:], values.dtype)
                                          for stat, values in part.stacks[feature].items()})
                 else:
-                    self._layout.update({key: (own[key][0].shape[1:], own[key][0].dtype)
+                    self._layout.update({key: (own[key].shape[1:], own[key].dtype)
                                          for key in self.old if key[0] == feature})
         self.partials.append(aggregate(part.stacks))
         self.parts.append((len(part.indices), part.stacks))
@@ -144,14 +145,36 @@ class StatsStream:
             start += rows
         while self.parts and self.first + self.parts[0][0] <= hi:
             self.first += self.parts.pop(0)[0]
-        if any(feature not in self.computed_features for feature, _ in layout):
-            own = stats_columns(self.episodes[lo:hi], release=True)   # the old tables let go once copied
-            for key in layout:
-                if key[0] not in self.computed_features:
-                    out[key].append(own[key][0])
+        kept = {key: shape for key, shape in layout.items() if key[0] not in self.computed_features}
+        for key, values in self._own(lo, hi, kept).items():
+            out[key].append(values)
         joined = {key: np.concatenate(chunks) for key, chunks in out.items()}
         give_back()   # the files' blocks let go, before the next slice's
         return joined
+
+    def _own(self, lo: int, hi: int, kept: dict) -> dict[tuple[str, str], np.ndarray]:
+        """The episodes lo:hi's own values of the `kept` keys (-> their (shape, dtype) in the layout, or None while
+        it is being made), from their tables (let go once copied). The footers told that every row holds them; a
+        table that holds them otherwise (a null, another shape) is a LerodocError naming its file."""
+        if not kept:
+            return {}
+        own = stats_columns(self.episodes[lo:hi], release=True)
+        bad = _unlike(own, kept)
+        if bad is not None:   # which file: the first whose own rows are unlike the layout
+            sources = [ep.source for ep in self.episodes[lo:hi]]
+            for source in dict.fromkeys(sources):
+                run = [ep for ep, s in zip(self.episodes[lo:hi], sources) if s == source]
+                bad = _unlike(stats_columns(run), kept)
+                if bad is not None:
+                    raise LerodocError(f"the {bad[0]} {bad[1]} stats of episodes {run[0].index}-{run[-1].index} are "
+                                       "missing in some rows or differ in shape from those of the episodes before "
+                                       "them, where the file footers say every row holds them alike",
+                                       file=self.root / (source or "meta/episodes"), episode=run[0].index,
+                                       field=f"{bad[0]}.{bad[1]}", hint="lerodoc repair rewrites the episodes metadata")
+            raise LerodocError(f"the {bad[0]} {bad[1]} stats differ in shape between episodes metadata files, where "
+                               "the file footers say every row holds them alike", file=self.root / "meta/episodes",
+                               field=f"{bad[0]}.{bad[1]}", hint="lerodoc repair rewrites the episodes metadata")
+        return {key: own[key][0] for key in kept}
 
     def basic(self) -> dict[str, dict[str, np.ndarray]]:
         """What `aggregate` reads, once per data file instead of once per episode: each file's episodes aggregated,
@@ -165,6 +188,17 @@ class StatsStream:
         features = dict.fromkeys(feature for partial in self.partials for feature in partial)
         return {feature: {stat: np.stack([p[feature][stat] for p in self.partials if feature in p]) for stat in BASIC}
                 for feature in features}
+
+
+def _unlike(columns: dict | None, kept: dict) -> tuple[str, str] | None:
+    """The first of the `kept` keys (-> (shape, dtype) expected, or None) that `stats_columns`' `columns` do not hold
+    in every row as expected; None when all are held so."""
+    for key, expected in kept.items():
+        values, present = (None, None) if columns is None or key not in columns else columns[key]
+        if values is None or present is not None or \
+                expected is not None and (values.shape[1:], values.dtype) != expected:
+            return key
+    return None
 
 
 def dataset_quantiles(files: list[Path], features: list[str], specs: dict, count: int, *, workers: int = 1,
