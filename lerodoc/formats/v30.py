@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -426,20 +427,29 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | C
     tail = {"meta/episodes/chunk_index": arrow_array(np.repeat(chunks, counts)),
             "meta/episodes/file_index": arrow_array(np.repeat(numbers, counts))}
     table, first = pa.table({**arrays, **tail}) if stream is None else None, 0
-    for rows, chunk, file in files:
-        path = root / EPISODES_PATH.format(chunk_index=chunk, file_index=file)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if stream is None:
-            part = table.slice(first, rows)
-        else:
-            part = pa.table({**{name: a.slice(first, rows) for name, a in arrays.items()},
-                             **{f"stats/{feature}/{stat}": arrow_array(values)
-                                for (feature, stat), values in stream.rows(first, first + rows).items()},
-                             **{name: a.slice(first, rows) for name, a in tail.items()}})
-        # dictionary encoding only where values repeat (tasks): tried on every stats column, whose values do not, it
-        # doubled the write's time and grew the file
-        replace_file(path, lambda tmp: pq.write_table(part, tmp, use_dictionary=["tasks"]))
-        first += rows
-        part = None
+    # a file is written in a thread while the next one's rows are made (a stream computes them): pyarrow's writer
+    # lets go of the GIL, and a million episodes' metadata is about 2 GB of parquet
+    with ThreadPoolExecutor(1) as writer:
+        pending = None
+        for rows, chunk, file in files:
+            path = root / EPISODES_PATH.format(chunk_index=chunk, file_index=file)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if stream is None:
+                part = table.slice(first, rows)
+            else:
+                part = pa.table({**{name: a.slice(first, rows) for name, a in arrays.items()},
+                                 **{f"stats/{feature}/{stat}": arrow_array(values)
+                                    for (feature, stat), values in stream.rows(first, first + rows).items()},
+                                 **{name: a.slice(first, rows) for name, a in tail.items()}})
+            if pending is not None:
+                pending.result()   # one file written at a time, its error raised here
+            # dictionary encoding only where values repeat (tasks): tried on every stats column, whose values do not,
+            # it doubled the write's time and grew the file
+            pending = writer.submit(replace_file, path,
+                                    lambda tmp, part=part: pq.write_table(part, tmp, use_dictionary=["tasks"]))
+            first += rows
+            part = None
+        if pending is not None:
+            pending.result()
     if stats is not None:
         write_json(root / STATS_PATH, stats_to_json(stats() if callable(stats) else stats))
