@@ -189,3 +189,28 @@ def test_time_series_draws_every_row_unless_far_more_than_pixels(frames, monkeyp
     png = plots.time_series([(0, times, series)] * 3, {"action": {1}}, {"action": ["a", "b"]})
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(seen) == (3 if frames == 20_000 else 0)
+
+
+def test_read_columns_copies_each_file_into_place_of_the_type_concatenate_gives(tmp_path):
+    """Each file's values go into one array as they come (its parts let go), widened where a later file stores a
+    column wider (float64 after float32): the values and the type np.concatenate of the files' values gives."""
+    fixture = make_dataset(tmp_path / "src", version="v3.0", episodes=4, lengths=5, episodes_per_file=2)
+    root = fixture.root
+    files = sorted(root.glob("data/*/*.parquet"))
+    assert len(files) == 2
+    table = pq.read_table(files[1])
+    state = np.asarray(table.column("observation.state").to_pylist(), dtype=np.float64) + 1e-9   # not float32
+    wide = pa.array(state.tolist(), pa.list_(pa.float64()))
+    pq.write_table(table.set_column(table.column_names.index("observation.state"), "observation.state", wide),
+                   files[1])
+    ds = Dataset.open(root)
+    columns = data.read_columns(ds, data.channel_features(ds), [ds.episodes[0]], workers=2)
+    first = np.asarray(pq.read_table(files[0]).column("observation.state").to_pylist(), dtype=np.float32)
+    expected = np.concatenate([first, state])
+    assert columns.values["observation.state"].dtype == expected.dtype == np.float64
+    np.testing.assert_array_equal(columns.values["observation.state"], expected)
+    action = np.concatenate([np.asarray(pq.read_table(f).column("action").to_pylist(), dtype=np.float32)
+                             for f in files])
+    # the second file's state and action are converted side by side (one group, float64 there): widened alike
+    assert columns.values["action"].dtype == np.float64
+    np.testing.assert_array_equal(columns.values["action"], action)

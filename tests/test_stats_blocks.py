@@ -124,3 +124,16 @@ def test_pooled_dataset_stats_are_the_aggregate_of_every_episode(shelf, monkeypa
         for k, v in stats.items():
             np.testing.assert_allclose(pooled[feature][k], v, rtol=1e-12, atol=1e-12, err_msg=f"{feature} {k}")
     assert aggregate([{"x": p["action"]} for p in tally.parts])["x"]["count"][0] == whole["action"]["count"][0]
+
+
+def test_block_stats_a_few_rows_at_a_time_gives_the_same_bits():
+    """A long block's rows are taken a few at a time (bounded float64 temporaries at a million episodes' frames):
+    each row's stats are its own, so the bits are those of the whole block at once."""
+    from lerodoc.tables.stats import block_stats
+    rng = np.random.default_rng(3)
+    block = (rng.normal(size=(5, 4001)) * 1e3).astype(np.float32)
+    block[1, 17] = block[1, 18]
+    whole, parts = block_stats(block), block_stats(block, chunk=2 * 4001)
+    assert whole.keys() == parts.keys()
+    for key in whole:
+        assert whole[key].shape == parts[key].shape and whole[key].tobytes() == parts[key].tobytes(), key

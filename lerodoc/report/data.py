@@ -100,14 +100,29 @@ def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], worke
             tick(1)
         return out
 
+    total = sum(ep.length for eps in by_file.values() for ep in eps)
+    values: dict[str, np.ndarray] = {}
+    parts, at = [], 0
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        parts = list(pool.map(one, by_file.items()))
+        # each file's values copied into place as it comes (in order) and let go: a million episodes' values are a
+        # gigabyte or more, and the files' parts were held beside their concatenation
+        for part in pool.map(one, by_file.items()):
+            rows = 0
+            for name, matrix in part.values.items():
+                values[name] = _room(values.get(name), matrix, total)
+                values[name][at:at + len(matrix)] = matrix
+                rows = len(matrix)
+            part.values = {}
+            parts.append(part)
+            at += rows
     position = {id(ep): i for i, ep in enumerate(ds.episodes)}
     order = np.array([position[id(ep)] for eps in by_file.values() for ep in eps],
                      dtype=np.int64)    # the dataset position of each episode as the parts hold them
     lengths = np.array([ep.length for ep in ds.episodes], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)])
-    values = {name: _concatenated([p.values[name] for p in parts]) for name in features}
+    widths = {name: (g.dtype, w) for g in groups for name, w in zip(g.names, g.widths)}
+    values = {name: values[name] if name in values else np.empty((0, widths[name][1]), dtype=widths[name][0])
+              for name in features}   # no data file: no rows
     task_index = _concatenated([p.task_index for p in parts]) if has_task else None
     if len(order) > 1 and not (order[1:] > order[:-1]).all():   # the files interleave the dataset's order
         held = lengths[order]
@@ -125,6 +140,16 @@ def span_rows(firsts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     firsts, lengths = np.asarray(firsts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
     ends = np.cumsum(lengths)
     return np.repeat(firsts - (ends - lengths), lengths) + np.arange(int(ends[-1]) if len(ends) else 0)
+
+
+def _room(held: np.ndarray | None, part: np.ndarray, rows: int) -> np.ndarray:
+    """The (rows, channels) array a feature's parts are copied into, of the type np.concatenate would give them:
+    made for the first part, widened where a later part's type needs it (a column stored wider than another
+    file's)."""
+    if held is None:
+        return np.empty((rows, part.shape[1]), dtype=part.dtype)
+    kind = np.result_type(held.dtype, part.dtype)
+    return held if kind == held.dtype else held.astype(kind)
 
 
 def _concatenated(arrays: list[np.ndarray]) -> np.ndarray:

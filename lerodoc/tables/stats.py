@@ -157,11 +157,16 @@ def column_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     return _one(segment_stats((values[None, :] if values.ndim == 1 else values.T), [len(values)], quantiles=False))
 
 
-def block_stats(block: np.ndarray) -> dict[str, np.ndarray]:
+def block_stats(block: np.ndarray, chunk: int = 1 << 24) -> dict[str, np.ndarray]:
     """Exact min, max, mean, std, count and q01..q99 of each row of a (channels, frames) block: the bits of
     numpy's min, max, mean, std and quantile on the rows as a C-contiguous float64 array (`segment_stats` of
-    one segment)."""
-    return _one(segment_stats(block, [block.shape[1]]))
+    one segment). Rows are taken a few at a time, about `chunk` values (each row's stats are its own: the same
+    bits), so that the float64 temporaries of a long block (a million episodes' frames) stay bounded."""
+    rows = max(1, chunk // max(block.shape[1], 1))
+    if block.shape[0] <= rows:
+        return _one(segment_stats(block, [block.shape[1]]))
+    parts = [_one(segment_stats(block[i:i + rows], [block.shape[1]])) for i in range(0, block.shape[0], rows)]
+    return {k: parts[0][k] if k == "count" else np.concatenate([part[k] for part in parts]) for k in parts[0]}
 
 
 def stack_stats(per_episode: list[Stats]) -> dict[str, dict[str, np.ndarray]]:
