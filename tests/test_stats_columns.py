@@ -311,3 +311,24 @@ def test_gathering_with_release_lets_each_table_go_after_its_rows(tmp_path):
     assert [holders.index(h) for h in order] == [0, 1, 2] and all(h._table is None for h in holders)
     assert np.array_equal(episodes[3].stats["x"]["min"], made[2][0]["x", "min"][4])   # read again
     assert holders[2].reads == 2
+
+
+def test_let_go_stats_frees_the_table_the_rows_point_into(tmp_path):
+    """Once written, a rewrite's episodes let their stats go: the one table their rows point into (gigabytes at a
+    million episodes) is freed, not held through verify's second open."""
+    import gc
+    import weakref
+    from lerodoc.formats.model import StatsRow, let_go_stats
+    from lerodoc.formats.stats import StatsTable
+    from tests.fixtures.factory import make_dataset
+    ds = Dataset.open(make_dataset(tmp_path / "src", version="v3.0", episodes=4).root)
+    table = StatsTable({("action", "mean"): np.zeros((4, 6))}, 4)
+    for i, ep in enumerate(ds.episodes):
+        ep.stats = StatsRow(table, i)   # what update_stats leaves a rewrite's new episodes
+    gone = weakref.ref(table)
+    del table
+    gc.collect()
+    assert gone() is not None   # the rows hold it
+    let_go_stats(ds.episodes)
+    gc.collect()
+    assert gone() is None and all(ep.stats == {} for ep in ds.episodes)

@@ -249,6 +249,14 @@ def _gathered(runs: list, holders: list, layout: dict) -> dict[tuple[str, str], 
     return {key: (values[key], present.get(key)) for key in layout}
 
 
+def let_go_stats(episodes: list[Episode]) -> None:
+    """The episodes' stats let go once they are written, and their blocks given back: at a million episodes their
+    table is gigabytes, held until the last row that points into it goes."""
+    for ep in episodes:
+        ep.stats = None
+    give_back()
+
+
 def stats_matrices(episodes: list[Episode]) -> dict[tuple[str, str], np.ndarray] | None:
     """`stats_columns` where every episode holds every stat: (feature, stat) -> (len(episodes), *shape); else None
     (`stats_stack` then stacks the dicts)."""
