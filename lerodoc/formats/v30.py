@@ -387,6 +387,12 @@ def _episodes_files(nbytes: int, rows: int, info: Info) -> list[tuple[int, int, 
     return out
 
 
+def _write_episodes_file(path: Path, part: pa.Table) -> None:
+    # dictionary encoding only where values repeat (tasks): tried on every stats column, whose values do not, it
+    # doubled the write's time and grew the file
+    replace_file(path, lambda tmp: pq.write_table(part, tmp, use_dictionary=["tasks"]))
+
+
 def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | Callable[[], dict] | None, *,
                 stream=None) -> None:
     """Write the episodes table (per-episode stats live there), in files of at most EPISODES_FILE_MB MiB
@@ -443,10 +449,7 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | C
                                  **{name: a.slice(first, rows) for name, a in tail.items()}})
             if pending is not None:
                 pending.result()   # one file written at a time, its error raised here
-            # dictionary encoding only where values repeat (tasks): tried on every stats column, whose values do not,
-            # it doubled the write's time and grew the file
-            pending = writer.submit(replace_file, path,
-                                    lambda tmp, part=part: pq.write_table(part, tmp, use_dictionary=["tasks"]))
+            pending = writer.submit(_write_episodes_file, path, part)
             first += rows
             part = None
         if pending is not None:
