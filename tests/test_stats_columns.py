@@ -332,3 +332,24 @@ def test_let_go_stats_frees_the_table_the_rows_point_into(tmp_path):
     let_go_stats(ds.episodes)
     gc.collect()
     assert gone() is None and all(ep.stats == {} for ep in ds.episodes)
+
+
+def test_stats_columns_only_gathers_the_stats_asked_for(tmp_path):
+    """stats_stack asks for the BASIC stats alone: the quantiles (half of a rewrite's stats, gigabytes at a million
+    episodes) are neither gathered nor compared; a quantile of another shape in one table does not stop it."""
+    from lerodoc.formats.model import StatsRow
+    from lerodoc.formats.stats import StatsTable
+    from tests.fixtures.factory import make_dataset
+    ds = Dataset.open(make_dataset(tmp_path / "src", version="v3.0", episodes=4).root)
+    rng = np.random.default_rng(0)
+    basic = {("action", k): rng.normal(size=(2, 6)) for k in ("min", "max", "mean", "std")}
+    tables = [StatsTable({**basic, ("action", "count"): np.full((2, 1), 5), ("action", "q01"): rng.normal(size=(2, w))},
+                         2) for w in (6, 3)]
+    for i, ep in enumerate(ds.episodes):
+        ep.stats = StatsRow(tables[i // 2], i % 2)
+    assert stats_columns(ds.episodes) is None   # q01 of two shapes: no column path for every stat
+    only = stats_columns(ds.episodes, only={"mean", "count"})
+    assert sorted(only) == [("action", "count"), ("action", "mean")]
+    np.testing.assert_array_equal(only["action", "mean"][0], np.concatenate([basic["action", "mean"]] * 2))
+    stack = stats_stack(ds.episodes)
+    assert sorted(stack["action"]) == ["count", "max", "mean", "min", "std"] and len(stack["action"]["mean"]) == 4

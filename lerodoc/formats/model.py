@@ -168,7 +168,7 @@ def stats_features(episodes: list[Episode]) -> set[str]:
     return out
 
 
-def stats_columns(episodes: list[Episode], *, release: bool = False
+def stats_columns(episodes: list[Episode], *, release: bool = False, only: set[str] | None = None
                   ) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]] | None:
     """(feature, stat) -> (the episodes' values stacked (len(episodes), *shape), which rows hold one, or None when
     all do), taken from their tables' columns without a dict per episode, when every episode's stats are an unread
@@ -177,7 +177,8 @@ def stats_columns(episodes: list[Episode], *, release: bool = False
     are one table's rows in order, the arrays are that table's own (read them, do not write them); where they are
     several tables' rows in order, each table's columns become views of the stacks (the same values, held once: a
     dataset's episodes metadata files). With `release`, a table's holder lets it go once its rows are copied
-    (`_gathered`: a rewrite whose episodes are about to hold the stacks instead)."""
+    (`_gathered`: a rewrite whose episodes are about to hold the stacks instead). `only`: those stats alone (the
+    others are neither gathered nor compared)."""
     rows = [stats_row(ep) for ep in episodes]
     if not rows or any(r is None for r in rows):
         return None
@@ -189,12 +190,14 @@ def stats_columns(episodes: list[Episode], *, release: bool = False
     layout: dict[tuple[str, str], tuple] = {}
     for table in tables:
         for key, column in table.columns.items():
+            if only is not None and key[1] not in only:
+                continue
             if layout.setdefault(key, (column.shape[1:], column.dtype)) != (column.shape[1:], column.dtype):
                 return None
     positions = np.fromiter((r.position for r in rows), dtype=np.int64, count=len(rows))
     if len(tables) == 1 and tables[0].rows == len(rows) and np.array_equal(positions, np.arange(len(rows))):
         table = tables[0]   # the episodes are the table's rows in order (what update_stats leaves): its own columns
-        return {key: (column, table.present.get(key)) for key, column in table.columns.items()}
+        return {key: (column, table.present.get(key)) for key, column in table.columns.items() if key in layout}
     starts = np.flatnonzero(np.r_[True, which[1:] != which[:-1]])
     runs = [(tables[which[a]], positions[a:b]) for a, b in zip(starts, np.r_[starts[1:], len(rows)])]
     whole = len(runs) == len(tables) and all(t.rows == len(p) and np.array_equal(p, np.arange(len(p)))
@@ -269,8 +272,8 @@ def stats_matrices(episodes: list[Episode]) -> dict[tuple[str, str], np.ndarray]
 def stats_stack(episodes: list[Episode], features: list[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
     """The episodes' BASIC stats stacked per feature (`tables.stats.stack_stats`, what `aggregate` reads), of
     `features` only when given (every episode must hold them): from their tables' columns when `stats_columns`
-    can, else from their dicts."""
-    columns = stats_columns(episodes)
+    can (those stats alone: a rewrite's episodes' other stats are gigabytes at a million), else from their dicts."""
+    columns = stats_columns(episodes, only=set(BASIC))
     if columns is None:
         return stack_stats([ep.stats if features is None else {k: ep.stats[k] for k in features} for ep in episodes])
     out: dict[str, dict[str, np.ndarray]] = {}
