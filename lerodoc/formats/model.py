@@ -114,36 +114,34 @@ def _unread_rows(episodes: list[Episode]) -> tuple[list[int], list[tuple[StatsRo
     return read, list(by_holder.values())
 
 
+def _holder_keys(episodes: list[Episode]) -> list[list[tuple[str, str]]] | None:
+    """Each table's (feature, stat) keys that every row of it holds, the tables in the order their rows first come,
+    when every episode's stats are an unread row of one that can tell (from its file's footers: `full_keys`); else
+    None (v2.x's jsonl holders cannot tell)."""
+    rows = [stats_row(ep) for ep in episodes]
+    if not rows or any(r is None for r in rows):
+        return None
+    keys = [holder.full_keys() if hasattr(holder, "full_keys") else None
+            for holder in {id(r.holder): r.holder for r in rows}.values()]
+    return None if any(own is None for own in keys) else keys
+
+
 def _replaced_keys(episodes: list[Episode], features: set[str]) -> list[tuple[str, str]] | None:
     """The (feature, stat) keys `stats_columns` would give the episodes, when every episode's stats are an unread row
     of a table whose every row holds every stat, and every feature is among `features` (an update that replaces
     them all then reads no old value): known without reading a value where a holder can tell from its file
-    (`full_keys`). None otherwise."""
-    rows = [stats_row(ep) for ep in episodes]
-    if not rows or any(r is None for r in rows):
+    (`_holder_keys`). None otherwise."""
+    tables = _holder_keys(episodes)
+    if tables is None or any(feature not in features for own in tables for feature, _ in own):
         return None
-    keys: dict[tuple[str, str], None] = {}
-    for holder in {id(r.holder): r.holder for r in rows}.values():   # in the order their rows first come
-        own = holder.full_keys() if hasattr(holder, "full_keys") else None   # v2.x's jsonl holders cannot tell
-        if own is None or any(feature not in features for feature, _ in own):
-            return None
-        keys.update(dict.fromkeys(own))
-    return list(keys)
+    return list(dict.fromkeys(key for own in tables for key in own))
 
 
 def shared_keys(episodes: list[Episode]) -> list[tuple[str, str]] | None:
     """The (feature, stat) keys of every episode's stats, when each is an unread row of a table whose every row holds
-    the same stats, in the same order, in every table (the footers tell: `full_keys`); else None."""
-    rows = [stats_row(ep) for ep in episodes]
-    if not rows or any(r is None for r in rows):
-        return None
-    keys = None
-    for holder in {id(r.holder): r.holder for r in rows}.values():
-        own = holder.full_keys() if hasattr(holder, "full_keys") else None
-        if own is None or keys is not None and own != keys:
-            return None
-        keys = own
-    return keys
+    the same stats, in the same order, in every table (`_holder_keys`); else None."""
+    tables = _holder_keys(episodes)
+    return tables[0] if tables is not None and all(own == tables[0] for own in tables) else None
 
 
 def stats_held(episodes: list[Episode]) -> np.ndarray:

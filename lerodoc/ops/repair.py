@@ -21,7 +21,7 @@ from lerodoc import access, formats
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset
-from lerodoc.formats.model import Episode, VideoSpan, let_go_stats, shared_stats, stats_row, stats_stack, update_stats
+from lerodoc.formats.model import Episode, VideoSpan, shared_stats, stats_row, stats_stack, update_stats
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature
@@ -357,11 +357,10 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         staged = Dataset(root=tmp, version=to, info=info, episodes=result.episodes, tasks=tasks)
         numeric, per_episode, _ = exact_stats(staged, info.numeric_keys, workers=workers)
         update_stats(result.episodes, per_episode)
-        del per_episode   # the episodes' new table holds what is kept of it (let go once written, below)
+        del per_episode   # the episodes' new table holds what is kept of it (let go once written: rewrite.verify)
         stated = stats_from_json(stats_to_json(_clean_stats(ds.stats or {}, info.features)))   # as stats.json holds
         carried = {**dataset_stats(stats_stack(result.episodes)), **stated}   # stated ones win
         formats.module(to).write_meta(tmp, info, result.episodes, tasks, {**carried, **numeric})
-        let_go_stats(result.episodes)   # written: verify and the output's validate open it again
         rewrite.verify(tmp, to, result.episodes)
     after = validate(target, videos=True)
     report.output = str(target.absolute())

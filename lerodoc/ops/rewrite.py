@@ -26,7 +26,8 @@ from lerodoc.files import new_file
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
-from lerodoc.formats.model import Episode, VideoSpan, shared_stats, stats_held, stats_row, update_stats
+from lerodoc.formats.model import (Episode, VideoSpan, let_go_stats, shared_stats, stats_held, stats_row,
+                                   update_stats)
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix, conform, from_numpy, is_list_type,
@@ -780,7 +781,10 @@ def _update_stats(episodes: list[Episode], blocks: list[BlockResult]) -> None:
 
 def verify(root: Path, to: str, expected: list[Episode]) -> None:
     """The written tree opens as `to` and holds exactly the planned episodes and frames. The caller writes nothing
-    after it: this open is what promotion's kept check reads (`staging.written`)."""
+    after it: this open is what promotion's kept check reads (`staging.written`). The expected episodes' stats are
+    let go first (`let_go_stats`): they are written, and at a million episodes their table is gigabytes that would
+    sit beside this second open (and, in repair, beside the output's validate)."""
+    let_go_stats(expected)
     opened = Dataset.open(root)
     same = opened.version == to and len(opened.episodes) == len(expected) and all(
         np.array_equal(_column(opened.episodes, name), _column(expected, name))

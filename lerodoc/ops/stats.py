@@ -42,8 +42,7 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
     by_file = ds.row_spans(absolute=True)
     groups = groups_of(features, ds.info.features)
     check_sizes(by_file, groups)
-    held = ds.total_frames * sum(g.width * np.dtype(g.dtype).itemsize for g in groups)
-    if engine is None and held <= budget * 8:
+    if engine is None and _fits(ds, groups, budget):
         dataset, per_episode = in_memory_stats(by_file, groups, workers)
         passes = 1
     else:
@@ -54,6 +53,11 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
     order = [ep.index for ep in ds.episodes]
     stacked = per_episode.aligned(order)
     return dataset_stats(stacked, dataset, features=features), per_episode, passes
+
+
+def _fits(ds: Dataset, groups: list, budget: int) -> bool:
+    """Whether every value of the groups' features fits `budget` (8-byte units): `exact_stats` then holds them all."""
+    return ds.total_frames * sum(g.width * np.dtype(g.dtype).itemsize for g in groups) <= budget * 8
 
 
 class StatsStream:
@@ -87,8 +91,7 @@ class StatsStream:
         same column by column for every row); else None."""
         by_file = ds.row_spans(absolute=True)
         groups = groups_of(features, ds.info.features)
-        held = ds.total_frames * sum(g.width * np.dtype(g.dtype).itemsize for g in groups)
-        if engine is not None or held <= budget * 8 or not ds.episodes:
+        if engine is not None or _fits(ds, groups, budget) or not ds.episodes:
             return None
         if [index for eps in by_file.values() for index, _, _ in eps] != [ep.index for ep in ds.episodes]:
             return None
@@ -138,9 +141,9 @@ class StatsStream:
         start = self.first
         for rows, stacks in self.parts:
             a, b = max(lo, start) - start, min(hi, start + rows) - start
-            for feature, by_stat in stacks.items():
-                for stat, values in by_stat.items():
-                    if a < b:
+            if a < b:
+                for feature, by_stat in stacks.items():
+                    for stat, values in by_stat.items():
                         out[feature, stat].append(values[a:b])
             start += rows
         while self.parts and self.first + self.parts[0][0] <= hi:
