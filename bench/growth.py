@@ -14,9 +14,10 @@ collection (exit 0, said) and is timed as such.
 
 The floor, measured in the same run and the same way (a fresh process): pyarrow alone reading the same data files
 (every column) and meta/episodes, run 3 times (its median run kept); each command runs --runs times (median kept,
-every run listed). Each command's ratio is its wall time over the floor of the dataset it reads (v2.1 for convert's
-input, v3.0 for the rest); like for like, both include interpreter start. Results and provenance (commit, versions,
-machine, load, command) go to --out.
+every run listed). Each command's ratio is its wall time over the floor of what it reads (v2.1 for convert's input;
+for merge of two copies, the v3.0 dataset read twice in one process, `v30x2`, with its ratio to one copy's floor kept
+as `x_v30_floor`; v3.0 for the rest); like for like, both include interpreter start. Results and provenance (commit,
+versions, machine, load, command) go to --out.
 
 With several sizes, `growth` gives each command's factor from the smallest size to each larger one (seconds and
 peak; the issue's bar: at most 12x for 10x the episodes). `many_files` sets convert of the v2.1 form (one parquet per
@@ -47,12 +48,12 @@ ROWS_PER_FILE = (100 << 20) // (4 * sum(DIMS.values()) + 4 + 4 * 8)
 FLOOR = """
 import sys, pyarrow.parquet as pq
 from pathlib import Path
-root = Path(sys.argv[1])
 rows = 0
-for path in sorted(root.glob("data/**/*.parquet")) + sorted(root.glob("meta/episodes/**/*.parquet")):
-    rows += pq.read_table(path).num_rows
-for path in sorted(root.glob("meta/*.jsonl")):
-    path.read_bytes()
+for root in map(Path, sys.argv[1:]):
+    for path in sorted(root.glob("data/**/*.parquet")) + sorted(root.glob("meta/episodes/**/*.parquet")):
+        rows += pq.read_table(path).num_rows
+    for path in sorted(root.glob("meta/*.jsonl")):
+        path.read_bytes()
 print(rows)
 """
 
@@ -102,10 +103,10 @@ def median(runs: list[dict]) -> dict:
                                                                            "minor_faults")}}
 
 
-def floor(root: Path) -> dict:
-    """The floor of a dataset: FLOOR run FLOOR_RUNS times, the run of median seconds kept (every run's seconds
-    listed): one run of ~1 s on a shared machine was seen to move by half its time."""
-    return median([run([sys.executable, "-c", FLOOR, str(root)]) for _ in range(FLOOR_RUNS)])
+def floor(*roots: Path) -> dict:
+    """The floor of datasets read in one process: FLOOR run FLOOR_RUNS times, the run of median seconds kept (every
+    run's seconds listed): one run of ~1 s on a shared machine was seen to move by half its time."""
+    return median([run([sys.executable, "-c", FLOOR, *map(str, roots)]) for _ in range(FLOOR_RUNS)])
 
 
 def lerodoc(*args) -> list[str]:
@@ -127,13 +128,14 @@ def build(work: Path, episodes: int, frames: int, v21: bool) -> tuple[Path, Path
 
 
 def commands(v30: Path, v21: Path | None, out: Path, episodes: int) -> dict[str, tuple[list[str], str]]:
-    """name -> (argv, the dataset whose floor it is set against: "v30" or "v21")."""
+    """name -> (argv, the floor it is set against: "v30", "v21", or "v30x2" (the v3.0 dataset read twice in one
+    process: merge2's two inputs))."""
     hundred = ",".join(f"p{i}={1 / 100:.2f}" for i in range(100))
     cases = {
         "info": (lerodoc("info", v30, "--json"), "v30"),
         "validate": (lerodoc("validate", v30, "--json"), "v30"),
         "validate_nostats": (lerodoc("validate", v30, "--no-stats", "--json"), "v30"),
-        "merge2": (lerodoc("merge", v30, v30, "-o", out / "merge2"), "v30"),
+        "merge2": (lerodoc("merge", v30, v30, "-o", out / "merge2"), "v30x2"),
         "delete": (lerodoc("delete", v30, "-o", out / "delete", "--episodes", f"0-{min(9, episodes - 2)}"), "v30"),
         "split": (lerodoc("split", v30, "-o", out / "split", "--into", "train=0.9,val=0.1"), "v30"),
         "select": (lerodoc("select", v30, "-o", out / "select", "--state", "observation.state[0:8]",
@@ -155,6 +157,8 @@ def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[st
     floors = {"v30": floor(v30)}
     if v21 is not None:
         floors["v21"] = floor(v21)
+    if only is None or "merge2" in only:   # merge2 reads the dataset twice: its like-for-like floor
+        floors["v30x2"] = floor(v30, v30)
     rows = {}
     out = work / f"out_{episodes}"
     planned = commands(v30, v21, out, episodes)
@@ -177,6 +181,8 @@ def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[st
         if base == "v21":
             result["env"] = V21_ENV
         result["x_floor"] = round(result["seconds"] / floors[base]["seconds"], 2)
+        if base != "v30" and base != "v21":   # and against one copy's floor, as runs before v30x2 gave it
+            result["x_v30_floor"] = round(result["seconds"] / floors["v30"]["seconds"], 2)
         rows[name] = result
         print(f"{episodes:>8} {name:<12} {result['seconds']:8.2f} s {result['peak_mib']:8.1f} MiB "
               f"{result['x_floor']:6.2f}x floor (exit {result['exit']})", flush=True)
