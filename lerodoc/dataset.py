@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from lerodoc import access, confined, formats
+from lerodoc.budget import memory_budget
 from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
 from lerodoc.formats import paths, v30
@@ -22,6 +23,13 @@ from lerodoc.formats.model import Episode, stats_row
 from lerodoc.formats.stats import stat_size
 from lerodoc.tables.parquet_io import open_parquet, read_row_groups, read_schema
 from lerodoc.tables.stats import Stats
+
+
+def stats_budget() -> int:
+    """The bytes of per-episode stats tables a command holds at once: past them, a dataset's tables are read a file
+    at a time and let go again (`Dataset._require_stats_shapes`); one reader's memory budget."""
+    return memory_budget()
+
 
 @dataclass
 class Dataset:
@@ -166,6 +174,9 @@ class Dataset:
                                             "metadata from the data files")
 
     def _require_stats_shapes(self) -> None:
+        """Every stat of the dataset's and its episodes' stats holds the values its feature's shape gives (a
+        LerodocError naming the first that does not). Past `stats_budget`, the episodes metadata files' stats tables
+        are read one at a time and let go (`v30.StatsColumns.transient`)."""
         if self.stats_fit:
             return
         module = formats.module(self.version)
@@ -175,9 +186,20 @@ class Dataset:
         # checked column by column, once per table; the others (and a wrong size, to name its episode) one by one
         rows = [(ep, stats_row(ep)) for ep in self.episodes]
         holders = {id(r.holder): r for _, r in rows if r is not None}   # a table per holder, asked once each
-        checked = {key for key, r in holders.items() if r.table.regular and all(
-            self._stat_fits(name, stat, int(np.prod(column.shape[1:])), sizes)
-            for (name, stat), column in r.table.columns.items())}
+        peeking = [r.holder for r in holders.values() if hasattr(r.holder, "peek")]
+        thrifty = None
+
+        def fits(table) -> bool:
+            nonlocal thrifty
+            if thrifty is None and peeking:   # the first table read tells what all of them would hold
+                row_bytes = sum(c.nbytes for c in table.columns.values() if isinstance(c, np.ndarray)) / table.rows
+                thrifty = row_bytes * len(self.episodes) > stats_budget()
+                for holder in peeking:
+                    holder.transient = thrifty
+            return table.regular and all(self._stat_fits(name, stat, int(np.prod(column.shape[1:])), sizes)
+                                         for (name, stat), column in table.columns.items())
+        checked = {key for key, r in holders.items()
+                   if (r.holder.peek(fits, self.info.features) if hasattr(r.holder, "peek") else fits(r.table))}
         for episode, stats, where in [(None, self.stats or {}, stats_file)] + \
                 [(ep.index, ep.stats, episodes_file) for ep, r in rows
                  if r is None or id(r.holder) not in checked]:

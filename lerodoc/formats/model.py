@@ -8,8 +8,9 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from lerodoc.budget import give_back
+from lerodoc.errors import LerodocError
 from lerodoc.formats.stats import StatsTable
-from lerodoc.tables.stats import BASIC, EpisodeStacks, Stats, stack_stats
+from lerodoc.tables.stats import BASIC, EpisodeStacks, Stats, aggregate, stack_stats
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def shared_stats(ep: Episode):
 def has_stats(ep: Episode) -> bool:
     """Whether the episode has any stats, without reading an unread row's dict."""
     row = stats_row(ep)
-    return bool(ep.stats) if row is None else row.table.has_stats(row.position)
+    return bool(ep.stats) if row is None else bool(_holding(row)[row.position])
 
 
 def _unread_rows(episodes: list[Episode]) -> tuple[list[int], list[tuple[StatsRow, list[int], list[int]]]]:
@@ -152,8 +153,20 @@ def stats_held(episodes: list[Episode]) -> np.ndarray:
     for i in read:
         out[i] = bool(episodes[i].stats)
     for row, where, positions in unread:
-        out[where] = row.table.with_stats[positions]
+        out[where] = _holding(row)[positions]
     return out
+
+
+def _holding(row: StatsRow) -> np.ndarray:
+    """Which rows of a row's table hold stats: from its holder where the holder keeps that across letting its table
+    go (`formats.v30.StatsColumns.with_stats`), else from the table."""
+    return row.holder.with_stats if hasattr(row.holder, "with_stats") else row.table.with_stats
+
+
+def stats_normal(row: StatsRow, features: dict) -> bool:
+    """`StatsTable.normal` of a row's table, asked of its holder where the holder keeps the answer across letting
+    its table go (`formats.v30.StatsColumns.normal`)."""
+    return row.holder.normal(features) if hasattr(row.holder, "normal") else row.table.normal(features)
 
 
 def stats_features(episodes: list[Episode]) -> set[str]:
@@ -248,6 +261,93 @@ def _gathered(runs: list, holders: list, layout: dict) -> dict[tuple[str, str], 
             give_back()   # its blocks, before the stacks' next rows are touched
         start = stop
     return {key: (values[key], present.get(key)) for key in layout}
+
+
+class GatherStream:
+    """A rewrite's new episodes' stats handed to the episodes metadata writer a slice at a time (`rows`, what
+    `formats.v30.write_stats` takes as its stream), for episodes whose stats are still rows of their sources' tables
+    (transient holders: `formats.v30.StatsColumns`). Each table is read when its first row is asked for and let go
+    after its last, so one or two are held at a time, never every episode's stats (gigabytes at a million episodes,
+    twice over where `update_stats` gathered them into a new table). `updates` (`EpisodeStacks` over every episode,
+    or None) replaces the features it holds, as `update_stats` does when it updates every episode: the old features
+    keep their place, a feature's new stats replace all of its old ones, new features come last. What the dataset
+    aggregate reads is kept slice by slice (`basic`). `GatherStream.of` says when the episodes can be streamed."""
+
+    def __init__(self, episodes: list[Episode], rows: list[StatsRow], layout: dict, updates: EpisodeStacks | None):
+        self.episodes, self.rows_of = episodes, rows
+        self.new = updates.aligned([ep.index for ep in episodes]) if updates is not None else {}
+        self.last = {id(row.holder): i for i, row in enumerate(rows)}   # each table's last row
+        self._layout: dict[tuple[str, str], tuple[tuple, np.dtype]] = {}
+        for feature in dict.fromkeys([*(f for f, _ in layout), *self.new]):
+            if feature in self.new:
+                self._layout.update({(feature, stat): (values.shape[1:], values.dtype)
+                                     for stat, values in self.new[feature].items()})
+            else:
+                self._layout.update({key: kind for key, kind in layout.items() if key[0] == feature})
+        self.handed = 0
+        self.partials: list[Stats] = []
+
+    @classmethod
+    def of(cls, episodes: list[Episode], updates: EpisodeStacks | None) -> GatherStream | None:
+        """A stream when every episode's stats are an unread row of a transient holder, every holder's rows hold the
+        same stats alike (`layout`), and `updates` is None or updates every episode; else None (`update_stats`
+        then gathers them)."""
+        rows = [stats_row(ep) for ep in episodes]
+        if not rows or any(r is None or not getattr(r.holder, "transient", False) for r in rows):
+            return None
+        if updates is not None and (len(updates) != len(episodes) or
+                                    not all(ep.index in updates for ep in episodes)):
+            return None
+        layouts = [holder.layout() for holder in {id(r.holder): r.holder for r in rows}.values()]
+        if any(layout is None or list(layout.items()) != list(layouts[0].items()) for layout in layouts):
+            return None
+        return cls(episodes, rows, layouts[0], updates)
+
+    def layout(self) -> dict[tuple[str, str], tuple[tuple, np.dtype]]:
+        """(feature, stat) -> (a row's shape, dtype), in the order `rows` gives them."""
+        return self._layout
+
+    def rows(self, lo: int, hi: int) -> dict[tuple[str, str], np.ndarray]:
+        """The stats of the episodes at positions lo:hi, (hi - lo, *shape) per key, where lo is where the last call
+        ended (0 at first). A table whose last row is handed out is let go."""
+        if lo != self.handed:
+            raise ValueError(f"GatherStream.rows({lo}, {hi}): the next rows start at {self.handed}")
+        self.handed = hi
+        out: dict[tuple[str, str], np.ndarray] = {}
+        kept = [key for key in self._layout if key[0] not in self.new]
+        own = stats_columns(self.episodes[lo:hi]) if kept else {}
+        for key in kept:
+            values, present = (None, None) if own is None or key not in own else own[key]
+            if values is None or present is not None or (values.shape[1:], values.dtype) != self._layout[key]:
+                row = self.rows_of[lo]
+                raise LerodocError(f"the {key[0]} {key[1]} stats of episodes {self.episodes[lo].index}-"
+                                   f"{self.episodes[hi - 1].index} changed since they were checked (a row without "
+                                   "them, or another shape)", file=getattr(row.holder, "path", None),
+                                   field=f"{key[0]}.{key[1]}", hint="run the command again on a dataset nobody writes")
+            out[key] = values
+        for feature, by_stat in self.new.items():
+            out.update({(feature, stat): values[lo:hi] for stat, values in by_stat.items()})
+        ordered = {key: out[key] for key in self._layout}
+        own = out = None
+        for holder in {id(r.holder): r.holder for r in self.rows_of[lo:hi]}.values():
+            if self.last[id(holder)] < hi:
+                holder.release()
+        basic: dict[str, dict[str, np.ndarray]] = {}
+        for (feature, stat), values in ordered.items():
+            if stat in BASIC:
+                basic.setdefault(feature, {})[stat] = values
+        self.partials.append(aggregate(basic))
+        give_back()
+        return ordered
+
+    def basic(self) -> dict[str, dict[str, np.ndarray]]:
+        """What `aggregate` reads, once per slice instead of once per episode: each slice's episodes aggregated,
+        stacked per feature (their aggregate is the episodes', up to rounding: `ops.stats.StatsStream.basic`)."""
+        if self.handed != len(self.episodes):
+            raise ValueError(f"GatherStream.basic: {self.handed} of {len(self.episodes)} episodes handed out")
+        features = dict.fromkeys(feature for partial in self.partials for feature in partial)
+        return {feature: {stat: np.stack([p[feature][stat] for p in self.partials if feature in p]) for stat in BASIC}
+                for feature in features}
 
 
 def let_go_stats(episodes: list[Episode]) -> None:

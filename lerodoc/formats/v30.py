@@ -142,6 +142,12 @@ class StatsColumns:
 
     def __init__(self, path: Path):
         self.path, self._table = path, None
+        # past the stats budget (`Dataset._require_stats_shapes`): the table is let go after each `peek`, and what
+        # the checks ask of it (which rows hold stats, whether it is normal, its layout) is kept instead
+        self.transient = False
+        self._with_stats: np.ndarray | None = None
+        self._normal: list[tuple[dict, bool]] = []
+        self._layout: dict | None = None
 
     @property
     def table(self) -> StatsTable:
@@ -152,6 +158,47 @@ class StatsColumns:
     def release(self) -> None:
         """Let go of the table read (it is read again if asked for): a rewrite whose episodes no longer use it."""
         self._table = None
+
+    def peek(self, ask: Callable[[StatsTable], object], features: dict | None = None):
+        """`ask(table)`; a transient holder lets the table go again when it did not hold it before, having kept
+        which rows hold stats, the columns' layout and whether the table is `normal` against `features` (what a
+        rewrite asks of it later)."""
+        held = self._table is not None
+        table = self.table
+        try:
+            return ask(table)
+        finally:
+            if self._with_stats is None:
+                self._with_stats = table.with_stats
+                self._layout = {key: (c.shape[1:], c.dtype) for key, c in table.columns.items()} \
+                    if table.regular else None
+            if features is not None and not any(known is features or known == features for known, _ in self._normal):
+                self._normal.append((features, table.normal(features)))
+            if self.transient and not held:
+                self.release()
+
+    @property
+    def with_stats(self) -> np.ndarray:
+        """`StatsTable.with_stats`, kept across a release."""
+        if self._with_stats is None:
+            self.peek(lambda table: None)
+        return self._with_stats
+
+    def layout(self) -> dict[tuple[str, str], tuple[tuple, np.dtype]] | None:
+        """(feature, stat) -> (a row's shape, dtype) when every row holds every stat alike (`StatsTable.regular`);
+        else None. Kept across a release."""
+        if self._with_stats is None:
+            self.peek(lambda table: None)
+        return self._layout
+
+    def normal(self, features: dict) -> bool:
+        """`StatsTable.normal`, kept per `features` (equal ones: a merge reconciles its own) across a release."""
+        for known, answer in self._normal:
+            if known is features or known == features:
+                return answer
+        answer = self.peek(lambda table: table.normal(features))
+        self._normal.append((features, answer))
+        return answer
 
     def full_keys(self) -> list[tuple[str, str]] | None:
         """The (feature, stat) columns every row holds a value of, in the table's order, from the footer alone (no
@@ -347,8 +394,10 @@ def _stats_columns(episodes: list[Episode]) -> dict[str, pa.Array]:
     return out
 
 
-def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str], stats: dict | None) -> None:
-    """Write info.json, tasks.parquet, the episodes parquet and stats.json for files already on disk."""
+def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str],
+               stats: dict | Callable[[], dict] | None, *, stream=None) -> None:
+    """Write info.json, tasks.parquet, the episodes parquet and stats.json for files already on disk (`write_stats`:
+    `stats` may be a function called once the episodes files are written, the stats columns a `stream`'s)."""
     info.describe(VERSION, DATA_PATH, VIDEO_PATH, episodes, len(tasks), foreign=("total_videos", "total_chunks"))
     info.write(root / INFO_PATH, INFO_ORDER)
 
@@ -363,7 +412,7 @@ def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str]
     (root / "meta").mkdir(parents=True, exist_ok=True)
     replace_file(root / TASKS_PATH, lambda tmp: pq.write_table(tasks_table, tmp))
 
-    write_stats(root, info, episodes, stats)
+    write_stats(root, info, episodes, stats, stream=stream)
 
 
 def stats_files(root: Path) -> set[str]:

@@ -15,10 +15,11 @@ from typing import Callable, Mapping
 import numpy as np
 
 from lerodoc import access, formats
+from lerodoc.formats import v30
 from lerodoc.dataset import Dataset, read_rows
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import Info, canonical_feature, codec_name, flat_names
-from lerodoc.formats.model import stats_row, stats_stack
+from lerodoc.formats.model import stats_normal, stats_row, stats_stack
 from lerodoc.formats.stats import normalise_stats
 from lerodoc.ops import rewrite
 from lerodoc.ops.stats import dataset_quantiles
@@ -259,7 +260,7 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
                 summaries[i].excluded.append(ep.index)
                 continue
             row = stats_row(ep)
-            if row is None or not row.table.normal(info.features):   # else nothing to reshape or drop
+            if row is None or not stats_normal(row, info.features):   # else nothing to reshape or drop
                 ep.stats, changed = normalise_stats(ep.stats, info.features)
                 reshaped |= changed
             picks.append(rewrite.Pick(ds, ep, tuple(task_map)))
@@ -290,13 +291,16 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
         return report
     with staged_output(Path(out), force=force or in_place, inputs=() if in_place else roots, keep=datasets,
                        own=in_place, seen=datasets[0].meta_seen if in_place else None) as tmp:
-        result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
-        new_eps = result.episodes
+        result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine, stream=to == "v3.0")
+        new_eps, stream = result.episodes, result.stream
         data_files = [tmp / f for f in dict.fromkeys(ep.data_file for ep in new_eps)]
         quantiles, _ = dataset_quantiles(data_files, info.numeric_keys, info.features, sum(e.length for e in new_eps),
                                          workers=workers, engine=engine)
-        stats = dataset_stats(stats_stack(new_eps), quantiles)
-        formats.module(to).write_meta(tmp, info, new_eps, tasks, stats if to == "v3.0" else None)
+        if stream is not None:   # the episodes files written a file's stats at a time, the aggregate after them
+            v30.write_meta(tmp, info, new_eps, tasks, lambda: dataset_stats(stream.basic(), quantiles), stream=stream)
+        else:
+            stats = dataset_stats(stats_stack(new_eps), quantiles)
+            formats.module(to).write_meta(tmp, info, new_eps, tasks, stats if to == "v3.0" else None)
         rewrite.verify(tmp, to, new_eps)
         report.episodes, report.frames, report.tasks = len(new_eps), sum(e.length for e in new_eps), len(tasks)
         report.retimed_clips = result.retimed

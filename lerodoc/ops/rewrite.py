@@ -26,8 +26,8 @@ from lerodoc.files import new_file
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
-from lerodoc.formats.model import (Episode, VideoSpan, let_go_stats, shared_stats, stats_held, stats_row,
-                                   update_stats)
+from lerodoc.formats.model import (Episode, GatherStream, VideoSpan, let_go_stats, shared_stats, stats_held,
+                                   stats_row, update_stats)
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix, conform, from_numpy, is_list_type,
@@ -120,6 +120,7 @@ class Result:
     renumbered: list[int] = field(default_factory=list)        # episodes whose rows got new ids
     retimed: list[dict] = field(default_factory=list)          # {"episode", "camera"} moved onto the k/fps grid
     computed_stats: list[int] = field(default_factory=list)    # episodes whose stats were computed from rows
+    stream: GatherStream | None = None   # `execute(stream=True)`: the stats for the v3.0 writer, not yet gathered
 
 
 def _blocks(pieces: list[RowPiece]) -> list[list[RowPiece]]:
@@ -698,13 +699,15 @@ def check_files(picks: list[Pick]) -> None:
             seen.add((id(pick.dataset), rel))
 
 
-def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | None = None, engine=None) -> Result:
+def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | None = None, engine=None,
+            stream: bool = False) -> Result:
     """Write a plan's rows and videos into the staging folder `tmp`.
 
     Returns the new episodes (files, windows, per-episode stats): the plan's own, their windows and stats filled in
     (a plan is executed once); the caller writes the metadata with
     `formats.module(to).write_meta` and then calls `verify`. `engine` (`lerodoc.run.engine`) runs the jobs on a
-    cluster instead of `workers` processes.
+    cluster instead of `workers` processes. `stream` (a v3.0 output): where `_stream` can, the episodes keep their
+    sources' rows and `Result.stream` hands the written stats to the writer a file at a time.
     """
     info, picks = plan_.info, plan_.picks
     new_eps = list(plan_.episodes)   # filled in place, not copied: a million Episodes are half a gigabyte
@@ -724,8 +727,10 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     done_jobs = pmap(_run, jobs, workers=workers, progress=tick, engine=engine)
     written_by_job, row_results = done_jobs[:len(video_jobs)], done_jobs[len(video_jobs):]
     blocks = [block for job in row_results for block in job]
-    _update_stats(new_eps, blocks)
-    _release_sources(picks, new_eps)
+    result.stream = _stream(new_eps, blocks) if stream else None
+    if result.stream is None:
+        _update_stats(new_eps, blocks)
+        _release_sources(picks, new_eps)
     renumbered = [b.episodes for b in blocks if {"episode_index", "index"} & set(b.changed)]
     result.renumbered = sorted(np.concatenate(renumbered).tolist()) if renumbered else []
     computed = [b.episodes[b.stats.every] for b in blocks if b.stats is not None]
@@ -765,17 +770,33 @@ def _release_sources(picks: list[Pick], episodes: list[Episode]) -> None:
             holder.release()
 
 
-def _update_stats(episodes: list[Episode], blocks: list[BlockResult]) -> None:
-    """Each new episode's stats updated with what its block computed (`formats.model.update_stats`, column by
-    column): one update per kind of piece and set of features, the blocks of a kind stacked together."""
+def _update_kinds(blocks: list[BlockResult]) -> list[list[tuple[list[int], dict]]]:
+    """What the blocks computed, one list of (new episode numbers, stacks) parts per kind of piece and set of
+    features."""
     kinds: dict[tuple, list[tuple[list[int], dict]]] = {}
     for block in blocks:
         if block.stats is not None:
             for rows, stacks in block.stats.updates():
                 key = tuple((f, tuple(by_stat)) for f, by_stat in stacks.items())
                 kinds.setdefault(key, []).append((block.episodes[rows].tolist(), stacks))
-    for parts in kinds.values():
+    return list(kinds.values())
+
+
+def _update_stats(episodes: list[Episode], blocks: list[BlockResult]) -> None:
+    """Each new episode's stats updated with what its block computed (`formats.model.update_stats`, column by
+    column): one update per kind of piece and set of features, the blocks of a kind stacked together."""
+    for parts in _update_kinds(blocks):
         update_stats(episodes, EpisodeStacks.joined(parts), release=True)
+
+
+def _stream(episodes: list[Episode], blocks: list[BlockResult]) -> GatherStream | None:
+    """The new episodes' stats as a `GatherStream` for the v3.0 writer, where their sources' tables are transient
+    (past the stats budget: `Dataset._require_stats_shapes`) and the blocks updated every episode alike or none;
+    else None (`_update_stats` gathers them into one new table)."""
+    kinds = _update_kinds(blocks)
+    if len(kinds) > 1 or any(b.stats is not None and b.stats.every.any() for b in blocks):
+        return None
+    return GatherStream.of(episodes, EpisodeStacks.joined(kinds[0]) if kinds else None)
 
 
 def verify(root: Path, to: str, expected: list[Episode]) -> None:
