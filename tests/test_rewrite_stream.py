@@ -1,0 +1,131 @@
+"""Rewrites past the stats budget (issue 37): the sources' per-episode stats tables are read one at a time and let go
+(`formats.v30.StatsColumns.transient`), and delete, split and merge write the episodes metadata from a
+`formats.model.GatherStream`. What they write is what the whole path writes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from lerodoc import dataset as dataset_module
+from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
+from lerodoc.formats import model
+from lerodoc.formats.model import GatherStream
+from lerodoc.ops.quantiles import quantiles
+from tests.fixtures.factory import make_dataset
+from tests.helpers import run_here
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """1500 episodes of 3 frames with two cameras, their per-episode stats (quantiles too) in several episodes
+    metadata files (lerobot's size cap set to 1 MiB)."""
+    root = tmp_path_factory.mktemp("stream")
+    fixture = make_dataset(root / "raw", version="v3.0", episodes=1500, lengths=3, episodes_per_file=300)
+    info = json.loads((fixture.root / "meta/info.json").read_text())
+    info["data_files_size_in_mb"] = 1
+    (fixture.root / "meta/info.json").write_text(json.dumps(info))
+    quantiles(fixture.root, root / "src", workers=2)
+    assert len(list((root / "src").glob("meta/episodes/*/*.parquet"))) >= 3
+    return root / "src"
+
+
+def _same_output(whole, streamed):
+    """Every file byte for byte the same, but stats.json, whose mean and std may differ by rounding (the aggregate
+    of per-file aggregates)."""
+    names = sorted(p.relative_to(whole) for p in whole.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(streamed) for p in streamed.rglob("*") if p.is_file())
+    for name in names:
+        if name.name != "stats.json":
+            assert (whole / name).read_bytes() == (streamed / name).read_bytes(), name
+            continue
+        a, b = json.loads((whole / name).read_text()), json.loads((streamed / name).read_text())
+        assert a.keys() == b.keys() and all(a[f].keys() == b[f].keys() for f in a)
+        for feature in a:
+            for stat in a[feature]:
+                if stat in ("mean", "std"):
+                    np.testing.assert_allclose(b[feature][stat], a[feature][stat], rtol=1e-12, atol=1e-12)
+                else:
+                    assert b[feature][stat] == a[feature][stat], (feature, stat)
+
+
+CASES = {
+    "delete renumbering every episode": (["delete", "{src}", "--episodes", "0-2"], True),
+    "delete renumbering none": (["delete", "{src}", "--episodes", "1497-1499"], True),
+    "split": (["split", "{src}", "--into", "a=0.8,b=0.2"], True),
+    "merge of two copies (half renumbered: gathered)": (["merge", "{src}", "{src}"], False),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_rewrite_past_the_stats_budget_writes_what_the_whole_path_writes(source, tmp_path, monkeypatch, case):
+    argv, streams = CASES[case]
+    argv = [a.format(src=source) for a in argv]
+    assert run_here(*argv, "-o", str(tmp_path / "whole")).returncode == 0
+    held = []
+    rows = GatherStream.rows
+
+    def spy(self, lo, hi):
+        out = rows(self, lo, hi)
+        held.append(len({id(r.holder) for r in self.rows_of if getattr(r.holder, "_table", None) is not None}))
+        return out
+    monkeypatch.setattr(GatherStream, "rows", spy)
+    monkeypatch.setattr(dataset_module, "stats_budget", lambda: 1)
+    assert run_here(*argv, "-o", str(tmp_path / "streamed")).returncode == 0
+    _same_output(tmp_path / "whole", tmp_path / "streamed")
+    if streams:   # one call per output episodes file, holding at most the table it ends in and the next
+        assert held and max(held) <= 2
+    else:
+        assert not held
+
+
+def test_past_the_budget_the_shape_check_lets_each_table_go_and_keeps_what_is_asked_later(source, monkeypatch):
+    monkeypatch.setattr(dataset_module, "stats_budget", lambda: 1)
+    ds = Dataset.open(source)
+    ds.require_complete()
+    holders = {id(r.holder): r.holder for r in map(model.stats_row, ds.episodes)}.values()
+    assert len(holders) >= 3 and all(h.transient and h._table is None for h in holders)
+    assert model.stats_held(ds.episodes).all()
+    assert all(model.stats_normal(model.stats_row(ep), ds.info.features) for ep in ds.episodes[::500])
+    assert all(h._table is None for h in holders)   # answered from what the check kept, nothing read again
+    monkeypatch.setattr(dataset_module, "stats_budget", lambda: 1 << 40)
+    within = Dataset.open(source)
+    within.require_complete()
+    assert not any(r.holder.transient for r in map(model.stats_row, within.episodes))
+
+
+def test_the_stream_goes_forward_only_and_is_whole_before_its_aggregate(source, monkeypatch):
+    monkeypatch.setattr(dataset_module, "stats_budget", lambda: 1)
+    ds = Dataset.open(source)
+    ds.require_complete()
+    stream = GatherStream.of(ds.episodes, None)
+    first = stream.rows(0, 700)
+    assert {len(v) for v in first.values()} == {700} and list(first) == list(stream.layout())
+    with pytest.raises(ValueError):
+        stream.rows(0, 700)
+    with pytest.raises(ValueError):
+        stream.basic()
+    stream.rows(700, 1500)
+    assert stream.basic()["action"]["count"].sum() == 1500 * 3
+    ds.episodes[0].stats = dict(ds.episodes[0].stats)   # a read dict: not a row of a table, so not streamed
+    assert GatherStream.of(ds.episodes, None) is None
+
+
+def test_a_table_changed_after_its_check_is_a_lerodoc_error(source, tmp_path, monkeypatch):
+    """The checked layout is what the stream writes; a file rewritten with other stats in between is named."""
+    import shutil
+    shutil.copytree(source, tmp_path / "src")
+    monkeypatch.setattr(dataset_module, "stats_budget", lambda: 1)
+    ds = Dataset.open(tmp_path / "src")
+    ds.require_complete()
+    stream = GatherStream.of(ds.episodes, None)
+    path = sorted((tmp_path / "src").glob("meta/episodes/*/*.parquet"))[0]
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns([n for n in table.column_names if n.startswith("stats/action/")]), path)
+    with pytest.raises(LerodocError, match="changed since they were checked") as caught:
+        stream.rows(0, 10)
+    assert caught.value.file == str(path)
