@@ -57,7 +57,7 @@ CASES = {
     "delete renumbering every episode": (["delete", "{src}", "--episodes", "0-2"], True),
     "delete renumbering none": (["delete", "{src}", "--episodes", "1497-1499"], True),
     "split": (["split", "{src}", "--into", "a=0.8,b=0.2"], True),
-    "merge of two copies (half renumbered: gathered)": (["merge", "{src}", "{src}"], False),
+    "merge of two copies (half renumbered)": (["merge", "{src}", "{src}"], True),
 }
 
 

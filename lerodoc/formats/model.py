@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -268,55 +268,89 @@ class GatherStream:
     `formats.v30.write_stats` takes as its stream), for episodes whose stats are still rows of their sources' tables
     (transient holders: `formats.v30.StatsColumns`). Each table is read when its first row is asked for and let go
     after its last, so one or two are held at a time, never every episode's stats (gigabytes at a million episodes,
-    twice over where `update_stats` gathered them into a new table). `updates` (`EpisodeStacks` over every episode,
-    or None) replaces the features it holds, as `update_stats` does when it updates every episode: the old features
-    keep their place, a feature's new stats replace all of its old ones, new features come last. What the dataset
-    aggregate reads is kept slice by slice (`basic`). `GatherStream.of` says when the episodes can be streamed."""
+    twice over where `update_stats` gathered them into a new table). `updates` (`EpisodeStacks`, or None) is laid
+    over as `update_stats` lays it: over every episode, the old features keep their place, a feature's new stats
+    replace all of its old ones and new features come last; over some, the updated rows take the new stats (in the
+    old columns' types) and hold none of the feature's others (those columns are masked, and the writer places a
+    column by the first row that holds it). What the dataset aggregate reads is kept slice by slice (`basic`).
+    `GatherStream.of` says when the episodes can be streamed."""
 
     def __init__(self, episodes: list[Episode], rows: list[StatsRow], layout: dict, updates: EpisodeStacks | None):
         self.episodes, self.rows_of = episodes, rows
-        self.new = updates.aligned([ep.index for ep in episodes]) if updates is not None else {}
+        n = len(episodes)
+        self.updated = np.zeros(n, dtype=bool) if updates is None else \
+            np.fromiter((ep.index in updates for ep in episodes), dtype=bool, count=n)
+        self.everyone = bool(self.updated.all())
+        self.new = updates.aligned([ep.index for ep, u in zip(episodes, self.updated) if u]) \
+            if self.updated.any() else {}
+        self.slots = np.cumsum(self.updated) - 1   # an updated episode's row in `new`
         self.last = {id(row.holder): i for i, row in enumerate(rows)}   # each table's last row
+        self.masked: set[tuple[str, str]] = set()
         self._layout: dict[tuple[str, str], tuple[tuple, np.dtype]] = {}
-        for feature in dict.fromkeys([*(f for f, _ in layout), *self.new]):
-            if feature in self.new:
-                self._layout.update({(feature, stat): (values.shape[1:], values.dtype)
-                                     for stat, values in self.new[feature].items()})
-            else:
-                self._layout.update({key: kind for key, kind in layout.items() if key[0] == feature})
+        if self.everyone:
+            for feature in dict.fromkeys([*(f for f, _ in layout), *self.new]):
+                if feature in self.new:
+                    self._layout.update({(feature, stat): (values.shape[1:], values.dtype)
+                                         for stat, values in self.new[feature].items()})
+                else:
+                    self._layout.update({key: kind for key, kind in layout.items() if key[0] == feature})
+        else:
+            self.masked = {(f, stat) for f, stat in layout if f in self.new and stat not in self.new[f]}
+            keys, free = list(layout), int(np.argmin(self.updated))   # the first row a masked column holds
+            self._layout = {key: layout[key] for _, key in sorted(
+                ((free if key in self.masked else 0, rank), key) for rank, key in enumerate(keys))}
         self.handed = 0
         self.partials: list[Stats] = []
 
     @classmethod
     def of(cls, episodes: list[Episode], updates: EpisodeStacks | None) -> GatherStream | None:
-        """A stream when every episode's stats are an unread row of a transient holder, every holder's rows hold the
-        same stats alike (`layout`), and `updates` is None or updates every episode; else None (`update_stats`
-        then gathers them)."""
+        """A stream when every episode's stats are an unread row of a transient holder and every holder's rows hold
+        the same stats alike (`layout`), and `updates` updates every episode or leads each feature it updates with
+        stats of the same shapes (what `update_stats` lays over some rows column by column); else None
+        (`update_stats` then gathers them)."""
         rows = [stats_row(ep) for ep in episodes]
         if not rows or any(r is None or not getattr(r.holder, "transient", False) for r in rows):
-            return None
-        if updates is not None and (len(updates) != len(episodes) or
-                                    not all(ep.index in updates for ep in episodes)):
             return None
         layouts = [holder.layout() for holder in {id(r.holder): r.holder for r in rows}.values()]
         if any(layout is None or list(layout.items()) != list(layouts[0].items()) for layout in layouts):
             return None
-        return cls(episodes, rows, layouts[0], updates)
+        layout = layouts[0]
+        if updates is not None and not all(ep.index in updates for ep in episodes):
+            for feature, by_stat in updates.stacks.items():
+                held = [stat for f, stat in layout if f == feature]
+                if held[:len(by_stat)] != list(by_stat) or any(
+                        values.shape[1:] != layout[feature, stat][0] for stat, values in by_stat.items()):
+                    return None
+        return cls(episodes, rows, layout, updates)
 
     def layout(self) -> dict[tuple[str, str], tuple[tuple, np.dtype]]:
         """(feature, stat) -> (a row's shape, dtype), in the order `rows` gives them."""
         return self._layout
 
-    def rows(self, lo: int, hi: int) -> dict[tuple[str, str], np.ndarray]:
-        """The stats of the episodes at positions lo:hi, (hi - lo, *shape) per key, where lo is where the last call
-        ended (0 at first). A table whose last row is handed out is let go."""
+    def nbytes(self, column_bytes: Callable[..., int]) -> int:
+        """The Arrow bytes of every stats column, as `column_bytes(values, present)` counts a column: a full one
+        from one row's (its bytes grow with its rows alone), a masked one (of a bookkeeping feature: a value a row)
+        as a whole column of zeros, its rows without a value left out as the writer leaves them."""
+        n, total = len(self.episodes), 0
+        for key, (shape, dtype) in self._layout.items():
+            if key in self.masked:
+                total += column_bytes(np.zeros((n, *shape), dtype=dtype), ~self.updated)
+            else:
+                total += n * column_bytes(np.zeros((1, *shape), dtype=dtype), None)
+        return total
+
+    def rows(self, lo: int, hi: int) -> dict[tuple[str, str], np.ndarray | tuple[np.ndarray, np.ndarray]]:
+        """The stats of the episodes at positions lo:hi, (hi - lo, *shape) per key (with which rows hold a value,
+        where some do not), where lo is where the last call ended (0 at first). A table whose last row is handed
+        out is let go."""
         if lo != self.handed:
             raise ValueError(f"GatherStream.rows({lo}, {hi}): the next rows start at {self.handed}")
         self.handed = hi
-        out: dict[tuple[str, str], np.ndarray] = {}
-        kept = [key for key in self._layout if key[0] not in self.new]
-        own = stats_columns(self.episodes[lo:hi]) if kept else {}
-        for key in kept:
+        out: dict = {}
+        old = [key for key in self._layout if not (self.everyone and key[0] in self.new)]
+        own = stats_columns(self.episodes[lo:hi]) if old else {}
+        updated, slots = self.updated[lo:hi], self.slots[lo:hi][self.updated[lo:hi]]
+        for key in old:
             values, present = (None, None) if own is None or key not in own else own[key]
             if values is None or present is not None or (values.shape[1:], values.dtype) != self._layout[key]:
                 row = self.rows_of[lo]
@@ -324,9 +358,13 @@ class GatherStream:
                                    f"{self.episodes[hi - 1].index} changed since they were checked (a row without "
                                    "them, or another shape)", file=getattr(row.holder, "path", None),
                                    field=f"{key[0]}.{key[1]}", hint="run the command again on a dataset nobody writes")
-            out[key] = values
-        for feature, by_stat in self.new.items():
-            out.update({(feature, stat): values[lo:hi] for stat, values in by_stat.items()})
+            if key[0] in self.new and key[1] in self.new[key[0]] and updated.any():
+                values = values.copy()
+                values[updated] = self.new[key[0]][key[1]][slots]
+            out[key] = (values, ~updated) if key in self.masked and updated.any() else values
+        if self.everyone:
+            for feature, by_stat in self.new.items():
+                out.update({(feature, stat): values[lo:hi] for stat, values in by_stat.items()})
         ordered = {key: out[key] for key in self._layout}
         own = out = None
         for holder in {id(r.holder): r.holder for r in self.rows_of[lo:hi]}.values():
@@ -334,7 +372,7 @@ class GatherStream:
                 holder.release()
         basic: dict[str, dict[str, np.ndarray]] = {}
         for (feature, stat), values in ordered.items():
-            if stat in BASIC:
+            if stat in BASIC and not isinstance(values, tuple):
                 basic.setdefault(feature, {})[stat] = values
         self.partials.append(aggregate(basic))
         give_back()

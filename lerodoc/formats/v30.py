@@ -372,6 +372,11 @@ def read(root: Path, info: Info):
     return episodes, read_tasks(root), stats
 
 
+def _stream_column(values: np.ndarray | tuple[np.ndarray, np.ndarray]) -> pa.Array:
+    """A stream's stats column for a slice: its rows, or (rows, which of them hold a value) where some hold none."""
+    return arrow_array(values[0], present=values[1]) if isinstance(values, tuple) else arrow_array(values)
+
+
 def _stats_columns(episodes: list[Episode]) -> dict[str, pa.Array]:
     """The episodes table's `stats/<feature>/<stat>` columns, in the order the episodes' dicts first name them (a
     stat no episode holds has none): from the stats' own tables where every episode's stats are still an unread
@@ -473,10 +478,9 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | C
     if stream is None:
         arrays.update(_stats_columns(episodes))
         nbytes = sum(a.nbytes for a in arrays.values())
-    else:   # a stats column's Arrow bytes are its rows' (a list array's offsets and values grow with its rows alone)
-        layout = stream.layout()
-        nbytes = sum(a.nbytes for a in arrays.values()) + n * sum(
-            arrow_array(np.zeros((1, *shape), dtype=dtype)).nbytes for shape, dtype in layout.values())
+    else:   # the stream counts its columns' Arrow bytes without making them
+        nbytes = sum(a.nbytes for a in arrays.values()) + stream.nbytes(
+            lambda values, present: arrow_array(values, present=present).nbytes)
     files = _episodes_files(nbytes + 16 * n, n, info)   # and the two int64 below
     counts, chunks, numbers = zip(*files)
     tail = {"meta/episodes/chunk_index": arrow_array(np.repeat(chunks, counts)),
@@ -493,7 +497,7 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | C
                 part = table.slice(first, rows)
             else:
                 part = pa.table({**{name: a.slice(first, rows) for name, a in arrays.items()},
-                                 **{f"stats/{feature}/{stat}": arrow_array(values)
+                                 **{f"stats/{feature}/{stat}": _stream_column(values)
                                     for (feature, stat), values in stream.rows(first, first + rows).items()},
                                  **{name: a.slice(first, rows) for name, a in tail.items()}})
             if pending is not None:

@@ -791,8 +791,8 @@ def _update_stats(episodes: list[Episode], blocks: list[BlockResult]) -> None:
 
 def _stream(episodes: list[Episode], blocks: list[BlockResult]) -> GatherStream | None:
     """The new episodes' stats as a `GatherStream` for the v3.0 writer, where their sources' tables are transient
-    (past the stats budget: `Dataset._require_stats_shapes`) and the blocks updated every episode alike or none;
-    else None (`_update_stats` gathers them into one new table)."""
+    (past the stats budget: `Dataset._require_stats_shapes`) and the blocks updated one set of features (of every
+    episode, or of some as `GatherStream.of` allows); else None (`_update_stats` gathers them into one new table)."""
     kinds = _update_kinds(blocks)
     if len(kinds) > 1 or any(b.stats is not None and b.stats.every.any() for b in blocks):
         return None

@@ -9,7 +9,7 @@ engine.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -127,6 +127,12 @@ class StatsStream:
         if self._layout is None:
             self._compute()
         return self._layout
+
+    def nbytes(self, column_bytes: Callable[..., int]) -> int:
+        """The Arrow bytes of every stats column, as `column_bytes(values, present)` counts a column: one row's
+        times the episodes (every row holds every stat alike, and a column's bytes grow with its rows alone)."""
+        return len(self.episodes) * sum(column_bytes(np.zeros((1, *shape), dtype=dtype), None)
+                                        for shape, dtype in self.layout().values())
 
     def rows(self, lo: int, hi: int) -> dict[tuple[str, str], np.ndarray]:
         """The stats of the episodes at positions lo:hi, (hi - lo, *shape) per key, where lo is where the last call
