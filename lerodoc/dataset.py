@@ -31,6 +31,19 @@ def stats_budget() -> int:
     return memory_budget()
 
 
+def thrift(datasets: list[Dataset]) -> None:
+    """Datasets whose stats tables are past `stats_budget` together (a merge of many parts, each within it) let them
+    go, and read them a file at a time from here on, as one dataset past it does (`Dataset._require_stats_shapes`,
+    which each has passed: what a rewrite asks of a table later is kept)."""
+    if sum(ds.stats_bytes for ds in datasets) <= stats_budget():
+        return
+    for ds in datasets:
+        for holder in {id(r.holder): r.holder for r in map(stats_row, ds.episodes) if r is not None}.values():
+            if hasattr(holder, "transient"):
+                holder.transient = True
+                holder.release()
+
+
 @dataclass
 class Dataset:
     root: Path
@@ -43,6 +56,8 @@ class Dataset:
                                          # refuses to replace a meta/ that changed since (promote.staging)
     stats_fit: bool = field(default=False, repr=False, compare=False)   # _require_stats_shapes passed: split's
                                          # parts ask again, and the stats tables would be read again to answer
+    stats_bytes: int = field(default=0, repr=False, compare=False)   # what its stats tables hold, estimated from
+                                         # the first one read (_require_stats_shapes)
 
     @classmethod
     def open(cls, root: Path | str) -> Dataset:
@@ -193,7 +208,8 @@ class Dataset:
             nonlocal thrifty
             if thrifty is None and peeking:   # the first table read tells what all of them would hold
                 row_bytes = sum(c.nbytes for c in table.columns.values() if isinstance(c, np.ndarray)) / table.rows
-                thrifty = row_bytes * len(self.episodes) > stats_budget()
+                self.stats_bytes = int(row_bytes * len(self.episodes))
+                thrifty = self.stats_bytes > stats_budget()
                 for holder in peeking:
                     holder.transient = thrifty
             return table.regular and all(self._stat_fits(name, stat, int(np.prod(column.shape[1:])), sizes)

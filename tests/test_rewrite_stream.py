@@ -129,3 +129,23 @@ def test_a_table_changed_after_its_check_is_a_lerodoc_error(source, tmp_path, mo
     with pytest.raises(LerodocError, match="changed since they were checked") as caught:
         stream.rows(0, 10)
     assert caught.value.file == str(path)
+
+
+def test_a_merge_of_parts_each_within_the_budget_streams_when_past_it_together(source, tmp_path, monkeypatch):
+    """Three copies of one part (a split's renumbered part: its stats lay out like each other's, not like an
+    unrenumbered part's, whose bookkeeping features keep their quantiles; tables laid out unlike are gathered)."""
+    assert run_here("split", str(source), "--into", "a=0.6,b=0.4", "-o", str(tmp_path / "parts")).returncode == 0
+    parts = [str(tmp_path / "parts" / "b")] * 3
+    sizes = []
+    for part in parts:
+        ds = Dataset.open(part)
+        ds.require_complete()
+        sizes.append(ds.stats_bytes)
+    assert run_here("merge", *parts, "-o", str(tmp_path / "whole")).returncode == 0
+    streamed = []
+    rows = GatherStream.rows
+    monkeypatch.setattr(GatherStream, "rows", lambda self, lo, hi: streamed.append(hi) or rows(self, lo, hi))
+    monkeypatch.setattr(dataset_module, "stats_budget", lambda: max(sizes) + 1)   # each part within, not all three
+    assert run_here("merge", *parts, "-o", str(tmp_path / "streamed")).returncode == 0
+    assert streamed
+    _same_output(tmp_path / "whole", tmp_path / "streamed")
