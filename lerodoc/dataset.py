@@ -34,14 +34,19 @@ def stats_budget() -> int:
 def thrift(datasets: list[Dataset]) -> None:
     """Datasets whose stats tables are past `stats_budget` together (a merge of many parts, each within it) let them
     go, and read them a file at a time from here on, as one dataset past it does (`Dataset._require_stats_shapes`,
-    which each has passed: what a rewrite asks of a table later is kept)."""
+    which each has passed: what a rewrite asks of a table later is kept). Only where every table lays its stats out
+    alike, as a rewrite's stream needs (`formats.model.GatherStream`): tables laid out unlike are gathered whole, and
+    letting them go first only reads them again."""
     if sum(ds.stats_bytes for ds in datasets) <= stats_budget():
         return
-    for ds in datasets:
-        for holder in {id(r.holder): r.holder for r in map(stats_row, ds.episodes) if r is not None}.values():
-            if hasattr(holder, "transient"):
-                holder.transient = True
-                holder.release()
+    holders = [holder for ds in datasets for holder in
+               {id(r.holder): r.holder for r in map(stats_row, ds.episodes) if r is not None}.values()]
+    layouts = [holder.layout() if hasattr(holder, "layout") else None for holder in holders]
+    if not layouts or any(layout is None or list(layout.items()) != list(layouts[0].items()) for layout in layouts):
+        return
+    for holder in holders:
+        holder.transient = True
+        holder.release()
 
 
 @dataclass
