@@ -207,16 +207,10 @@ class Dataset:
         rows = [(ep, stats_row(ep)) for ep in self.episodes]
         holders = {id(r.holder): r for _, r in rows if r is not None}   # a table per holder, asked once each
         peeking = [r.holder for r in holders.values() if hasattr(r.holder, "peek")]
-        thrifty = None
 
         def fits(table) -> bool:
-            nonlocal thrifty
-            if thrifty is None and peeking:   # the first table read tells what all of them would hold
-                row_bytes = sum(c.nbytes for c in table.columns.values() if isinstance(c, np.ndarray)) / table.rows
-                self.stats_bytes = int(row_bytes * len(self.episodes))
-                thrifty = self.stats_bytes > stats_budget()
-                for holder in peeking:
-                    holder.transient = thrifty
+            if not self.stats_bytes and peeking:   # the first table read tells what all of them would hold
+                self._weigh(table, peeking)
             return table.regular and all(self._stat_fits(name, stat, int(np.prod(column.shape[1:])), sizes)
                                          for (name, stat), column in table.columns.items())
         checked = {key for key, r in holders.items()
@@ -235,6 +229,26 @@ class Dataset:
                                            episode=episode, field=f"{name}.{stat}",
                                            hint="lerodoc repair recomputes the stats")
         self.stats_fit = True
+
+    def _weigh(self, table, holders: list) -> None:
+        """`stats_bytes` from one stats table's bytes a row, and the `holders` transient past `stats_budget`."""
+        row_bytes = sum(c.nbytes for c in table.columns.values() if isinstance(c, np.ndarray)) / max(table.rows, 1)
+        self.stats_bytes = int(row_bytes * len(self.episodes))
+        for holder in holders:
+            holder.transient = self.stats_bytes > stats_budget()
+
+    def weigh_stats(self) -> None:
+        """What `_require_stats_shapes` decides on the way, for a command that does not ask for it (repair, whose
+        input's stats may be damaged): past `stats_budget`, the episodes metadata files' stats tables are transient
+        (read a file at a time and let go). The first table is read for it; one that cannot be read decides
+        nothing (the command meets it where it reads it)."""
+        holders = [h for h in {id(r.holder): r.holder for r in map(stats_row, self.episodes) if r is not None}.values()
+                   if hasattr(h, "peek")]
+        if holders and not self.stats_bytes:
+            try:
+                holders[0].peek(lambda table: self._weigh(table, holders))
+            except LerodocError:
+                pass
 
     def _stat_fits(self, name: str, stat: str, size: int, sizes: dict) -> bool:
         """Whether `size` values are what info.json's shape gives the stat (`stat_size`, kept per feature and stat in

@@ -149,3 +149,18 @@ def test_a_merge_of_parts_each_within_the_budget_streams_when_past_it_together(s
     assert run_here("merge", *parts, "-o", str(tmp_path / "streamed")).returncode == 0
     assert streamed
     _same_output(tmp_path / "whole", tmp_path / "streamed")
+
+
+def test_repair_past_the_budgets_writes_what_the_whole_path_writes(source, tmp_path, monkeypatch):
+    """repair past the stats budget and past exact_stats' values budget: its episodes keep their sources' rows for
+    the cameras, and the numeric features' exact stats come a data file at a time (`ops.stats.StatsStream`)."""
+    from lerodoc.ops import stats as stats_module
+    assert run_here("repair", str(source), "-o", str(tmp_path / "whole")).returncode == 0
+    slices = []
+    rows = stats_module.StatsStream.rows
+    monkeypatch.setattr(stats_module.StatsStream, "rows", lambda self, lo, hi: slices.append(hi) or rows(self, lo, hi))
+    monkeypatch.setattr(stats_module, "_fits", lambda *args: False)
+    monkeypatch.setattr(dataset_module, "stats_budget", lambda: 1)
+    assert run_here("repair", str(source), "-o", str(tmp_path / "streamed")).returncode == 0
+    assert len(slices) >= 3
+    _same_output(tmp_path / "whole", tmp_path / "streamed")

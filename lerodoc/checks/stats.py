@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from itertools import groupby
 from dataclasses import dataclass, field
+from functools import cached_property
 from operator import itemgetter
 
 import numpy as np
@@ -106,9 +107,15 @@ class Source:
     episode: int | None
     held: Stats | Episode
 
-    @property
+    @cached_property
     def stats(self) -> Stats:
-        return self.held.stats if isinstance(self.held, Episode) else self.held
+        """The stats; an episode's unread row is read for the check and kept here, not on the episode (validate
+        leaves the dataset as it found it: at a million episodes every episode's dict is gigabytes, and a rewrite
+        after it, repair's, takes unread rows a file at a time)."""
+        if not isinstance(self.held, Episode):
+            return self.held
+        row = stats_row(self.held)
+        return self.held.stats if row is None else row()
 
     @property
     def label(self) -> str:

@@ -163,6 +163,12 @@ def _holding(row: StatsRow) -> np.ndarray:
     return row.holder.with_stats if hasattr(row.holder, "with_stats") else row.table.with_stats
 
 
+def stats_finite(row: StatsRow) -> bool:
+    """`StatsTable.finite` of a row's table, asked of its holder where the holder keeps the answer across letting
+    its table go (`formats.v30.StatsColumns.finite`)."""
+    return row.holder.finite if hasattr(row.holder, "finite") else row.table.finite
+
+
 def stats_normal(row: StatsRow, features: dict) -> bool:
     """`StatsTable.normal` of a row's table, asked of its holder where the holder keeps the answer across letting
     its table go (`formats.v30.StatsColumns.normal`)."""

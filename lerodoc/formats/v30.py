@@ -148,6 +148,7 @@ class StatsColumns:
         self._with_stats: np.ndarray | None = None
         self._normal: list[tuple[dict, bool]] = []
         self._layout: dict | None = None
+        self._finite: bool | None = None
 
     @property
     def table(self) -> StatsTable:
@@ -190,6 +191,13 @@ class StatsColumns:
         if self._with_stats is None:
             self.peek(lambda table: None)
         return self._layout
+
+    @property
+    def finite(self) -> bool:
+        """`StatsTable.finite`, kept across a release."""
+        if self._finite is None:
+            self._finite = bool(self.peek(lambda table: table.finite))
+        return self._finite
 
     def normal(self, features: dict) -> bool:
         """`StatsTable.normal`, kept per `features` (equal ones: a merge reconciles its own) across a release."""

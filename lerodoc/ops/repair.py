@@ -21,7 +21,8 @@ from lerodoc import access, formats
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset
-from lerodoc.formats.model import Episode, VideoSpan, shared_stats, stats_row, stats_stack, update_stats
+from lerodoc.formats.model import (Episode, VideoSpan, shared_stats, stats_finite, stats_normal, stats_row,
+                                   stats_stack, update_stats)
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature
@@ -32,7 +33,7 @@ from lerodoc.ops import rewrite
 from lerodoc.ops.validate import validate
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
 from lerodoc.promote.staging import output_target, staged_output
-from lerodoc.ops.stats import exact_stats
+from lerodoc.ops.stats import StatsStream, dataset_quantiles, exact_stats
 from lerodoc.tables.stats import dataset_stats
 
 CAMERA_NAMES = ["height", "width", "channels"]
@@ -311,6 +312,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     before = validate(src, videos=True, dataset=opened)
     ds = opened if opened is not None else Dataset.open(src)
     ds.require_columns(files=False)   # missing or misplaced files are what repair looks for
+    ds.weigh_stats()   # past the stats budget, the stats tables are read a file at a time from here on
     report = RepairReport(dataset=str(ds.root), output=None, before=_counts(before.findings))
     restored = restore_cameras(ds)
     episodes, report.changes, lost = reconstruct(ds, drop_broken)
@@ -335,7 +337,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     sizes: dict = {}
     for ep in episodes:
         row = stats_row(ep)
-        if row is None or not (row.table.normal(info.features) and row.table.finite):   # else nothing to clean
+        if row is None or not (stats_normal(row, info.features) and stats_finite(row)):   # else nothing to clean
             ep.stats = _clean_stats(ep.stats, info.features, sizes)
     picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
     schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds)[0])
@@ -351,16 +353,29 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,), own=in_place,
                        dropped=dropped,
                        seen=ds.meta_seen if in_place else None) as tmp:
-        result = rewrite.execute(plan, tmp, workers=workers)
+        # past the stats budget the blocks' updates are left to the numeric features' exact stats below (they
+        # replace them), and the episodes keep their sources' rows for the others (cameras)
+        result = rewrite.execute(plan, tmp, workers=workers, stream=to == "v3.0")
         report.changes += _retime_changes(result.retimed)
         # the written rows' exact stats, before any metadata is written: the episodes metadata is written once
         staged = Dataset(root=tmp, version=to, info=info, episodes=result.episodes, tasks=tasks)
-        numeric, per_episode, _ = exact_stats(staged, info.numeric_keys, workers=workers)
-        update_stats(result.episodes, per_episode)
-        del per_episode   # the episodes' new table holds what is kept of it (let go once written: rewrite.verify)
         stated = stats_from_json(stats_to_json(_clean_stats(ds.stats or {}, info.features)))   # as stats.json holds
-        carried = {**dataset_stats(stats_stack(result.episodes)), **stated}   # stated ones win
-        formats.module(to).write_meta(tmp, info, result.episodes, tasks, {**carried, **numeric})
+        stream = StatsStream.of(staged, info.numeric_keys, workers=workers) if result.stream is not None else None
+        if stream is None:
+            numeric, per_episode, _ = exact_stats(staged, info.numeric_keys, workers=workers)
+            update_stats(result.episodes, per_episode)
+            del per_episode   # the episodes' new table holds what is kept of it (let go once written: rewrite.verify)
+            carried = {**dataset_stats(stats_stack(result.episodes)), **stated}   # stated ones win
+            formats.module(to).write_meta(tmp, info, result.episodes, tasks, {**carried, **numeric})
+        else:   # each data file's episodes' exact stats, into the episodes files as they come
+            quantiles, _ = dataset_quantiles([Path(f) for f, _ in stream.files], info.numeric_keys, info.features,
+                                             staged.total_frames, workers=workers)
+
+            def finish() -> dict:
+                every = dataset_stats(stream.basic(), quantiles)
+                numeric = {key: every[key] for key in info.numeric_keys if key in every}
+                return {**{**every, **stated}, **numeric}
+            formats.module(to).write_meta(tmp, info, result.episodes, tasks, finish, stream=stream)
         rewrite.verify(tmp, to, result.episodes)
     after = validate(target, videos=True)
     report.output = str(target.absolute())

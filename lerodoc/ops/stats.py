@@ -81,6 +81,7 @@ class StatsStream:
         self.handed = 0       # episodes handed out so far
         self._layout: dict | None = None
         self.partials: list[Stats] = []   # each computed file's episodes aggregated (BASIC)
+        self.own_partials: list[Stats] = []   # each slice's kept (not computed) features aggregated (BASIC)
 
     @classmethod
     def of(cls, ds: Dataset, features: list[str], *, workers: int = 1, budget: int = 64 << 20, engine=None
@@ -158,6 +159,11 @@ class StatsStream:
         for key, values in self._own(lo, hi, kept).items():
             out[key].append(values)
         joined = {key: np.concatenate(chunks) for key, chunks in out.items()}
+        own: dict[str, dict[str, np.ndarray]] = {}
+        for (feature, stat), values in joined.items():
+            if feature not in self.computed_features and stat in BASIC:
+                own.setdefault(feature, {})[stat] = values
+        self.own_partials.append(aggregate(own))
         give_back()   # the files' blocks let go, before the next slice's
         return joined
 
@@ -189,14 +195,17 @@ class StatsStream:
         """What `aggregate` reads, once per data file instead of once per episode: each file's episodes aggregated,
         stacked per feature. The aggregate of those is the dataset's (count-weighted mean, pooled variance: the law
         of total variance, a file taken as one episode), up to rounding. Files nobody took rows of are computed for
-        it, and let go."""
+        it, and let go. Once every row is handed out, the kept features' too (each slice's aggregated)."""
         while self.next_file < len(self.files):
             self._compute()
             while self.parts:
                 self.first += self.parts.pop(0)[0]
-        features = dict.fromkeys(feature for partial in self.partials for feature in partial)
-        return {feature: {stat: np.stack([p[feature][stat] for p in self.partials if feature in p]) for stat in BASIC}
-                for feature in features}
+        out = {}
+        for partials in (self.partials, self.own_partials if self.handed == len(self.episodes) else []):
+            features = dict.fromkeys(feature for partial in partials for feature in partial)
+            out.update({feature: {stat: np.stack([p[feature][stat] for p in partials if feature in p])
+                                  for stat in BASIC} for feature in features})
+        return out
 
 
 def _unlike(columns: dict | None, kept: dict) -> tuple[str, str] | None:
