@@ -19,7 +19,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats import paths, v30
 from lerodoc.formats.hf import ARROW, column_problem
 from lerodoc.formats.info import Info
-from lerodoc.formats.model import Episode, stats_row
+from lerodoc.formats.model import Episode, alike_layout, stats_holders, stats_row
 from lerodoc.formats.stats import stat_size
 from lerodoc.tables.parquet_io import open_parquet, read_row_groups, read_schema
 from lerodoc.tables.stats import Stats
@@ -39,10 +39,8 @@ def thrift(datasets: list[Dataset]) -> None:
     letting them go first only reads them again."""
     if sum(ds.stats_bytes for ds in datasets) <= stats_budget():
         return
-    holders = [holder for ds in datasets for holder in
-               {id(r.holder): r.holder for r in map(stats_row, ds.episodes) if r is not None}.values()]
-    layouts = [holder.layout() if hasattr(holder, "layout") else None for holder in holders]
-    if not layouts or any(layout is None or list(layout.items()) != list(layouts[0].items()) for layout in layouts):
+    holders = [holder for ds in datasets for holder in stats_holders(ds.episodes).values()]
+    if alike_layout(holders) is None:
         return
     for holder in holders:
         holder.transient = True
@@ -242,8 +240,7 @@ class Dataset:
         input's stats may be damaged): past `stats_budget`, the episodes metadata files' stats tables are transient
         (read a file at a time and let go). The first table is read for it; one that cannot be read decides
         nothing (the command meets it where it reads it)."""
-        holders = [h for h in {id(r.holder): r.holder for r in map(stats_row, self.episodes) if r is not None}.values()
-                   if hasattr(h, "peek")]
+        holders = [holder for holder in stats_holders(self.episodes).values() if hasattr(holder, "peek")]
         if holders and not self.stats_bytes:
             try:
                 holders[0].peek(lambda table: self._weigh(table, holders))

@@ -26,7 +26,7 @@ from lerodoc.budget import give_back
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
-from lerodoc.formats.model import Episode, stats_held, stats_matrices, stats_row
+from lerodoc.formats.model import Episode, stats_held, stats_holders, stats_matrices, stats_row
 from lerodoc.formats.stats import is_placeholder, is_shaped, stat_shape
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
@@ -137,7 +137,7 @@ def check(ctx: Context) -> list[Finding]:
     compared: list[Finding] = []
     tally = Tally()
     bounds = _blocks(ctx).bounds if ctx.stats else [(0, len(ds.episodes))]   # without: no episode's stats are read
-    holders = _holders(ds.episodes[slice(*bounds[0])]) if len(bounds) > 1 else {}
+    holders = stats_holders(ds.episodes[slice(*bounds[0])]) if len(bounds) > 1 else {}
     for k, (lo, hi) in enumerate(bounds):
         block = _episodic(ctx, lo, hi)
         groups = _columns(block)
@@ -148,7 +148,7 @@ def check(ctx: Context) -> list[Finding]:
             compared += _agree_block(ctx, block, groups, tally, k)
         del block, groups
         if k + 1 < len(bounds):
-            following = _holders(ds.episodes[slice(*bounds[k + 1])])
+            following = stats_holders(ds.episodes[slice(*bounds[k + 1])])
             _let_go(holders, following)
             holders = following
     training = _training_stats(ds)
@@ -244,14 +244,9 @@ def _bounds(ctx: Context) -> list[tuple[int, int]]:
     return bounds + [(start, n)] if n > start or not bounds else bounds
 
 
-def _holders(episodes: list[Episode]) -> dict:
-    """The holders (id -> holder) of the episodes' stats that are still unread table rows."""
-    return {id(row.holder): row.holder for row in map(stats_row, episodes) if row is not None}
-
-
 def _let_go(done: dict, following: dict) -> None:
     """Let go of the stats tables (episodes metadata files: read again if asked for) that a block's episodes read
-    (`done`, `_holders`) and the next block's (`following`) do not."""
+    (`done`, `stats_holders`) and the next block's (`following`) do not."""
     gone = [holder for key, holder in done.items() if key not in following and hasattr(holder, "release")]
     for holder in gone:
         holder.release()

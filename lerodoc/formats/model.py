@@ -10,7 +10,7 @@ import numpy as np
 from lerodoc.budget import give_back
 from lerodoc.errors import LerodocError
 from lerodoc.formats.stats import StatsTable
-from lerodoc.tables.stats import BASIC, EpisodeStacks, Stats, aggregate, stack_stats
+from lerodoc.tables.stats import BASIC, EpisodeStacks, Stats, aggregate, basic_columns, stack_partials, stack_stats
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,21 @@ def stats_row(ep: Episode) -> StatsRow | None:
     """The episode's stats as an unread table row, or None once they are a dict (read, set or changed)."""
     value = getattr(ep, "_stats", None)
     return value if isinstance(value, StatsRow) else None
+
+
+def stats_holders(episodes) -> dict:
+    """The holders (id -> holder) of the episodes' stats that are still unread table rows, in the order their rows
+    first come."""
+    return {id(row.holder): row.holder for row in map(stats_row, episodes) if row is not None}
+
+
+def alike_layout(holders) -> dict[tuple[str, str], tuple[tuple, np.dtype]] | None:
+    """The layout every holder's table has (`formats.v30.StatsColumns.layout`: every row holds every stat alike),
+    when they all have one and it is the same; else None."""
+    layouts = [holder.layout() if hasattr(holder, "layout") else None for holder in holders]
+    if not layouts or any(layout is None or list(layout.items()) != list(layouts[0].items()) for layout in layouts):
+        return None
+    return layouts[0]
 
 
 def shared_stats(ep: Episode):
@@ -281,11 +296,9 @@ class GatherStream:
     column by the first row that holds it). What the dataset aggregate reads is kept slice by slice (`basic`).
     `GatherStream.of` says when the episodes can be streamed."""
 
-    def __init__(self, episodes: list[Episode], rows: list[StatsRow], layout: dict, updates: EpisodeStacks | None):
-        self.episodes, self.rows_of = episodes, rows
-        n = len(episodes)
-        self.updated = np.zeros(n, dtype=bool) if updates is None else \
-            np.fromiter((ep.index in updates for ep in episodes), dtype=bool, count=n)
+    def __init__(self, episodes: list[Episode], rows: list[StatsRow], layout: dict, updates: EpisodeStacks | None,
+                 updated: np.ndarray):
+        self.episodes, self.rows_of, self.updated = episodes, rows, updated   # updated: which episodes `updates` holds
         self.everyone = bool(self.updated.all())
         self.new = updates.aligned([ep.index for ep, u in zip(episodes, self.updated) if u]) \
             if self.updated.any() else {}
@@ -317,17 +330,18 @@ class GatherStream:
         rows = [stats_row(ep) for ep in episodes]
         if not rows or any(r is None or not getattr(r.holder, "transient", False) for r in rows):
             return None
-        layouts = [holder.layout() for holder in {id(r.holder): r.holder for r in rows}.values()]
-        if any(layout is None or list(layout.items()) != list(layouts[0].items()) for layout in layouts):
+        layout = alike_layout(stats_holders(episodes).values())
+        if layout is None:
             return None
-        layout = layouts[0]
-        if updates is not None and not all(ep.index in updates for ep in episodes):
-            for feature, by_stat in updates.stacks.items():
+        updated = np.zeros(len(episodes), dtype=bool) if updates is None else \
+            np.fromiter((ep.index in updates for ep in episodes), dtype=bool, count=len(episodes))
+        if not updated.all():
+            for feature, by_stat in (updates.stacks if updates is not None else {}).items():
                 held = [stat for f, stat in layout if f == feature]
                 if held[:len(by_stat)] != list(by_stat) or any(
                         values.shape[1:] != layout[feature, stat][0] for stat, values in by_stat.items()):
                     return None
-        return cls(episodes, rows, layout, updates)
+        return cls(episodes, rows, layout, updates, updated)
 
     def layout(self) -> dict[tuple[str, str], tuple[tuple, np.dtype]]:
         """(feature, stat) -> (a row's shape, dtype), in the order `rows` gives them."""
@@ -376,11 +390,7 @@ class GatherStream:
         for holder in {id(r.holder): r.holder for r in self.rows_of[lo:hi]}.values():
             if self.last[id(holder)] < hi:
                 holder.release()
-        basic: dict[str, dict[str, np.ndarray]] = {}
-        for (feature, stat), values in ordered.items():
-            if stat in BASIC and not isinstance(values, tuple):
-                basic.setdefault(feature, {})[stat] = values
-        self.partials.append(aggregate(basic))
+        self.partials.append(aggregate(basic_columns({k: v for k, v in ordered.items() if not isinstance(v, tuple)})))
         give_back()
         return ordered
 
@@ -389,9 +399,7 @@ class GatherStream:
         stacked per feature (their aggregate is the episodes', up to rounding: `ops.stats.StatsStream.basic`)."""
         if self.handed != len(self.episodes):
             raise ValueError(f"GatherStream.basic: {self.handed} of {len(self.episodes)} episodes handed out")
-        features = dict.fromkeys(feature for partial in self.partials for feature in partial)
-        return {feature: {stat: np.stack([p[feature][stat] for p in self.partials if feature in p]) for stat in BASIC}
-                for feature in features}
+        return stack_partials(self.partials)
 
 
 def let_go_stats(episodes: list[Episode]) -> None:

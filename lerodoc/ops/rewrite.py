@@ -27,7 +27,7 @@ from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
 from lerodoc.formats.model import (Episode, GatherStream, VideoSpan, let_go_stats, shared_stats, stats_held,
-                                   stats_row, update_stats)
+                                   stats_holders, update_stats)
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix, conform, from_numpy, is_list_type,
@@ -763,9 +763,8 @@ def _release_sources(picks: list[Pick], episodes: list[Episode]) -> None:
     were gathered into a new table, `_update_stats`) let go: at a million episodes each copy is gigabytes. A source
     episode whose stats are asked for again has them read again. Holders without `release` keep theirs: v2.x's
     episodes_stats.jsonl, whose features promotion's kept check asks for (`promote.kept.undeclared_cameras`)."""
-    used = {id(row.holder) for row in map(stats_row, episodes) if row is not None}
-    holders = {id(row.holder): row.holder for row in map(stats_row, (p.episode for p in picks)) if row is not None}
-    for key, holder in holders.items():
+    used = stats_holders(episodes)
+    for key, holder in stats_holders(p.episode for p in picks).items():
         if key not in used and hasattr(holder, "release"):
             holder.release()
 

@@ -25,8 +25,8 @@ from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import iter_batches, open_parquet
 from lerodoc.tables.quantiles import Tally, selected_quantiles
 from lerodoc.tables.quantiles import quantiles as exact_quantiles
-from lerodoc.tables.stats import (BASIC, LEVELS, QUANTILES, aggregate, check_sizes, dataset_stats, episode_stats,
-                                  groups_of, in_memory_stats, load, tally_files)
+from lerodoc.tables.stats import (LEVELS, QUANTILES, aggregate, basic_columns, check_sizes, dataset_stats,
+                                  episode_stats, groups_of, in_memory_stats, load, stack_partials, tally_files)
 
 
 def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: int = 64 << 20, engine=None
@@ -159,11 +159,8 @@ class StatsStream:
         for key, values in self._own(lo, hi, kept).items():
             out[key].append(values)
         joined = {key: np.concatenate(chunks) for key, chunks in out.items()}
-        own: dict[str, dict[str, np.ndarray]] = {}
-        for (feature, stat), values in joined.items():
-            if feature not in self.computed_features and stat in BASIC:
-                own.setdefault(feature, {})[stat] = values
-        self.own_partials.append(aggregate(own))
+        kept_features = {feature for feature, _ in kept}
+        self.own_partials.append(aggregate(basic_columns(joined, kept_features)))
         give_back()   # the files' blocks let go, before the next slice's
         return joined
 
@@ -200,12 +197,8 @@ class StatsStream:
             self._compute()
             while self.parts:
                 self.first += self.parts.pop(0)[0]
-        out = {}
-        for partials in (self.partials, self.own_partials if self.handed == len(self.episodes) else []):
-            features = dict.fromkeys(feature for partial in partials for feature in partial)
-            out.update({feature: {stat: np.stack([p[feature][stat] for p in partials if feature in p])
-                                  for stat in BASIC} for feature in features})
-        return out
+        own = stack_partials(self.own_partials) if self.handed == len(self.episodes) else {}
+        return {**stack_partials(self.partials), **own}
 
 
 def _unlike(columns: dict | None, kept: dict) -> tuple[str, str] | None:

@@ -208,6 +208,25 @@ def aggregate(per_episode: list[Stats] | dict[str, dict[str, np.ndarray]]) -> St
     return out
 
 
+def basic_columns(columns: dict[tuple[str, str], np.ndarray], features=None) -> dict[str, dict[str, np.ndarray]]:
+    """The BASIC stats among (feature, stat) -> stacked values, per feature (what `aggregate` reads), of `features`
+    only when given."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for (feature, stat), values in columns.items():
+        if stat in BASIC and (features is None or feature in features):
+            out.setdefault(feature, {})[stat] = values
+    return out
+
+
+def stack_partials(partials: list[Stats]) -> dict[str, dict[str, np.ndarray]]:
+    """Aggregates of parts of a dataset (`aggregate` of each), stacked per feature as `aggregate` reads them: their
+    aggregate is the whole's (count-weighted mean, pooled variance: the law of total variance, a part taken as one
+    episode), up to rounding."""
+    features = dict.fromkeys(feature for partial in partials for feature in partial)
+    return {feature: {stat: np.stack([p[feature][stat] for p in partials if feature in p]) for stat in BASIC}
+            for feature in features}
+
+
 def merge_dataset_stats(fresh: Stats, previous: Stats | None) -> Stats:
     """`previous` overlaid by `fresh`, stat by stat: what `fresh` does not hold (e.g. quantiles the aggregation
     cannot derive) is kept from `previous`."""
