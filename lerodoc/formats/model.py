@@ -297,8 +297,9 @@ class GatherStream:
     `GatherStream.of` says when the episodes can be streamed."""
 
     def __init__(self, episodes: list[Episode], rows: list[StatsRow], layout: dict, updates: EpisodeStacks | None,
-                 updated: np.ndarray):
+                 updated: np.ndarray, names: dict[str, str] | None = None):
         self.episodes, self.rows_of, self.updated = episodes, rows, updated   # updated: which episodes `updates` holds
+        self.names = names   # old feature -> its name in the output, those kept only (None: every one as it is)
         self.everyone = bool(self.updated.all())
         self.new = updates.aligned([ep.index for ep, u in zip(episodes, self.updated) if u]) \
             if self.updated.any() else {}
@@ -322,17 +323,27 @@ class GatherStream:
         self.partials: list[Stats] = []
 
     @classmethod
-    def of(cls, episodes: list[Episode], updates: EpisodeStacks | None) -> GatherStream | None:
+    def of(cls, episodes: list[Episode], updates: EpisodeStacks | None, *, features: Mapping | None = None,
+           renamed: Mapping[str, str] | None = None) -> GatherStream | None:
         """A stream when every episode's stats are an unread row of a transient holder and every holder's rows hold
         the same stats alike (`layout`), and `updates` updates every episode or leads each feature it updates with
         stats of the same shapes (what `update_stats` lays over some rows column by column); else None
-        (`update_stats` then gathers them)."""
+        (`update_stats` then gathers them). `features` and `renamed` (old name -> new): the old stats kept as
+        `keep_stats` keeps them, renamed and of those features only (no two old features may take one name)."""
         rows = [stats_row(ep) for ep in episodes]
         if not rows or any(r is None or not getattr(r.holder, "transient", False) for r in rows):
             return None
         layout = alike_layout(stats_holders(episodes).values())
         if layout is None:
             return None
+        names = None
+        if features is not None or renamed:
+            old = dict.fromkeys(f for f, _ in layout)
+            names = {f: (renamed or {}).get(f, f) for f in old}
+            names = {f: name for f, name in names.items() if features is None or name in features}
+            if len(set(names.values())) != len(names):
+                return None
+            layout = {(names[f], stat): kind for (f, stat), kind in layout.items() if f in names}
         updated = np.zeros(len(episodes), dtype=bool) if updates is None else \
             np.fromiter((ep.index in updates for ep in episodes), dtype=bool, count=len(episodes))
         if not updated.all():
@@ -341,7 +352,7 @@ class GatherStream:
                 if held[:len(by_stat)] != list(by_stat) or any(
                         values.shape[1:] != layout[feature, stat][0] for stat, values in by_stat.items()):
                     return None
-        return cls(episodes, rows, layout, updates, updated)
+        return cls(episodes, rows, layout, updates, updated, names)
 
     def layout(self) -> dict[tuple[str, str], tuple[tuple, np.dtype]]:
         """(feature, stat) -> (a row's shape, dtype), in the order `rows` gives them."""
@@ -369,6 +380,8 @@ class GatherStream:
         out: dict = {}
         old = [key for key in self._layout if not (self.everyone and key[0] in self.new)]
         own = stats_columns(self.episodes[lo:hi]) if old else {}
+        if own and self.names is not None:
+            own = {(self.names[f], stat): column for (f, stat), column in own.items() if f in self.names}
         updated, slots = self.updated[lo:hi], self.slots[lo:hi][self.updated[lo:hi]]
         for key in old:
             values, present = (None, None) if own is None or key not in own else own[key]

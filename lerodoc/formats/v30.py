@@ -515,5 +515,6 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | C
             part = None
         if pending is not None:
             pending.result()
+    stats = stats() if callable(stats) else stats   # a function may give None too: no stats.json
     if stats is not None:
-        write_json(root / STATS_PATH, stats_to_json(stats() if callable(stats) else stats))
+        write_json(root / STATS_PATH, stats_to_json(stats))

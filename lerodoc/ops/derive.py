@@ -21,7 +21,7 @@ from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats.hf import schema_for
-from lerodoc.formats.model import keep_stats, stats_stack, update_stats
+from lerodoc.formats.model import GatherStream, keep_stats, stats_stack, update_stats
 from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
@@ -140,16 +140,31 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
         jobs = [(replace(job, out=str(inside(tmp, job.out, field="data_path"))), transform, planned.schema)
                 for job in planned.jobs]
         parts = pmap(rewrite_file, jobs, workers=workers)
-        keep_stats(ds.episodes, features, renamed)
-        if parts and parts[0][1]:   # the changed columns' stats, every file's stacked together
-            update_stats(ds.episodes, EpisodeStacks.joined(parts))
+        # the changed columns' stats, every file's stacked together
+        updates = EpisodeStacks.joined(parts, consume=True) if parts and parts[0][1] else None
+        parts = None
+        # past the stats budget (transient tables) the episodes files are written a file's stats at a time
+        stream = GatherStream.of(ds.episodes, updates, features=features, renamed=renamed) \
+            if ds.version == "v3.0" else None
+        if stream is None:
+            keep_stats(ds.episodes, features, renamed)
+            if updates is not None:
+                update_stats(ds.episodes, updates)
+        updates = None
         stats = {renamed.get(k, k): v for k, v in (ds.stats or {}).items() if renamed.get(k, k) in features}
         changed = list(planned.changed)
-        if changed:
-            quantiles, _ = dataset_quantiles([tmp / job.out for job in planned.jobs], changed, features,
-                                             ds.total_frames, workers=workers)
-            stats.update(dataset_stats(stats_stack(ds.episodes, changed), quantiles,
-                                       features=changed))   # each changed feature's stats replaced whole
+        quantiles = dataset_quantiles([tmp / job.out for job in planned.jobs], changed, features, ds.total_frames,
+                                      workers=workers)[0] if changed else None
+
+        def dataset() -> dict | None:   # each changed feature's stats replaced whole
+            if changed:
+                basic = stream.basic() if stream is not None else stats_stack(ds.episodes, changed)
+                stats.update(dataset_stats({f: basic[f] for f in changed if f in basic}, quantiles,
+                                           features=changed))
+            return stats if (ds.stats or changed) else None
         ds.info.features = features
-        module.write_meta(tmp, ds.info, ds.episodes, ds.tasks, stats if (ds.stats or changed) else None)
+        if stream is not None:
+            module.write_meta(tmp, ds.info, ds.episodes, ds.tasks, dataset, stream=stream)
+        else:
+            module.write_meta(tmp, ds.info, ds.episodes, ds.tasks, dataset())
     return Path(ds.root if in_place else out).absolute()
