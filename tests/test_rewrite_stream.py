@@ -58,6 +58,9 @@ CASES = {
     "delete renumbering none": (["delete", "{src}", "--episodes", "1497-1499"], True),
     "split": (["split", "{src}", "--into", "a=0.8,b=0.2"], True),
     "merge of two copies (half renumbered)": (["merge", "{src}", "{src}"], True),
+    "select": (["select", "{src}", "--state", "observation.state[0:2]", "--action", "action"], True),
+    "features renaming one and dropping one": (["features", "{src}", "--rename", "action=action.joints", "--drop",
+                                                "observation.state"], True),
 }
 
 
@@ -164,3 +167,48 @@ def test_repair_past_the_budgets_writes_what_the_whole_path_writes(source, tmp_p
     assert run_here("repair", str(source), "-o", str(tmp_path / "streamed")).returncode == 0
     assert len(slices) >= 3
     _same_output(tmp_path / "whole", tmp_path / "streamed")
+
+
+def test_select_past_the_budget_reads_its_new_stats_from_spilled_files_a_slice_at_a_time(source, tmp_path,
+                                                                                        monkeypatch):
+    """derive's workers save the changed columns' per-episode stats beside the output (a scratch folder), the stream
+    reads them a slice at a time, and the folder is gone once the output is written, or once the command fails."""
+    from lerodoc.tables.stats import SpilledStack
+    reads = []
+    getitem = SpilledStack.__getitem__
+    monkeypatch.setattr(SpilledStack, "__getitem__", lambda self, key: reads.append(key) or getitem(self, key))
+    monkeypatch.setattr(dataset_module, "stats_budget", lambda: 1)
+    out = tmp_path / "out"
+    assert run_here("select", str(source), "--state", "observation.state[0:2]", "--action", "action",
+                    "-o", str(out)).returncode == 0
+    assert reads and all(isinstance(k, slice) and k != slice(None) for k in reads)   # never the whole stack
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    stats = pq.read_table(sorted(out.glob("meta/episodes/*/*.parquet"))[-1]).column("stats/action/q99")
+    assert len(stats) and stats.null_count == 0
+    from lerodoc.ops import derive
+
+    seen = []
+
+    def fail(*args, **kwargs):
+        seen.extend(p.name for p in tmp_path.iterdir() if "lerodoc-scratch" in p.name and any(p.glob("*.npy")))
+        raise LerodocError("stopped after the workers spilled")
+    monkeypatch.setattr(derive, "dataset_quantiles", fail)
+    assert run_here("select", str(source), "--state", "observation.state[0:2]", "--action", "action",
+                    "-o", str(tmp_path / "out2")).returncode == 3
+    assert len(seen) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_spilled_stack_reads_any_run_of_rows_across_its_parts(tmp_path):
+    from lerodoc.tables.stats import SpilledStack
+    whole = np.arange(2 * 17, dtype=np.float64).reshape(17, 2)
+    paths = []
+    for k, (a, b) in enumerate([(0, 5), (5, 6), (6, 17)]):
+        paths.append(str(tmp_path / f"{k}.npy"))
+        np.save(paths[-1], whole[a:b])
+    stack = SpilledStack(paths, [5, 1, 11], (2,), np.float64)
+    assert stack.shape == (17, 2) and len(stack) == 17
+    for lo, hi in [(0, 17), (0, 5), (4, 7), (5, 6), (6, 6), (16, 17), (3, 40)]:
+        np.testing.assert_array_equal(stack[lo:hi], whole[lo:hi])
+    with pytest.raises(TypeError):
+        stack[[0, 2]]

@@ -9,6 +9,7 @@ values exactly, which the workers check by checksum on both sides. A transform w
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -18,18 +19,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lerodoc import formats
+from lerodoc.budget import give_back
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats.hf import schema_for
-from lerodoc.formats.model import GatherStream, keep_stats, stats_stack, update_stats
+from lerodoc.formats.model import GatherStream, keep_stats, stats_holders, stats_stack, update_stats
 from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_digests, conform, read_parquet, read_schema, write_groups
-from lerodoc.promote.staging import staged_edit
+from lerodoc.promote.staging import scratch_beside, staged_edit
 from lerodoc.promote.links import link_or_copy
 from lerodoc.ops.stats import dataset_quantiles
-from lerodoc.tables.stats import EpisodeStacks, dataset_stats, table_stacks
+from lerodoc.tables.stats import EpisodeStacks, SpilledStack, dataset_stats, table_stacks
 from lerodoc.conventions import INFO_PATH
 
 
@@ -44,12 +46,14 @@ class FileJob:
     src: str
     out: str
     episodes: tuple[tuple[int, int, int], ...]     # (episode index, first row in the file, length)
+    spill: str | None = None   # where the file's new per-episode stats go (PATH-feature-stat.npy), else returned
 
 
 def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> tuple[list[int], dict[str, dict[str, np.ndarray]]]:
     """Worker: transform one data file, write it (row groups by bytes: `write_groups`), re-read and verify it.
     Returns its episodes and their stats of the changed columns, stacked (feature -> stat -> (episodes, ...)): a
-    few arrays per file to send back, not a dict per episode."""
+    few arrays per file to send back, not a dict per episode; with `job.spill`, each array saved there instead and
+    (its path, a row's shape, its dtype) sent back."""
     job, transform, schema = args
     source = read_parquet(job.src)
     try:   # stored as lerobot 0.6.1 loads it: a list<1> column of a shape-(1,) feature becomes its scalar
@@ -70,7 +74,41 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> tuple[list[int],
         raise VerificationError("written file differs from what was planned", file=job.out)
     stacks = table_stacks(table, transform.changed, np.array([start for _, start, _ in job.episodes], dtype=np.int64),
                           np.array([length for _, _, length in job.episodes], dtype=np.int64))
+    if job.spill is not None:
+        stacks = {feature: {stat: _spill(f"{job.spill}-{i}-{j}.npy", values) for j, (stat, values) in
+                            enumerate(by_stat.items())} for i, (feature, by_stat) in enumerate(stacks.items())}
     return [index for index, _, _ in job.episodes], stacks
+
+
+def _spill(path: str, values: np.ndarray) -> tuple[str, tuple, str]:
+    np.save(path, values)
+    return path, values.shape[1:], values.dtype.str
+
+
+def _updates(parts: list, episodes: list) -> EpisodeStacks | None:
+    """The changed columns' per-episode stats of every file (`rewrite_file`'s parts), stacked: read from the files
+    the workers spilled them to a slice at a time (`SpilledStack`) where they are every episode's, in the episodes'
+    order (what a stream reads), else in memory."""
+    if not parts or not parts[0][1]:
+        return None
+    first = parts[0][1]
+    if not isinstance(next(iter(next(iter(first.values())).values())), tuple):
+        return EpisodeStacks.joined(parts, consume=True)
+    lengths = [len(indices) for indices, _ in parts]
+    updates = EpisodeStacks([index for indices, _ in parts for index in indices],
+                            {feature: {stat: SpilledStack([part[feature][stat][0] for _, part in parts], lengths,
+                                                          *kind[1:]) for stat, kind in by_stat.items()}
+                             for feature, by_stat in first.items()})
+    return updates if updates.indices == [ep.index for ep in episodes] else _loaded(updates)
+
+
+def _loaded(updates: EpisodeStacks | None) -> EpisodeStacks | None:
+    """Spilled stacks read into memory whole (what `update_stats` takes)."""
+    if updates is None:
+        return None
+    return EpisodeStacks(updates.indices, {feature: {stat: values[:] if isinstance(values, SpilledStack) else values
+                                                     for stat, values in by_stat.items()}
+                                           for feature, by_stat in updates.stacks.items()})
 
 
 @dataclass(frozen=True)
@@ -132,21 +170,26 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
     planned = plan(ds, transform, features, moved)
     module = formats.module(ds.version)
     renamed = renamed or {}
+    # past the stats budget (transient tables: a stream's) the new stats wait on disk, not in memory
+    holders = stats_holders(ds.episodes).values()
+    spill = ds.version == "v3.0" and bool(holders) and all(getattr(h, "transient", False) for h in holders)
     with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=set(planned.rewritten), dropped=dropped,
-                     renamed=renamed, seen=ds.meta_seen) as tmp:
+                     renamed=renamed, seen=ds.meta_seen) as tmp, \
+            (scratch_beside(tmp) if spill else nullcontext()) as scratch:
         for old, new in planned.moved:
             if new is not None:
                 link_or_copy(ds.path(old), inside(tmp, new, field="video_path"))
-        jobs = [(replace(job, out=str(inside(tmp, job.out, field="data_path"))), transform, planned.schema)
-                for job in planned.jobs]
+        jobs = [(replace(job, out=str(inside(tmp, job.out, field="data_path")),
+                         spill=str(scratch / str(n)) if scratch else None), transform, planned.schema)
+                for n, job in enumerate(planned.jobs)]
         parts = pmap(rewrite_file, jobs, workers=workers)
-        # the changed columns' stats, every file's stacked together
-        updates = EpisodeStacks.joined(parts, consume=True) if parts and parts[0][1] else None
+        updates = _updates(parts, ds.episodes)   # the changed columns' stats, every file's stacked together
         parts = None
         # past the stats budget (transient tables) the episodes files are written a file's stats at a time
         stream = GatherStream.of(ds.episodes, updates, features=features, renamed=renamed) \
             if ds.version == "v3.0" else None
         if stream is None:
+            updates = _loaded(updates)
             keep_stats(ds.episodes, features, renamed)
             if updates is not None:
                 update_stats(ds.episodes, updates)
@@ -165,6 +208,8 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
         ds.info.features = features
         if stream is not None:
             module.write_meta(tmp, ds.info, ds.episodes, ds.tasks, dataset, stream=stream)
+            stream = None   # its new stats (a gigabyte at a million episodes) let go before the output is opened
+            give_back()
         else:
             module.write_meta(tmp, ds.info, ds.episodes, ds.tasks, dataset())
     return Path(ds.root if in_place else out).absolute()

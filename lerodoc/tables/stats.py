@@ -397,6 +397,37 @@ def _episodes_of(matrix: np.ndarray, group: Group, episodes: list[tuple[int, int
     return split_features(stats, group.names, group.widths)
 
 
+class SpilledStack:
+    """One stat's stack over episodes, kept in .npy files of consecutive rows (one a part, in order) and read a slice
+    at a time: a rewrite's new per-episode stats of a million episodes are gigabytes, a slice's are megabytes. Reads
+    as an array read by `values[lo:hi]` (and `shape`, `dtype`); `values[:]` is the whole stack in memory."""
+
+    def __init__(self, paths: list[str], lengths: list[int], shape: tuple, dtype):
+        self.paths = list(paths)
+        self.ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
+        self.starts = self.ends - np.asarray(lengths, dtype=np.int64)
+        self.shape = (int(self.ends[-1]) if len(self.ends) else 0, *shape)
+        self.dtype = np.dtype(dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError(f"SpilledStack reads slices of consecutive rows, not {key!r}")
+        lo, hi, _ = key.indices(self.shape[0])
+        out = np.empty((max(hi - lo, 0), *self.shape[1:]), dtype=self.dtype)
+        for k in range(int(np.searchsorted(self.ends, lo, side="right")), len(self.paths)):
+            first, last = int(self.starts[k]), int(self.ends[k])
+            if first >= hi:
+                break
+            part = np.load(self.paths[k], mmap_mode="r")   # its pages mapped while copied, unmapped after
+            a, b = max(lo, first), min(hi, last)
+            out[a - lo:b - lo] = part[a - first:b - first]
+            del part
+        return out
+
+
 class EpisodeStacks(Mapping):
     """Per-episode stats stacked: feature -> stat -> (episodes, ...), row i being episode `indices[i]`. As a
     Mapping, episode index -> that episode's {feature: {stat: value}} (rows of the stacks)."""
