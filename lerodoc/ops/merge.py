@@ -15,6 +15,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from lerodoc import access, formats
+from lerodoc.budget import give_back
 from lerodoc.formats import v30
 from lerodoc.dataset import Dataset, read_rows, thrift
 from lerodoc.errors import LerodocError, UsageError
@@ -293,7 +294,9 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
     with staged_output(Path(out), force=force or in_place, inputs=() if in_place else roots, keep=datasets,
                        own=in_place, seen=datasets[0].meta_seen if in_place else None) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine, stream=to == "v3.0")
-        new_eps, stream = result.episodes, result.stream
+        new_eps, stream, retimed = result.episodes, result.stream, result.retimed
+        plan = picks = result = None   # a million picks and row pieces let go: the new episodes are what is written
+        give_back()
         data_files = [tmp / f for f in dict.fromkeys(ep.data_file for ep in new_eps)]
         quantiles, _ = dataset_quantiles(data_files, info.numeric_keys, info.features, sum(e.length for e in new_eps),
                                          workers=workers, engine=engine)
@@ -302,9 +305,11 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
         else:
             stats = dataset_stats(stats_stack(new_eps), quantiles)
             formats.module(to).write_meta(tmp, info, new_eps, tasks, stats if to == "v3.0" else None)
+        stream = None
+        give_back()
         rewrite.verify(tmp, to, new_eps)
         report.episodes, report.frames, report.tasks = len(new_eps), sum(e.length for e in new_eps), len(tasks)
-        report.retimed_clips = result.retimed
+        report.retimed_clips = retimed
         report.bytes_copied = rewrite.tree_size(tmp)
     report.seconds = round(time.perf_counter() - started, 3)
     return report
