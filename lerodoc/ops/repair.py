@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc import access, formats
+from lerodoc.budget import give_back
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset
@@ -377,10 +378,13 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
                 return {**{**every, **stated}, **numeric}
             formats.module(to).write_meta(tmp, info, result.episodes, tasks, finish, stream=stream)
         rewrite.verify(tmp, to, result.episodes)
+    left_out = _left_out(ds, before.findings)
+    # the input, the plan and the new episodes (a million each: gigabytes) let go before the output's validate
+    ds = opened = episodes = picks = plan = result = staged = stream = None
+    give_back()
     after = validate(target, videos=True)
     report.output = str(target.absolute())
     report.after = _counts(after.findings)
-    report.remaining = ([f.to_json() for f in lost + after.findings]
-                        + _left_out(ds, before.findings))
+    report.remaining = [f.to_json() for f in lost + after.findings] + left_out
     report.seconds = round(time.perf_counter() - started, 3)
     return report
