@@ -358,9 +358,13 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         # replace them), and the episodes keep their sources' rows for the others (cameras)
         result = rewrite.execute(plan, tmp, workers=workers, stream=to == "v3.0")
         report.changes += _retime_changes(result.retimed)
+        left_out = _left_out(ds, before.findings)
+        stated = stats_from_json(stats_to_json(_clean_stats(ds.stats or {}, info.features)))   # as stats.json holds
+        # the input's episodes, their repaired copies and the plan (a million each: gigabytes) let go once executed
+        ds = opened = episodes = picks = plan = None
+        give_back()
         # the written rows' exact stats, before any metadata is written: the episodes metadata is written once
         staged = Dataset(root=tmp, version=to, info=info, episodes=result.episodes, tasks=tasks)
-        stated = stats_from_json(stats_to_json(_clean_stats(ds.stats or {}, info.features)))   # as stats.json holds
         stream = StatsStream.of(staged, info.numeric_keys, workers=workers) if result.stream is not None else None
         if stream is None:
             numeric, per_episode, _ = exact_stats(staged, info.numeric_keys, workers=workers)
@@ -378,9 +382,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
                 return {**{**every, **stated}, **numeric}
             formats.module(to).write_meta(tmp, info, result.episodes, tasks, finish, stream=stream)
         rewrite.verify(tmp, to, result.episodes)
-    left_out = _left_out(ds, before.findings)
-    # the input, the plan and the new episodes (a million each: gigabytes) let go before the output's validate
-    ds = opened = episodes = picks = plan = result = staged = stream = None
+    result = staged = stream = None   # the new episodes let go before the output's validate
     give_back()
     after = validate(target, videos=True)
     report.output = str(target.absolute())
