@@ -212,3 +212,22 @@ def test_a_spilled_stack_reads_any_run_of_rows_across_its_parts(tmp_path):
         np.testing.assert_array_equal(stack[lo:hi], whole[lo:hi])
     with pytest.raises(TypeError):
         stack[[0, 2]]
+
+
+def test_spilled_updates_out_of_the_episodes_order_are_loaded_in_memory(tmp_path):
+    """A stream reads spilled stats by position; stats not in the episodes' order (or not every episode's) are read
+    into memory for `update_stats`, which finds episodes by index."""
+    from types import SimpleNamespace
+
+    from lerodoc.ops.derive import _spill, _updates
+    from lerodoc.tables.stats import SpilledStack
+    a, b = np.arange(6.0).reshape(3, 2), np.arange(6.0, 10.0).reshape(2, 2)
+    parts = [([3, 4, 5], {"x": {"min": _spill(str(tmp_path / "0.npy"), a)}}),
+             ([0, 1], {"x": {"min": _spill(str(tmp_path / "1.npy"), b)}})]
+    in_order = _updates(parts, [SimpleNamespace(index=i) for i in (3, 4, 5, 0, 1)], True)
+    assert isinstance(in_order.stacks["x"]["min"], SpilledStack)
+    np.testing.assert_array_equal(in_order.stacks["x"]["min"][1:4], np.concatenate([a, b])[1:4])
+    other = _updates(parts, [SimpleNamespace(index=i) for i in (0, 1, 3, 4, 5)], True)
+    assert isinstance(other.stacks["x"]["min"], np.ndarray)
+    np.testing.assert_array_equal(other[0]["x"]["min"], b[0])
+    np.testing.assert_array_equal(other[5]["x"]["min"], a[2])

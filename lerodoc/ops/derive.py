@@ -85,15 +85,15 @@ def _spill(path: str, values: np.ndarray) -> tuple[str, tuple, str]:
     return path, values.shape[1:], values.dtype.str
 
 
-def _updates(parts: list, episodes: list) -> EpisodeStacks | None:
-    """The changed columns' per-episode stats of every file (`rewrite_file`'s parts), stacked: read from the files
-    the workers spilled them to a slice at a time (`SpilledStack`) where they are every episode's, in the episodes'
-    order (what a stream reads), else in memory."""
+def _updates(parts: list, episodes: list, spilled: bool) -> EpisodeStacks | None:
+    """The changed columns' per-episode stats of every file (`rewrite_file`'s parts), stacked. Where the workers
+    `spilled` them, read from their files a slice at a time (`SpilledStack`) if they are every episode's in the
+    episodes' order (what a stream reads), else loaded."""
     if not parts or not parts[0][1]:
         return None
-    first = parts[0][1]
-    if not isinstance(next(iter(next(iter(first.values())).values())), tuple):
+    if not spilled:
         return EpisodeStacks.joined(parts, consume=True)
+    first = parts[0][1]
     lengths = [len(indices) for indices, _ in parts]
     updates = EpisodeStacks([index for indices, _ in parts for index in indices],
                             {feature: {stat: SpilledStack([part[feature][stat][0] for _, part in parts], lengths,
@@ -183,7 +183,7 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
                          spill=str(scratch / str(n)) if scratch else None), transform, planned.schema)
                 for n, job in enumerate(planned.jobs)]
         parts = pmap(rewrite_file, jobs, workers=workers)
-        updates = _updates(parts, ds.episodes)   # the changed columns' stats, every file's stacked together
+        updates = _updates(parts, ds.episodes, spill)   # the changed columns' stats, every file's stacked together
         parts = None
         # past the stats budget (transient tables) the episodes files are written a file's stats at a time
         stream = GatherStream.of(ds.episodes, updates, features=features, renamed=renamed) \
