@@ -152,6 +152,7 @@ def check(ctx: Context) -> list[Finding]:
             _let_go(holders, following)
             holders = following
     training = _training_stats(ds)
+    _let_go(holders, {})   # the last block's tables too: what follows validate (report, repair) reads its own
     out += formed + _quantiles_present(ds, training) + _channels(ds, training)
     if not ctx.stats:
         return out
