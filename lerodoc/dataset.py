@@ -19,7 +19,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats import paths, v30
 from lerodoc.formats.hf import ARROW, column_problem
 from lerodoc.formats.info import Info
-from lerodoc.formats.model import Episode, alike_layout, stats_holders, stats_row
+from lerodoc.formats.model import Episode, stats_holders, stats_row, union_layout
 from lerodoc.formats.stats import stat_size
 from lerodoc.tables.parquet_io import open_parquet, read_row_groups, read_schema
 from lerodoc.tables.stats import Stats
@@ -35,12 +35,13 @@ def thrift(datasets: list[Dataset]) -> None:
     """Datasets whose stats tables are past `stats_budget` together (a merge of many parts, each within it) let them
     go, and read them a file at a time from here on, as one dataset past it does (`Dataset._require_stats_shapes`,
     which each has passed: what a rewrite asks of a table later is kept). Only where every table lays its stats out
-    alike, as a rewrite's stream needs (`formats.model.GatherStream`): tables laid out unlike are gathered whole, and
-    letting them go first only reads them again."""
+    regularly, each stat in one shape and type wherever it is held, as a rewrite's stream needs
+    (`formats.model.GatherStream`): other tables are gathered whole, and letting them go first only reads them
+    again."""
     if sum(ds.stats_bytes for ds in datasets) <= stats_budget():
         return
     holders = [holder for ds in datasets for holder in stats_holders(ds.episodes).values()]
-    if alike_layout(holders) is None:
+    if union_layout(holders) is None:
         return
     for holder in holders:
         holder.transient = True

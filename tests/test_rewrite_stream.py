@@ -135,8 +135,7 @@ def test_a_table_changed_after_its_check_is_a_lerodoc_error(source, tmp_path, mo
 
 
 def test_a_merge_of_parts_each_within_the_budget_streams_when_past_it_together(source, tmp_path, monkeypatch):
-    """Three copies of one part (a split's renumbered part: its stats lay out like each other's, not like an
-    unrenumbered part's, whose bookkeeping features keep their quantiles; tables laid out unlike are gathered)."""
+    """Three copies of one part (a split's renumbered part): each within the budget, past it together.""" 
     assert run_here("split", str(source), "--into", "a=0.6,b=0.4", "-o", str(tmp_path / "parts")).returncode == 0
     parts = [str(tmp_path / "parts" / "b")] * 3
     sizes = []
@@ -231,3 +230,30 @@ def test_spilled_updates_out_of_the_episodes_order_are_loaded_in_memory(tmp_path
     assert isinstance(other.stacks["x"]["min"], np.ndarray)
     np.testing.assert_array_equal(other[0]["x"]["min"], b[0])
     np.testing.assert_array_equal(other[5]["x"]["min"], a[2])
+
+
+def test_a_merge_of_parts_laid_out_unlike_streams_each_stat_where_its_tables_hold_it(source, tmp_path, monkeypatch):
+    """A split's first part keeps its bookkeeping features' quantiles; the renumbered parts hold the five basic stats
+    for them. Their merge streams the quantile columns masked where a part's table lacks them, as the whole path
+    gathers them."""
+    assert run_here("split", str(source), "--into", "a=0.4,b=0.3,c=0.3", "-o", str(tmp_path / "parts")).returncode == 0
+    layouts = [pq.read_schema(sorted((tmp_path / "parts" / p).glob("meta/episodes/*/*.parquet"))[0]).names
+               for p in "ab"]
+    assert "stats/index/q01" in layouts[0] and "stats/index/q01" not in layouts[1]
+    for order in ("bac", "abc"):
+        parts = [str(tmp_path / "parts" / p) for p in order]
+        assert run_here("merge", *parts, "-o", str(tmp_path / f"whole_{order}")).returncode == 0
+        streamed = []
+        rows = GatherStream.rows
+        monkeypatch.setattr(GatherStream, "rows", lambda self, lo, hi: streamed.append(hi) or rows(self, lo, hi))
+        monkeypatch.setattr(dataset_module, "stats_budget", lambda: 1)
+        assert run_here("merge", *parts, "-o", str(tmp_path / f"streamed_{order}")).returncode == 0
+        monkeypatch.undo()
+        assert len(streamed) >= 2
+        _same_output(tmp_path / f"whole_{order}", tmp_path / f"streamed_{order}")
+        files = sorted((tmp_path / f"streamed_{order}").glob("meta/episodes/*/*.parquet"))
+        if order == "abc":   # a's rows hold index quantiles; b's and c's (renumbered) hold the basic stats alone
+            nulls = [pq.read_table(f, columns=["stats/index/q01"]).column(0).null_count for f in files]
+            assert nulls[0] == 0 and nulls[-1] > 0
+        else:   # b's table lacks them, and a's rows are renumbered: no row holds them, no column
+            assert not any("stats/index/q01" in pq.read_schema(f).names for f in files)

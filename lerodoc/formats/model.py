@@ -94,13 +94,21 @@ def stats_holders(episodes) -> dict:
     return {id(row.holder): row.holder for row in map(stats_row, episodes) if row is not None}
 
 
-def alike_layout(holders) -> dict[tuple[str, str], tuple[tuple, np.dtype]] | None:
-    """The layout every holder's table has (`formats.v30.StatsColumns.layout`: every row holds every stat alike),
-    when they all have one and it is the same; else None."""
+def union_layout(holders) -> tuple[dict[tuple[str, str], tuple[tuple, np.dtype]], list[set]] | None:
+    """The layout of every (feature, stat) any holder's table holds, in the order `stats_columns` gives them (the
+    holders in the order given, each one's stats in its table's order), and the stats each holder's table lacks;
+    when every holder has a layout (`formats.v30.StatsColumns.layout`: every row of its table holds every stat
+    alike) and a stat has one shape and type in every table that holds it.
+    Else None."""
     layouts = [holder.layout() if hasattr(holder, "layout") else None for holder in holders]
-    if not layouts or any(layout is None or list(layout.items()) != list(layouts[0].items()) for layout in layouts):
+    if not layouts or any(layout is None for layout in layouts):
         return None
-    return layouts[0]
+    union: dict[tuple[str, str], tuple[tuple, np.dtype]] = {}
+    for layout in layouts:
+        for key, kind in layout.items():
+            if union.setdefault(key, kind) != kind:
+                return None
+    return union, [set(union) - set(layout) for layout in layouts]
 
 
 def shared_stats(ep: Episode):
@@ -297,30 +305,50 @@ class GatherStream:
     `GatherStream.of` says when the episodes can be streamed."""
 
     def __init__(self, episodes: list[Episode], rows: list[StatsRow], layout: dict, updates: EpisodeStacks | None,
-                 updated: np.ndarray, names: dict[str, str] | None = None):
+                 updated: np.ndarray, names: dict[str, str] | None = None,
+                 held_by: dict[tuple[str, str], np.ndarray] | None = None):
         self.episodes, self.rows_of, self.updated = episodes, rows, updated   # updated: which episodes `updates` holds
         self.names = names   # old feature -> its name in the output, those kept only (None: every one as it is)
+        self.held_by = held_by or {}   # a stat some tables lack: which episodes' tables hold it
         self.everyone = bool(self.updated.all())
         self.new = updates.aligned([ep.index for ep, u in zip(episodes, self.updated) if u]) \
             if self.updated.any() else {}
         self.slots = np.cumsum(self.updated) - 1   # an updated episode's row in `new`
         self.last = {id(row.holder): i for i, row in enumerate(rows)}   # each table's last row
-        self.masked: set[tuple[str, str]] = set()
-        self._layout: dict[tuple[str, str], tuple[tuple, np.dtype]] = {}
-        if self.everyone:
+        if self.updated.any():   # update_stats' order: the old features' stats feature by feature, new ones last
+            ranked: dict[tuple[str, str], tuple[tuple, np.dtype]] = {}
             for feature in dict.fromkeys([*(f for f, _ in layout), *self.new]):
-                if feature in self.new:
-                    self._layout.update({(feature, stat): (values.shape[1:], values.dtype)
-                                         for stat, values in self.new[feature].items()})
+                if self.everyone and feature in self.new:
+                    ranked.update({(feature, stat): (values.shape[1:], values.dtype)
+                                   for stat, values in self.new[feature].items()})
                 else:
-                    self._layout.update({key: kind for key, kind in layout.items() if key[0] == feature})
+                    ranked.update({key: kind for key, kind in layout.items() if key[0] == feature})
         else:
-            self.masked = {(f, stat) for f, stat in layout if f in self.new and stat not in self.new[f]}
-            keys, free = list(layout), int(np.argmin(self.updated))   # the first row a masked column holds
-            self._layout = {key: layout[key] for _, key in sorted(
-                ((free if key in self.masked else 0, rank), key) for rank, key in enumerate(keys))}
+            ranked = dict(layout)
+        n = len(episodes)
+        presence = {key: self._present(key, 0, n) for key in ranked}
+        self.masked = {key for key, present in presence.items() if present is not None}
+        # the writer places a column by the first row that holds it, and leaves out one that no row holds
+        first = {key: (0 if present is None else int(np.argmax(present)), rank)
+                 for rank, (key, present) in enumerate(presence.items()) if present is None or present.any()}
+        self._layout = {key: ranked[key] for key in sorted(first, key=first.get)}
         self.handed = 0
         self.partials: list[Stats] = []
+
+    def _present(self, key: tuple[str, str], lo: int, hi: int) -> np.ndarray | None:
+        """Which episodes at lo:hi hold a value of `key` in the output, or None when all of them do: their tables'
+        (`held_by`), and over the updated episodes, whether the update gives that stat (it replaces all of the
+        feature's others)."""
+        feature, stat = key
+        if self.everyone and feature in self.new:
+            return None
+        present = self.held_by[key][lo:hi].copy() if key in self.held_by else None
+        updated = self.updated[lo:hi]
+        if feature in self.new and updated.any():
+            if present is None:
+                present = np.ones(hi - lo, dtype=bool)
+            present[updated] = stat in self.new[feature]
+        return None if present is None or (key not in self.held_by and present.all()) else present
 
     @classmethod
     def of(cls, episodes: list[Episode], updates: EpisodeStacks | None, *, features: Mapping | None = None,
@@ -333,9 +361,11 @@ class GatherStream:
         rows = [stats_row(ep) for ep in episodes]
         if not rows or any(r is None or not getattr(r.holder, "transient", False) for r in rows):
             return None
-        layout = alike_layout(stats_holders(episodes).values())
-        if layout is None:
+        holders = list(stats_holders(episodes).values())
+        union = union_layout(holders)
+        if union is None:
             return None
+        layout, lacking = union
         names = None
         if features is not None or renamed:
             old = dict.fromkeys(f for f, _ in layout)
@@ -344,6 +374,12 @@ class GatherStream:
             if len(set(names.values())) != len(names):
                 return None
             layout = {(names[f], stat): kind for (f, stat), kind in layout.items() if f in names}
+            lacking = [{(names[f], stat) for f, stat in lack if f in names} for lack in lacking]
+        held_by = {}
+        if any(lacking):   # which episodes' tables hold each stat some tables lack
+            order = {id(holder): k for k, holder in enumerate(holders)}
+            which = np.fromiter((order[id(r.holder)] for r in rows), dtype=np.int64, count=len(rows))
+            held_by = {key: np.array([key not in lack for lack in lacking])[which] for key in set().union(*lacking)}
         updated = np.zeros(len(episodes), dtype=bool) if updates is None else \
             np.fromiter((ep.index in updates for ep in episodes), dtype=bool, count=len(episodes))
         if not updated.all():
@@ -352,7 +388,10 @@ class GatherStream:
                 if held[:len(by_stat)] != list(by_stat) or any(
                         values.shape[1:] != layout[feature, stat][0] for stat, values in by_stat.items()):
                     return None
-        return cls(episodes, rows, layout, updates, updated, names)
+                masks = [held_by[feature, stat] for stat in held if (feature, stat) in held_by]
+                if held and len(masks) == len(held) and not np.logical_or.reduce(masks)[updated].all():
+                    return None   # an updated row whose table holds none of the feature's stats (`_in_place`)
+        return cls(episodes, rows, layout, updates, updated, names, held_by)
 
     def layout(self) -> dict[tuple[str, str], tuple[tuple, np.dtype]]:
         """(feature, stat) -> (a row's shape, dtype), in the order `rows` gives them."""
@@ -365,7 +404,7 @@ class GatherStream:
         n, total = len(self.episodes), 0
         for key, (shape, dtype) in self._layout.items():
             if key in self.masked:
-                total += column_bytes(np.zeros((n, *shape), dtype=dtype), ~self.updated)
+                total += column_bytes(np.zeros((n, *shape), dtype=dtype), self._present(key, 0, n))
             else:
                 total += n * column_bytes(np.zeros((1, *shape), dtype=dtype), None)
         return total
@@ -385,7 +424,13 @@ class GatherStream:
         updated, slots = self.updated[lo:hi], self.slots[lo:hi][self.updated[lo:hi]]
         for key in old:
             values, present = (None, None) if own is None or key not in own else own[key]
-            if values is None or present is not None or (values.shape[1:], values.dtype) != self._layout[key]:
+            held = self.held_by[key][lo:hi] if key in self.held_by else None
+            if values is None and held is not None and not held.any():   # no table of the slice holds it
+                shape, dtype = self._layout[key]
+                values, present = np.zeros((hi - lo, *shape), dtype=dtype), held
+            if values is None or (values.shape[1:], values.dtype) != self._layout[key] or not np.array_equal(
+                    np.ones(hi - lo, dtype=bool) if present is None else present,
+                    np.ones(hi - lo, dtype=bool) if held is None else held):
                 row = self.rows_of[lo]
                 raise LerodocError(f"the {key[0]} {key[1]} stats of episodes {self.episodes[lo].index}-"
                                    f"{self.episodes[hi - 1].index} changed since they were checked (a row without "
@@ -394,7 +439,8 @@ class GatherStream:
             if key[0] in self.new and key[1] in self.new[key[0]] and updated.any():
                 values = values.copy()
                 values[updated] = self.new[key[0]][key[1]][slots]
-            out[key] = (values, ~updated) if key in self.masked and updated.any() else values
+            present = self._present(key, lo, hi)
+            out[key] = (values, present) if present is not None and not present.all() else values
         if self.everyone:
             for feature, by_stat in self.new.items():
                 out.update({(feature, stat): values[lo:hi] for stat, values in by_stat.items()})
@@ -403,7 +449,8 @@ class GatherStream:
         for holder in {id(r.holder): r.holder for r in self.rows_of[lo:hi]}.values():
             if self.last[id(holder)] < hi:
                 holder.release()
-        self.partials.append(aggregate(basic_columns({k: v for k, v in ordered.items() if not isinstance(v, tuple)})))
+        self.partials.append(aggregate(basic_columns({k: v for k, v in ordered.items()
+                                                      if k not in self.masked and not isinstance(v, tuple)})))
         give_back()
         return ordered
 
