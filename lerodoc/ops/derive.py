@@ -81,7 +81,9 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> tuple[list[int],
 
 
 def _spill(path: str, values: np.ndarray) -> tuple[str, tuple, str]:
-    np.save(path, values)
+    """Save a stack (a new file, `files.new_file`) and say where it is and what a row is."""
+    with new_file(path) as tmp, open(tmp, "wb") as out:
+        np.save(out, values)
     return path, values.shape[1:], values.dtype.str
 
 
