@@ -257,3 +257,17 @@ def test_a_merge_of_parts_laid_out_unlike_streams_each_stat_where_its_tables_hol
             assert nulls[0] == 0 and nulls[-1] > 0
         else:   # b's table lacks them, and a's rows are renumbered: no row holds them, no column
             assert not any("stats/index/q01" in pq.read_schema(f).names for f in files)
+
+
+def test_merge_lets_go_of_the_episodes_of_sources_it_owns_once_executed(source, tmp_path):
+    """A v3.0 source merge opened itself, or one given with `consume` (delete's), keeps only its first episode (what
+    the kept check reads) once the plan is executed; one given without it (split's, merged once per part) keeps all."""
+    from lerodoc.ops.merge import merge
+    from lerodoc.selection import parse
+    given = Dataset.open(source)
+    merge([given], tmp_path / "kept", exclude={0: parse("0-2", "--episodes")})
+    assert len(given.episodes) == 1500
+    merge([given], tmp_path / "consumed", exclude={0: parse("0-2", "--episodes")}, consume=True)
+    assert len(given.episodes) == 1
+    assert len(Dataset.open(tmp_path / "consumed").episodes) == 1497
+    assert (tmp_path / "kept" / "meta").is_dir()

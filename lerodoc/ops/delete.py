@@ -37,4 +37,4 @@ def delete(src: Path, out: Path | None, episodes: Selection, *, to: str | None =
         raise UsageError(f"--episodes {episodes.text}: that is every episode of the dataset ({format_ranges(numbers)}); "
                          "nothing would be left", hint="keep at least one episode")
     return merge([ds], target, exclude={0: episodes}, to=to or output_version(src), workers=workers,
-                 force=force or in_place, dry_run=dry_run, progress=progress, in_place=in_place)
+                 force=force or in_place, dry_run=dry_run, progress=progress, in_place=in_place, consume=True)

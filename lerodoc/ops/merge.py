@@ -213,17 +213,19 @@ def _differing_keys(a: dict, b: dict) -> set[str]:
 def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Selection] | None = None,
           episodes: Mapping[int, Selection] | None = None, to: str = "v3.0", workers: int = 1, force: bool = False,
           dry_run: bool = False, progress: rewrite.Progress | None = None, engine=None,
-          in_place: bool = False) -> MergeReport:
+          in_place: bool = False, consume: bool = False) -> MergeReport:
     """Merge `sources` (in order; folders, or datasets already open) into a new dataset at `out`; `exclude` and
     `episodes` map a source's position to the episodes it leaves out or keeps only (`source_selections` reads
     them from the command line). A source that loses episodes keeps only the tasks its kept frames use, as
     lerobot's delete and split do. `dry_run` returns the plan's report, writing nothing; `in_place` (one source,
     `out` its root) lets `out` be that source. The plan is made here; `engine` (`lerodoc.run.engine`) runs the
-    copies
-    and the quantile passes on a cluster."""
+    copies and the quantile passes on a cluster. The sources merge opens from folders are its own to let go of once
+    the plan is executed; `consume` makes the open datasets given merge's own too (delete's, which it reads no
+    more)."""
     started = time.perf_counter()
     exclude, episodes = dict(exclude or {}), dict(episodes or {})
     datasets = [p if isinstance(p, Dataset) else Dataset.open(p) for p in sources]
+    owned = [consume or not isinstance(p, Dataset) for p in sources]
     roots = [ds.root for ds in datasets]
     if not dry_run:   # before any work: an -o on an input, or taken, stops here
         check_output(out, () if in_place else roots, force=force or in_place, own=in_place)
@@ -296,6 +298,9 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine, stream=to == "v3.0")
         new_eps, stream, retimed = result.episodes, result.stream, result.retimed
         plan = picks = result = None   # a million picks and row pieces let go: the new episodes are what is written
+        for ds, own in zip(datasets, owned):   # and a v3.0 source's episodes (0.7 GB a million): what is left to ask
+            if own and ds.version == "v3.0":   # of it is its first episode's data file (promote.kept.held)
+                ds.episodes = ds.episodes[:1]
         give_back()
         data_files = [tmp / f for f in dict.fromkeys(ep.data_file for ep in new_eps)]
         quantiles, _ = dataset_quantiles(data_files, info.numeric_keys, info.features, sum(e.length for e in new_eps),
