@@ -399,8 +399,8 @@ class GatherStream:
 
     def nbytes(self, column_bytes: Callable[..., int]) -> int:
         """The Arrow bytes of every stats column, as `column_bytes(values, present)` counts a column: a full one
-        from one row's (its bytes grow with its rows alone), a masked one (of a bookkeeping feature: a value a row)
-        as a whole column of zeros, its rows without a value left out as the writer leaves them."""
+        from one row's (its bytes grow with its rows alone), a masked one as a whole column of zeros (one at a time),
+        its rows without a value left out as the writer leaves them."""
         n, total = len(self.episodes), 0
         for key, (shape, dtype) in self._layout.items():
             if key in self.masked:
