@@ -111,6 +111,15 @@ def union_layout(holders) -> tuple[dict[tuple[str, str], tuple[tuple, np.dtype]]
     return union, [set(union) - set(layout) for layout in layouts]
 
 
+def column_order(presence: Mapping[tuple[str, str], np.ndarray | None]) -> list[tuple[str, str]]:
+    """The episodes table's stats columns in the order the writer places them: by the first row that holds a value
+    (row 0 for a column every row holds: `present` None), ties in `presence`'s order; a column no row holds is left
+    out."""
+    first = {key: (0 if present is None else int(np.argmax(present)), rank)
+             for rank, (key, present) in enumerate(presence.items()) if present is None or present.any()}
+    return sorted(first, key=first.get)
+
+
 def shared_stats(ep: Episode):
     """What a new Episode made from `ep` holds as its stats: the same unread row, else a copy of the dict."""
     return stats_row(ep) or dict(ep.stats)
@@ -328,10 +337,7 @@ class GatherStream:
         n = len(episodes)
         presence = {key: self._present(key, 0, n) for key in ranked}
         self.masked = {key for key, present in presence.items() if present is not None}
-        # the writer places a column by the first row that holds it, and leaves out one that no row holds
-        first = {key: (0 if present is None else int(np.argmax(present)), rank)
-                 for rank, (key, present) in enumerate(presence.items()) if present is None or present.any()}
-        self._layout = {key: ranked[key] for key in sorted(first, key=first.get)}
+        self._layout = {key: ranked[key] for key in column_order(presence)}   # as the writer places them
         self.handed = 0
         self.partials: list[Stats] = []
 

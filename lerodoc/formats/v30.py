@@ -26,7 +26,7 @@ from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import parse, read_json, replace_file, stats_from_json, stats_to_json, write_json
-from lerodoc.formats.model import Episode, StatsRow, VideoSpan, stats_columns
+from lerodoc.formats.model import Episode, StatsRow, VideoSpan, column_order, stats_columns
 from lerodoc.formats.stats import StatsTable
 from lerodoc.tables.parquet_io import (arrow_array, null_free, open_parquet, read_parquet, read_schema, regular_rows,
                                       to_numpy)
@@ -392,11 +392,8 @@ def _stats_columns(episodes: list[Episode]) -> dict[str, pa.Array]:
     episode's dict."""
     columns = stats_columns(episodes, release=True)
     if columns is not None:
-        first = {key: (0 if present is None else int(np.argmax(present)), rank)
-                 for rank, (key, (_, present)) in enumerate(columns.items()) if present is None or present.any()}
-        order = sorted(first, key=first.get)
         return {f"stats/{feature}/{stat}": arrow_array(columns[feature, stat][0], present=columns[feature, stat][1])
-                for feature, stat in order}
+                for feature, stat in column_order({key: present for key, (_, present) in columns.items()})}
     names = list(dict.fromkeys(f"stats/{feat}/{stat}" for ep in episodes
                                for feat, by_stat in ep.stats.items() for stat in by_stat))
     out = {}
