@@ -19,13 +19,31 @@ def data_workers(most: int = 8) -> int:
     return min(most, default_workers())
 
 
-def _worker_init() -> None:
-    """A pool worker runs pyarrow's decoding and encoding on one thread: the pool already fills the cores,
-    and a thread pool per worker on top of it only adds switching."""
-    # pyarrow: --help imports this module and loads no pyarrow
-    import pyarrow
-    pyarrow.set_cpu_count(1)
-    pyarrow.set_io_thread_count(1)
+def _context(module: str):
+    """Workers come from a fork server, not from fork() of this process. This process holds other threads by the
+    time it maps (pyarrow's pools; in a library user's process, anything's), and fork() copies a process whose other
+    threads may hold locks: its child can hang or die at random (a BrokenProcessPool). The server is a fresh
+    interpreter that holds no threads; it starts once per process, on the first pool, and imports that pool's
+    `module` (the one its function lives in) once, so that each worker it forks starts with it loaded."""
+    import multiprocessing   # only when a pool runs
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__, module])   # heard only when the server starts
+    return context
+
+
+def _worker_init(environ: dict[str, str], cwd: str, one_thread: bool) -> None:
+    """A worker sees the environment and working folder that the mapping process has now (the fork server keeps
+    those it started with: a budget set since, LERODOC_MEMORY_BUDGET, must be heard). With `one_thread`, it runs
+    pyarrow's decoding and encoding on one thread: the pool already fills the cores, and a thread pool per worker
+    on top of it only adds switching."""
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
+    if one_thread:
+        # pyarrow: --help imports this module and loads no pyarrow
+        import pyarrow
+        pyarrow.set_cpu_count(1)
+        pyarrow.set_io_thread_count(1)
 
 
 def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
@@ -45,8 +63,9 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
         return results
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait   # only when a pool runs
     # one pyarrow thread per worker only when the workers fill the cores; fewer items keep pyarrow's threads
-    init = _worker_init if len(items) >= workers else None
-    with ProcessPoolExecutor(max_workers=min(workers, len(items)), initializer=init) as pool:
+    setup = (dict(os.environ), os.getcwd(), len(items) >= workers)
+    with ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=_context(fn.__module__),
+                             initializer=_worker_init, initargs=setup) as pool:
         futures = [pool.submit(fn, item) for item in items]
         pending = set(futures)
         while pending:
