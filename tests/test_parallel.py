@@ -4,10 +4,15 @@ and see the environment and working folder the mapping process has when it maps.
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 from lerodoc import budget
 from lerodoc.run.parallel import pmap
+from tests.fixtures.factory import make_dataset
 
 HELD = threading.Lock()
 
@@ -53,3 +58,29 @@ def test_workers_see_the_environment_and_folder_set_since_the_first_pool(monkeyp
     monkeypatch.chdir(tmp_path)
     assert pmap(_budget, [0, 1], workers=2) == [3 << 20] * 2
     assert pmap(_cwd, [0, 1], workers=2) == [str(tmp_path)] * 2
+
+
+def test_the_workers_example_of_api_md_runs_as_a_script(tmp_path):
+    """docs/api.md's "Workers" block, saved as a script and run by Python in a folder holding data/pusht: the call
+    maps over processes (a pool that imports the script again in each worker), and its work runs once."""
+    text = (Path(__file__).resolve().parent.parent / "docs/api.md").read_text()
+    block = re.search(r"## Workers\n.*?```python\n(.*?)```", text, flags=re.S).group(1)
+    make_dataset(tmp_path / "data/pusht", version="v3.0", episodes=4, lengths=[20, 22, 24, 26])
+    script = tmp_path / "convert_it.py"
+    script.write_text("import lerodoc.run.parallel as parallel\n"
+                      "pools = []\n"
+                      "_pmap = parallel.pmap\n"
+                      "def pmap(fn, items, **kw):\n"
+                      "    items = list(items)\n"
+                      "    pools.append((len(items), kw.get('workers')))\n"
+                      "    return _pmap(fn, items, **kw)\n"
+                      "parallel.pmap = pmap\n"
+                      "import lerodoc.ops.rewrite as rewrite\n"
+                      "rewrite.pmap = pmap\n" + block +
+                      "    print('pools', max(pools))\n")
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("4 episodes in ") == 1, proc.stdout
+    items, workers = map(int, proc.stdout.split("pools (")[1].split(")")[0].split(", "))
+    assert workers == 2 and items >= 2, proc.stdout   # a pool ran
+    assert (tmp_path / "data/pusht_v21/meta/info.json").is_file()

@@ -27,7 +27,9 @@ def _context(module: str):
     `module` (the one its function lives in) once, so that each worker it forks starts with it loaded."""
     import multiprocessing   # only when a pool runs
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__, module])   # heard only when the server starts
+    # heard only when the server starts. Each worker still imports the running script as `__mp_main__`, as under
+    # spawn (Python 3.11-3.13): a script that maps through lerodoc runs its work under `if __name__ == "__main__":`
+    context.set_forkserver_preload([__name__, module])
     return context
 
 
