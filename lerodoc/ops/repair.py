@@ -351,6 +351,11 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         report.plan = {**plan.to_json(), "changes": list(report.changes)}
         report.seconds = round(time.perf_counter() - started, 3)
         return report
+    left_out = _left_out(ds, before.findings)
+    stated = stats_from_json(stats_to_json(_clean_stats(ds.stats or {}, info.features)))   # as stats.json holds
+    # the input's own episodes (0.6 GB a million) let go before the rewrite: the plan reads their repaired copies,
+    # and of the input itself only its files and info (`rewrite.execute`, the output's kept check)
+    ds.episodes = ds.episodes[:1]
     with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,), own=in_place,
                        dropped=dropped,
                        seen=ds.meta_seen if in_place else None) as tmp:
@@ -358,9 +363,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         # replace them), and the episodes keep their sources' rows for the others (cameras)
         result = rewrite.execute(plan, tmp, workers=workers, stream=to == "v3.0")
         report.changes += _retime_changes(result.retimed)
-        left_out = _left_out(ds, before.findings)
-        stated = stats_from_json(stats_to_json(_clean_stats(ds.stats or {}, info.features)))   # as stats.json holds
-        # the input's episodes, their repaired copies and the plan (a million each: gigabytes) let go once executed
+        # the repaired copies and the plan (a million each: gigabytes) let go once executed
         ds = opened = episodes = picks = plan = None
         give_back()
         # the written rows' exact stats, before any metadata is written: the episodes metadata is written once
