@@ -5,6 +5,8 @@ lerodoc.pi05.data (train's index build) loads neither torch nor PyAV.
 - the frames equal an oracle that reads each episode's rows with pyarrow on its own (values, dtypes, order), on
   contiguous files and on episodes listed out of row order, across files, with a gap or an overlap;
 - `column_matrix` runs once per column and data file: as often for 2,000 episodes as for 200 in the same files;
+- a file whose episodes' rows follow one another is converted BATCH_ROWS rows at a time (never held whole), to the
+  same frames;
 - a row range past its file's end is still the error naming that episode.
 """
 
@@ -76,8 +78,8 @@ def oracle(dataset: Dataset, spec: DataSpec, stats: dict | None = None, raw_acti
             "state": normalised(spec.state_key) if spec.state_key else None,
             "timestamp": values["timestamp"].reshape(-1).astype(np.float64),
             "task": values["task_index"].reshape(-1).astype(np.int64),
-            "episode": np.repeat(np.arange(len(lengths)), lengths),
-            "episode_end": np.repeat(np.cumsum(lengths), lengths),
+            "episode": np.repeat(np.arange(len(lengths), dtype=np.int32), lengths),
+            "ends": np.cumsum(lengths),
             "raw_action": values[spec.action_key].astype(np.float32) if raw_action else None}
 
 
@@ -124,6 +126,18 @@ def test_column_matrix_runs_once_per_column_and_file_however_many_episodes(many,
     for n, seen in calls.items():   # each call a whole file's column
         dataset = Dataset.open(many[n])
         assert sorted(set(seen)) == sorted(pq.read_metadata(dataset.path(f)).num_rows for f in dataset.data_files())
+
+
+@pytest.mark.parametrize("batch", [1, 7, 64])
+def test_a_file_read_in_batches_gives_the_same_frames_and_is_never_held_whole(many, small, monkeypatch, batch):
+    monkeypatch.setattr(data, "BATCH_ROWS", batch)
+    seen = counted(monkeypatch)
+    for root, stats in ((many[200], quantiles(DIMS)), (small, None)):
+        dataset = Dataset.open(root)
+        seen.clear()
+        assert_same(load_frames(dataset, SPEC, stats, raw_action=True), oracle(dataset, SPEC, stats, raw_action=True))
+        rows = sum(ep.length for ep in dataset.episodes)
+        assert max(seen) <= batch and sum(seen) == COLUMNS * rows   # every row converted once, a batch at a time
 
 
 @pytest.fixture(scope="module")

@@ -134,7 +134,7 @@ def test_frames_of_files_converted_in_place_are_those_of_the_rows_gathered_first
         slow = load_frames(dataset, spec(), raw_action=True)
     finally:
         data_module._whole_columns = gathered
-    for key in ("action", "state", "timestamp", "task", "episode", "episode_end", "raw_action"):
+    for key in ("action", "state", "timestamp", "task", "episode", "ends", "raw_action"):
         a, b = getattr(whole, key), getattr(slow, key)
         assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), key
     (root / "meta/stats.json").unlink()

@@ -290,7 +290,10 @@ def _task_lists(table: pa.Table) -> list[list]:
     shared: dict[str, str] = {}
     texts = [shared.setdefault(text, text) for text in values.to_pylist()]
     ends = (offsets[1:] - offsets[0]).tolist()
-    return [texts[a:b] for a, b in zip([0] + ends[:-1], ends)]
+    # rows that list the same tasks share one list (nothing changes an episode's list in place): a list per row is
+    # 64 bytes an episode, most of them alike
+    lists: dict[tuple[str, ...], list[str]] = {}
+    return [lists.setdefault(tuple(texts[a:b]), texts[a:b]) for a, b in zip([0] + ends[:-1], ends)]
 
 
 def _whole_columns(tables: list[pa.Table], names: list[str], video_keys: list[str], data_path: str, video_path: str,

@@ -575,7 +575,8 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
     layout = replace(info, data_path=None, video_path=None)   # -> v2.1: the version's own path templates
     new_eps, cursor = [], 0
     for number, pick in enumerate(picks):
-        new_eps.append(Episode(index=number, length=pick.episode.length, tasks=list(pick.episode.tasks),
+        # the source's own task list, shared (lists are replaced, never changed in place: 64 bytes an episode)
+        new_eps.append(Episode(index=number, length=pick.episode.length, tasks=pick.episode.tasks,
                                data_file="", data_row=0, from_index=cursor, stats=shared_stats(pick.episode)))
         cursor += pick.episode.length
     linked: set[int] = set()

@@ -33,7 +33,8 @@ import pyarrow as pa
 
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
-from lerodoc.tables.parquet_io import column_matrix, is_list_type, list_values, numpy_dtype, read_parquet, to_numpy
+from lerodoc.tables.parquet_io import (column_matrix, is_list_type, iter_batches, list_values, numpy_dtype, open_parquet,
+                                      read_parquet, to_numpy)
 from lerodoc.tables.stats import normalised
 
 if TYPE_CHECKING:   # torch and PyAV are imported where batches are made: load_frames (train's index) loads neither
@@ -75,12 +76,16 @@ class Frames:
     state: np.ndarray | None    # (N, S) normalised
     timestamp: np.ndarray       # (N,) seconds from the episode's start
     task: np.ndarray            # (N,) task_index
-    episode: np.ndarray         # (N,) position of the frame's episode in dataset.episodes
-    episode_end: np.ndarray     # (N,) exclusive end row of the frame's episode
+    episode: np.ndarray         # (N,) position of the frame's episode in dataset.episodes (int32 where it fits)
+    ends: np.ndarray            # (episodes,) exclusive end row of each episode: held per episode, not per frame
     raw_action: np.ndarray | None = None   # (N, A) as recorded (load_frames' raw_action: evaluation's reference)
 
     def __len__(self) -> int:
         return len(self.action)
+
+    def end(self, rows: np.ndarray) -> np.ndarray:
+        """The exclusive end row of each row's episode."""
+        return self.ends[self.episode[rows]]
 
 
 def load_frames(dataset: Dataset, spec: DataSpec, stats: dict | None = None, raw_action: bool = False) -> Frames:
@@ -105,19 +110,24 @@ def load_frames(dataset: Dataset, spec: DataSpec, stats: dict | None = None, raw
     if kept is None:
         values = _episode_columns(dataset, list(dict.fromkeys(column for column, _ in wanted.values())))
         kept = {key: convert(values[column]) for key, (column, convert) in wanted.items()}
-    ends = np.cumsum(lengths)
+    # a frame's episode position in int32 where every position fits: at 10 million frames, 40 MB less
+    positions = np.arange(len(lengths), dtype=np.int32 if len(lengths) <= np.iinfo(np.int32).max else np.int64)
     return Frames(action=kept["action"], state=kept.get("state"), timestamp=kept["timestamp"], task=kept["task"],
-                  episode=np.repeat(np.arange(len(lengths)), lengths), episode_end=np.repeat(ends, lengths),
-                  raw_action=kept.get("raw_action"))
+                  episode=np.repeat(positions, lengths), ends=np.cumsum(lengths), raw_action=kept.get("raw_action"))
 
 
 Wanted = dict[str, tuple[str, Callable[[np.ndarray], np.ndarray]]]   # output -> (column, what its rows become)
 
 
+BATCH_ROWS = 1 << 16   # rows of a data file converted together: a few MB, so one file's columns are never held whole
+
+
 def _whole_columns(dataset: Dataset, wanted: Wanted, lengths: np.ndarray) -> dict[str, np.ndarray] | None:
     """Each output of `wanted` over every frame, episodes in dataset order: each data file read once (as
     `_episode_columns` reads it), its runs of consecutive episodes cut by their row ranges and converted into their
-    rows of the output, so that what is held is the outputs and one file's columns (the conversions work row by row).
+    rows of the output, so that what is held is the outputs and a few MB of one file's rows (the conversions work
+    row by row). A run whose rows follow one another in the file is read in batches of BATCH_ROWS rows; one with
+    gaps, overlaps or episodes out of row order is read whole and gathered.
     None where a row range or a column is odd (rows past the file's end, no rows, nulls, rows of unequal widths, not
     numbers, widths that differ between files) or a conversion fails: `_episode_columns` then gives the values, or
     the error, episode by episode."""
@@ -126,32 +136,48 @@ def _whole_columns(dataset: Dataset, wanted: Wanted, lengths: np.ndarray) -> dic
     out: dict[str, np.ndarray] = {}
     widths: dict[str, tuple] = {}
     first, at = 0, 0
-    for file, run in itertools.groupby(dataset.episodes, key=lambda ep: ep.data_file):
-        head = next(run)
-        stop = first + 1 + sum(1 for _ in run)
-        table = read_parquet(dataset.path(file), columns, head.index)
-        start, length = starts[first:stop], lengths[first:stop]
-        if (start < 0).any() or (length < 1).any() or (start + length > table.num_rows).any():
-            return None
-        if np.array_equal(start[1:], (start + length)[:-1]):   # the run's rows in order, one after another
-            rows = slice(int(start[0]), int(start[-1] + length[-1]))
-        else:   # gaps, overlaps or episodes out of row order: each range's rows, in episode order
-            rows = np.repeat(start - np.cumsum(length) + length, length) + np.arange(int(length.sum()))
+
+    def place(table, rows, size: int, to: int) -> bool:
+        """Convert `rows` of `table` (a slice or row numbers; `size` of them) into the outputs at row `to`."""
         matrices = {}
         for name in columns:
             matrix = _matrix(table.column(name), table.num_rows)
             if matrix is None or widths.setdefault(name, matrix.shape[1:]) != matrix.shape[1:]:
-                return None
+                return False
             matrices[name] = matrix[rows]
-        size = int(length.sum())
         for key, (name, convert) in wanted.items():
             try:
                 part = convert(matrices[name])
             except (KeyError, TypeError, ValueError):   # e.g. no quantiles: said where every file has been read
-                return None
+                return False
             if key not in out:
                 out[key] = np.empty((int(lengths.sum()), *part.shape[1:]), dtype=part.dtype)
-            out[key][at:at + size] = part
+            out[key][to:to + size] = part
+        return True
+
+    for file, run in itertools.groupby(dataset.episodes, key=lambda ep: ep.data_file):
+        head = next(run)
+        stop = first + 1 + sum(1 for _ in run)
+        path = dataset.path(file)
+        parquet = open_parquet(path, head.index, streaming=True)
+        start, length = starts[first:stop], lengths[first:stop]
+        if (start < 0).any() or (length < 1).any() or (start + length > parquet.metadata.num_rows).any():
+            return None
+        size = int(length.sum())
+        if np.array_equal(start[1:], (start + length)[:-1]):   # the run's rows in order, one after another
+            low, high, offset = int(start[0]), int(start[0]) + size, 0
+            for batch in iter_batches(parquet, path, columns, head.index, batch_size=BATCH_ROWS):
+                lo, hi = max(low, offset), min(high, offset + batch.num_rows)
+                if lo < hi and not place(batch, slice(lo - offset, hi - offset), hi - lo, at + lo - low):
+                    return None
+                offset += batch.num_rows
+                if offset >= high:
+                    break
+        else:   # gaps, overlaps or episodes out of row order: each range's rows, in episode order
+            table = read_parquet(path, columns, head.index)
+            rows = np.repeat(start - np.cumsum(length) + length, length) + np.arange(size)
+            if not place(table, rows, size, at):
+                return None
         first, at = stop, at + size
     return out or None   # no episode: `_episode_columns` says so
 
@@ -159,7 +185,7 @@ def _whole_columns(dataset: Dataset, wanted: Wanted, lengths: np.ndarray) -> dic
 def _matrix(column, num_rows: int) -> np.ndarray | None:
     """`column_matrix` of a whole column of numbers without nulls whose rows all hold the same number (one or
     more) of values: any run of its rows is then that run's own `column_matrix`. None for any other column."""
-    array = column.combine_chunks()
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column   # a batch's: one chunk
     if array.null_count:
         return None
     values = array
@@ -364,13 +390,13 @@ class _Batches:
         import torch
         H, f = self.spec.action_horizon, self.frames
         chunk = rows[:, None] + np.arange(H)                         # (G, H) rows of the targets
-        is_pad = chunk >= f.episode_end[rows][:, None]
+        is_pad = chunk >= f.end(rows)[:, None]
         if padding is not None:
             is_pad |= padding[:, None]
         real_steps = int((~is_pad).sum())
         part = slice(self.rank * self.batch, (self.rank + 1) * self.batch)
         rows, chunk, is_pad = rows[part], chunk[part], is_pad[part]
-        chunk = np.minimum(chunk, f.episode_end[rows][:, None] - 1)
+        chunk = np.minimum(chunk, f.end(rows)[:, None] - 1)
         texts = [prompt_text(self.tasks[f.task[i]], f.state[i] if self.spec.state_in_prompt else None) for i in rows]
         tokens, masks = pad_tokens(self.tokenizer, texts, self.spec.max_token_len)
         return {"step": torch.tensor(step),

@@ -284,7 +284,7 @@ def evaluate(source_path: Path, dataset_path: Path, *, episodes=None, stride: in
     finally:
         batches.reader.close()
     valid = ~np.concatenate([b["action_is_pad"].numpy() for b in inputs])
-    chunk = np.minimum(rows[:, None] + np.arange(H), frames.episode_end[rows][:, None] - 1)
+    chunk = np.minimum(rows[:, None] + np.arange(H), frames.end(rows)[:, None] - 1)
     recorded = frames.raw_action[chunk]
     q01, q99 = (np.asarray(source.norm_stats["actions"][k], np.float32) for k in ("q01", "q99"))
     span = np.asarray(q99, np.float64) - np.asarray(q01, np.float64)
@@ -298,7 +298,7 @@ def evaluate(source_path: Path, dataset_path: Path, *, episodes=None, stride: in
     predicted = unnormalise(_predict(model, inputs, dev, progress, "policy"), q01, q99)
     latency = _latency(model, inputs[0], dev)
     del model
-    first = frames.episode_end[rows] - np.bincount(frames.episode)[frames.episode[rows]]   # each row's episode start
+    first = frames.end(rows) - np.bincount(frames.episode)[frames.episode[rows]]   # each row's episode start
     held = frames.raw_action[np.where(rows > first, rows - 1, rows)]
     baselines = {HOLD: score(np.repeat(held[:, None], H, axis=1)),
                  MEAN: score(np.broadcast_to(_mean_action(dataset, spec.action_key, A), recorded.shape))}
