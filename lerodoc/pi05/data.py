@@ -33,8 +33,8 @@ import pyarrow as pa
 
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
-from lerodoc.tables.parquet_io import (column_matrix, is_list_type, iter_batches, list_values, numpy_dtype, open_parquet,
-                                      read_parquet, to_numpy)
+from lerodoc.tables.parquet_io import (column_matrix, is_list_type, iter_batches, list_values, numpy_dtype,
+                                      open_parquet, read_parquet, to_numpy)
 from lerodoc.tables.stats import normalised
 
 if TYPE_CHECKING:   # torch and PyAV are imported where batches are made: load_frames (train's index) loads neither
