@@ -11,7 +11,9 @@ its figures are drawn the way the plain ones would be.
   and task changes are its own, read whole or (a file whose columns do not convert whole) episode by episode;
 - a histogram grid redrawn for a second feature gives the PNG a fresh grid gives, flagged panels to plain and back;
 - an episode of far more frames than pixels is drawn from `m4`, whose points hold each run's ends, extremes and
-  gaps; one of fewer frames from every row.
+  gaps; one of fewer frames from every row;
+- a feature's values (every frame of it) are let go before the next feature's are read: a million episodes' state
+  and action together are over a gigabyte.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import io
 import sys
 import threading
+import weakref
 from collections import Counter
 
 import numpy as np
@@ -214,3 +217,21 @@ def test_read_columns_copies_each_file_into_place_of_the_type_concatenate_gives(
     # the second file's state and action are converted side by side (one group, float64 there): widened alike
     assert columns.values["action"].dtype == np.float64
     np.testing.assert_array_equal(columns.values["action"], action)
+
+
+def test_report_holds_one_features_values_at_a_time(tmp_path, monkeypatch):
+    root = _dataset(tmp_path / "ds", 6, per_file=4)
+    real, features, held = data.read_columns, [], []
+
+    def read_columns(ds, wanted, *args, **kwargs):
+        assert [ref() for ref in held if ref() is not None] == [], "a feature's values outlived their turn"
+        columns = real(ds, wanted, *args, **kwargs)
+        features.append(list(wanted))
+        held.extend(weakref.ref(values) for values in columns.values.values())
+        return columns
+    monkeypatch.setattr(data, "read_columns", read_columns)
+    report = report_module.build(root, tmp_path / "report.html")
+    channel_features = data.channel_features(Dataset.open(root))
+    assert len(channel_features) >= 2
+    assert features == [[]] + [[name] for name in channel_features]   # task_index and timestamps, then each feature
+    assert [r["feature"] for r in report.channels] == [name for name in channel_features for _ in range(16)]

@@ -61,14 +61,29 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | 
     sampled = data.sample_episodes(ds, sample, episodes)   # a selection the dataset cannot meet fails before work
     verdict = validate(ds.root, videos=videos, tolerance_s=tolerance_s, dataset=ds)
     features = data.channel_features(ds)
-    tick = progress("data", len(ds.data_files())) if progress else None
-    columns = data.read_columns(ds, features, sampled, workers=workers, tick=tick)
-    channels = data.channel_rows(ds, columns.values)
+    tick = progress("data", len(ds.data_files()) * (1 + len(features))) if progress else None
+    columns = data.read_columns(ds, [], sampled, workers=workers, tick=tick)   # task_index, timestamps: no feature
     thumbs = data.thumbnail_plan(ds, sampled, columns.timestamps)
     if videos and thumbs:
-        tick = progress("frames", len(thumbs)) if progress else None
-        data.decode_thumbnails(ds, thumbs, tolerance_s, workers=max(workers, 2), tick=tick)
+        tick_frames = progress("frames", len(thumbs)) if progress else None
+        data.decode_thumbnails(ds, thumbs, tolerance_s, workers=max(workers, 2), tick=tick_frames)
     from lerodoc.report import plots   # matplotlib loads only once the data is known to be readable
+    position = {id(ep): i for i, ep in enumerate(ds.episodes)}
+    channels: list[dict] = []
+    series: dict[str, dict[int, np.ndarray]] = {}   # feature -> sampled episode -> its rows
+
+    def each_feature():
+        """One feature's values at a time, read when the histograms come to it and let go before the next: a
+        million episodes' state and action together are over a gigabyte. Its channel rows and the sampled
+        episodes' rows are kept."""
+        for name in features:
+            values = data.read_columns(ds, [name], [], workers=workers, tick=tick, tasks=False).values[name]
+            rows = data.channel_rows(ds, {name: values})
+            channels.extend(rows)
+            series[name] = {ep.index: values[columns.rows(position[id(ep)])].copy() for ep in sampled}
+            yield name, values, rows
+            del values
+    grids = plots.channel_histograms(each_feature())
     per_task = Counter([task for ep in ds.episodes for task in set(ep.tasks)])
     counts = [per_task[task] for task in ds.tasks]
     summary = _summary(ds, counts, int(columns.starts[-1]))
@@ -83,8 +98,9 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | 
                "episodes_with_changes": len({c["episode"] for c in changes})})
     sections = [
         ("summary", "Summary", _summary_html(summary, findings, videos)),
-        ("channels", "Channels", _channels_html(features, columns.values, channels, report.select, plots)),
-        ("episodes", "Episodes", _episodes_html(ds, sampled, columns, channels, thumbs, videos, tolerance_s, plots)),
+        ("channels", "Channels", _channels_html(features, grids, channels, report.select)),
+        ("episodes", "Episodes", _episodes_html(ds, sampled, columns, series, channels, thumbs, videos, tolerance_s,
+                                                plots)),
         ("tasks", "Tasks", _tasks_html(ds, counts, changes, plots)),
     ]
     subtitle = (f"{escape(str(ds.root))} &middot; lerodoc {__version__} &middot; "
@@ -146,8 +162,7 @@ def _where(finding: dict) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def _channels_html(features: list[str], values: dict[str, np.ndarray], rows: list[dict], select: str | None,
-                   plots) -> str:
+def _channels_html(features: list[str], grids: list[bytes], rows: list[dict], select: str | None) -> str:
     if not features:
         return "<p class=note>No numeric state or action feature.</p>"
     flagged = [r for r in rows if r["flags"]]
@@ -171,16 +186,14 @@ def _channels_html(features: list[str], values: dict[str, np.ndarray], rows: lis
             numeric={1, 3, 4, 5, 6, 7, 8})
     if flagged:
         html += "<h3>Flagged channels</h3>" + channel_table(flagged)
-    grids = plots.channel_histograms([(name, values[name], [r for r in rows if r["feature"] == name])
-                                      for name in features])
     for name, grid in zip(features, grids):
         html += page.image(grid, alt=f"{name} histograms")
     html += f"<details><summary>All {len(rows)} channels</summary>{channel_table(rows)}</details>"
     return html
 
 
-def _episodes_html(ds: Dataset, sampled, columns, rows: list[dict], thumbs, videos: bool, tolerance_s: float,
-                   plots) -> str:
+def _episodes_html(ds: Dataset, sampled, columns, series: dict[str, dict[int, np.ndarray]], rows: list[dict], thumbs,
+                   videos: bool, tolerance_s: float, plots) -> str:
     lengths = np.diff(columns.starts)
     html = page.image(plots.episode_lengths(lengths, ds.info.fps), alt="episode lengths")
     flagged: dict[str, set[int]] = {}
@@ -189,14 +202,10 @@ def _episodes_html(ds: Dataset, sampled, columns, rows: list[dict], thumbs, vide
         names.setdefault(r["feature"], []).append(r["name"])
         if r["flags"]:
             flagged.setdefault(r["feature"], set()).add(r["channel"])
-    if columns.values:
+    if series:
         html += f"<h3>State and action of {len(sampled)} sampled episodes</h3>"
-        position = {id(ep): i for i, ep in enumerate(ds.episodes)}
-        chosen = []
-        for ep in sampled:
-            span = columns.rows(position[id(ep)])
-            chosen.append((ep.index, columns.timestamps[ep.index],
-                           {name: values[span] for name, values in columns.values.items()}))
+        chosen = [(ep.index, columns.timestamps[ep.index],
+                   {name: by_episode[ep.index] for name, by_episode in series.items()}) for ep in sampled]
         html += page.image(plots.time_series(chosen, flagged, names), alt="state and action time series")
     if not ds.info.video_keys:
         return html

@@ -71,16 +71,16 @@ class _Part:
 
 
 def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], workers: int = 1,
-                 tick: Callable[[int], None] | None = None) -> Columns:
-    """Read `features` and task_index from every data file (threads, one file each) and timestamp from the
-    files that hold sampled episodes. Each file's columns are converted once and its episodes' rows gathered by
-    index; the files' parts are joined, and put in the dataset's episode order by one gather where the files do
-    not already give it."""
+                 tick: Callable[[int], None] | None = None, tasks: bool = True) -> Columns:
+    """Read `features` and (with `tasks`) task_index from every data file (threads, one file each) and timestamp
+    from the files that hold sampled episodes. Each file's columns are converted once and its episodes' rows
+    gathered by index; the files' parts are joined, and put in the dataset's episode order by one gather where the
+    files do not already give it."""
     by_file = ds.episodes_by_data_file()
     want_time = {ep.data_file for ep in sampled}
     sampled_ids = {ep.index for ep in sampled}
     groups = groups_of(features, ds.info.features)
-    has_task = "task_index" in ds.info.features
+    has_task = tasks and "task_index" in ds.info.features
 
     def one(item: tuple[str, list[Episode]]) -> _Part:
         relative, episodes = item
@@ -100,7 +100,7 @@ def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], worke
             tick(1)
         return out
 
-    total = sum(ep.length for eps in by_file.values() for ep in eps)
+    total = int(sum(np.sum([ep.length for ep in eps]) for eps in by_file.values()))   # no Python call an episode
     values: dict[str, np.ndarray] = {}
     parts, at = [], 0
     with ThreadPoolExecutor(max(1, workers)) as pool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 
 import matplotlib
 
@@ -25,15 +26,16 @@ def png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def channel_histograms(features: list[tuple[str, np.ndarray, list[dict]]], bins: int = 40) -> list[bytes]:
+def channel_histograms(features: Iterable[tuple[str, np.ndarray, list[dict]]], bins: int = 40) -> list[bytes]:
     """Per (feature, (frames, channels) values, its channel rows) one grid of small histograms, one panel per channel,
-    flagged channels on red: the PNGs in order. Fixed margins and two ticks per panel (its min and max) keep a grid of
-    a hundred panels quick to draw; each panel's counts are `histogram`'s, drawn as one filled `stairs`.
+    flagged channels on red: the PNGs in order. `features` may be a generator that reads each feature's values when
+    asked: they are let go before the next is asked for. Fixed margins and two ticks per panel (its min and max) keep a
+    grid of a hundred panels quick to draw; each panel's counts are `histogram`'s, drawn as one filled `stairs`.
 
-    A grid is made once and redrawn for the next feature of as many channels (`_HistogramGrid`): its Axes and ticks
-    are most of a figure's cost. Every panel property is set again, so a redrawn grid gives the PNG a fresh one
-    gives (tests/test_report_speed.py). A grid with an empty panel (a channel without one finite value) is not
-    redrawn into."""
+    A grid is made once and redrawn for the next feature of as many channels (`_HistogramGrid`): its Axes and ticks are
+    most of a figure's cost. Every panel property is set again, so a redrawn grid gives the PNG a fresh one gives
+    (tests/test_report_speed.py). A grid with an empty panel (a channel without one finite value) is not redrawn into.
+    """
     out, grid = [], None
     for feature, values, rows in features:
         hists = []
@@ -42,6 +44,7 @@ def channel_histograms(features: list[tuple[str, np.ndarray, list[dict]]], bins:
             finite = np.isfinite(column)
             column = column if finite.all() else column[finite]
             hists.append(histogram(column, bins) if len(column) else None)
+        values = column = None   # let go before the next feature's values are read
         if grid is None or grid.channels != len(hists):
             grid = _HistogramGrid(len(hists))
         out.append(grid.draw(feature, hists, rows))
