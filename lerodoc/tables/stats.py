@@ -79,6 +79,15 @@ def _run_moments(part: np.ndarray, sizes: np.ndarray) -> dict[str, np.ndarray]:
     bits."""
     channels, frames = part.shape
     segments = len(sizes)
+    if segments == 1:   # one segment (a block's whole rows): np.add.reduce itself, without the lead's scatter and
+        # repeat: a million episodes' frames make one 80 MB float64 temporary a channel, not five
+        values = part.astype(np.float64, order="C")
+        mean = np.add.reduce(values, axis=1, keepdims=True) / sizes
+        values -= mean
+        np.square(values, out=values)
+        return {"min": part.min(axis=1, keepdims=True).astype(np.float64),
+                "max": part.max(axis=1, keepdims=True).astype(np.float64), "mean": mean,
+                "std": np.sqrt(np.add.reduce(values, axis=1, keepdims=True) / sizes)}
     led = np.cumsum(sizes + 1) - (sizes + 1)                   # where each led segment starts
     at = np.arange(frames) + np.repeat(np.arange(1, segments + 1), sizes)   # each value's column in `held`
     held = np.full((channels, frames + segments), -0.0)
