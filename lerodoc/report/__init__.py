@@ -63,6 +63,8 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | 
     features = data.channel_features(ds)
     tick = progress("data", len(ds.data_files()) * (1 + len(features))) if progress else None
     columns = data.read_columns(ds, [], sampled, workers=workers, tick=tick)   # task_index, timestamps: no feature
+    changes = data.task_changes(ds, columns)
+    columns.task_index = None   # every row's: let go before the features are read
     thumbs = data.thumbnail_plan(ds, sampled, columns.timestamps)
     if videos and thumbs:
         tick_frames = progress("frames", len(thumbs)) if progress else None
@@ -88,7 +90,6 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | 
     counts = [per_task[task] for task in ds.tasks]
     summary = _summary(ds, counts, int(columns.starts[-1]))
     findings = verdict.to_json()
-    changes = data.task_changes(ds, columns)
     report = Report(
         dataset=str(ds.root), output=str(Path(out).absolute()), summary=summary, validate=findings,
         channels=channels, select=data.select_command(ds, channels),
