@@ -1,5 +1,6 @@
 """lerodoc.run.parallel.pmap: its workers start from a fresh interpreter, not from fork() of the mapping process,
-and see the environment and working folder the mapping process has when it maps."""
+and see the environment and working folder the mapping process has when it maps. `in_order` runs threads in order
+with few results made ahead."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+
+import pytest
 
 from lerodoc import budget
 from lerodoc.run.parallel import pmap
@@ -84,3 +87,18 @@ def test_the_workers_example_of_api_md_runs_as_a_script(tmp_path):
     items, workers = map(int, proc.stdout.split("pools (")[1].split(")")[0].split(", "))
     assert workers == 2 and items >= 2, proc.stdout   # a pool ran
     assert (tmp_path / "data/pusht_v21/meta/info.json").is_file()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_in_order_gives_results_in_order_with_few_made_ahead(threads):
+    from lerodoc.run.parallel import in_order
+    pulled = []
+
+    def items():
+        for i in range(10):
+            pulled.append(i)
+            yield i
+    results = in_order(lambda i: i * i, items(), threads=threads)
+    assert next(results) == 0
+    assert len(pulled) == threads + 1   # Executor.map would have taken all ten
+    assert list(results) == [i * i for i in range(1, 10)]

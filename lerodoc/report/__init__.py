@@ -70,7 +70,8 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | 
         tick_frames = progress("frames", len(thumbs)) if progress else None
         data.decode_thumbnails(ds, thumbs, tolerance_s, workers=max(workers, 2), tick=tick_frames)
     from lerodoc.report import plots   # matplotlib loads only once the data is known to be readable
-    position = {id(ep): i for i, ep in enumerate(ds.episodes)}
+    chosen = {id(ep) for ep in sampled}
+    position = {id(ep): i for i, ep in enumerate(ds.episodes) if id(ep) in chosen}   # of the sampled episodes
     channels: list[dict] = []
     series: dict[str, dict[int, np.ndarray]] = {}   # feature -> sampled episode -> its rows
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import numpy as np
+import pyarrow as pa
 
 from lerodoc.media.clips import read_errors, reason
 from lerodoc.dataset import Dataset, read_rows
@@ -22,6 +23,7 @@ from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import INDEX_FEATURES
 from lerodoc.ops.quantiles import channel_table
 from lerodoc.tables.parquet_io import column_matrix
+from lerodoc.run.parallel import in_order
 from lerodoc.selection import Selection
 from lerodoc.tables.stats import block_stats, groups_of
 from lerodoc.media.frames import Cursor, keyframe_gap, open_video, probe
@@ -103,21 +105,24 @@ def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], worke
     total = int(sum(np.sum([ep.length for ep in eps]) for eps in by_file.values()))   # no Python call an episode
     values: dict[str, np.ndarray] = {}
     parts, at = [], 0
-    with ThreadPoolExecutor(max(1, workers)) as pool:
-        # each file's values copied into place as it comes (in order) and let go: a million episodes' values are a
-        # gigabyte or more, and the files' parts were held beside their concatenation
-        for part in pool.map(one, by_file.items()):
-            rows = 0
-            for name, matrix in part.values.items():
-                values[name] = _room(values.get(name), matrix, total)
-                values[name][at:at + len(matrix)] = matrix
-                rows = len(matrix)
-            part.values = {}
-            parts.append(part)
-            at += rows
-    position = {id(ep): i for i, ep in enumerate(ds.episodes)}
-    order = np.array([position[id(ep)] for eps in by_file.values() for ep in eps],
-                     dtype=np.int64)    # the dataset position of each episode as the parts hold them
+    # each file's values copied into place as it comes (in order) and let go, with few files read ahead: a million
+    # episodes' values are a gigabyte or more, and the files' parts were held beside their concatenation
+    for part in in_order(one, by_file.items(), threads=workers):
+        rows = 0
+        for name, matrix in part.values.items():
+            values[name] = _room(values.get(name), matrix, total)
+            values[name][at:at + len(matrix)] = matrix
+            rows = len(matrix)
+        part.values = {}
+        parts.append(part)
+        at += rows
+        # the file's table is gone: pyarrow's pool (mimalloc) would keep its pages for the next read, while this
+        # feature's values grow to a gigabyte beside them
+        pa.default_memory_pool().release_unused()
+    # the dataset position of each episode as the parts hold them: file by file, each file's in the dataset's order
+    # (a stable sort of each episode's file rank; a dict by episode is a hundred MB at a million episodes)
+    rank = {file: k for k, file in enumerate(by_file)}
+    order = np.argsort(np.array([rank[ep.data_file] for ep in ds.episodes], dtype=np.int64), kind="stable")
     lengths = np.array([ep.length for ep in ds.episodes], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)])
     widths = {name: (g.dtype, w) for g in groups for name, w in zip(g.names, g.widths)}

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, TypeVar
+from collections import deque
+from typing import Callable, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -80,3 +81,18 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
                 if progress:
                     progress(1)
         return [f.result() for f in futures]
+
+
+def in_order(fn: Callable[[T], R], items: Iterable[T], *, threads: int = 1) -> Iterator[R]:
+    """fn(item) for each item, in order, across `threads` threads, with at most `threads` results made ahead of the
+    one the caller takes: Executor.map submits every item at once, and the results that finish early wait in
+    memory (a data file's columns each) until the caller comes to them."""
+    from concurrent.futures import ThreadPoolExecutor   # only when asked
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        pending = deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) > max(1, threads):
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
