@@ -259,6 +259,7 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
             if task not in tasks:
                 tasks.append(task)
             task_map.append(tasks.index(task))
+        task_map = tuple(task_map)   # one a source, shared by its picks and row pieces (not a tuple an episode)
         for ep in ds.episodes:
             if ep.index not in kept_numbers:
                 summaries[i].excluded.append(ep.index)
@@ -267,7 +268,7 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
             if row is None or not stats_normal(row, info.features):   # else nothing to reshape or drop
                 ep.stats, changed = normalise_stats(ep.stats, info.features)
                 reshaped |= changed
-            picks.append(rewrite.Pick(ds, ep, tuple(task_map)))
+            picks.append(rewrite.Pick(ds, ep, task_map))
             summaries[i].episodes_out += 1
             summaries[i].frames_out += ep.length
     if reshaped:
