@@ -46,7 +46,7 @@ PER_JOB = 16   # -> v2.1: episode clips cut per worker task
 Progress = Callable[[str, int], Callable[[int], None]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # one an episode: no per-object attribute space (48 bytes each)
 class Pick:
     """One source episode going into the output; `task_map[old task_index]` is its new task_index."""
     dataset: Dataset
@@ -54,7 +54,7 @@ class Pick:
     task_map: tuple[int, ...] | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # one an episode, and pickled to the workers: no per-object attribute space
 class RowPiece:
     """One episode's rows: where they are read, where they go, and their new numbering."""
     src_file: str
@@ -586,8 +586,9 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
         sizes: dict = {}
         for kind, group in file_groups([_data_bytes(p.dataset, p.episode, sizes) for p in picks], caps_mb[0] * MB,
                                        whole):
+            name = v30.data_file(chunk, file)   # one string a file, its episodes share it
             for i in group:
-                new_eps[i].data_file = v30.data_file(chunk, file)
+                new_eps[i].data_file = name
             if kind == "link":
                 linked.update(group)
             chunk, file = v30.next_file(chunk, file, info.chunks_size)
