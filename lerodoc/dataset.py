@@ -272,6 +272,14 @@ class Dataset:
         """Data parquet files in row order."""
         return list(dict.fromkeys(ep.data_file for ep in self.episodes))
 
+    def keep_stats(self, keep: bool) -> None:
+        """Whether the episodes' stats tables stay held where a rewrite would let them go once their rows are
+        copied (`formats.v30.StatsColumns.keep`; tables past the stats budget go all the same): a source rewritten
+        again (split's parts) reads them once, not once a part."""
+        for holder in stats_holders(self.episodes).values():
+            if hasattr(holder, "keep"):
+                holder.keep = keep
+
     def episodes_by_data_file(self) -> dict[str, list[Episode]]:
         """Each data file (relative path, in row order) -> its episodes, in row order."""
         by_file: dict[str, list[Episode]] = {}

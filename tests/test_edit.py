@@ -394,3 +394,25 @@ def test_every_output_loads_aligned_in_lerobot(built):
     for (label, case), report in zip(jobs, reports):
         assert report["frames_checked"] == sum(e["length"] for e in case["expect"]["episodes"]), label
         assert report["misaligned"] == 0 and report["value_mismatches"] == 0, label
+
+
+def test_split_reads_its_sources_stats_table_once_for_every_part(tmp_path, monkeypatch):
+    """A part's rewrite lets its source's stats table go once its rows are copied; within the stats budget split
+    keeps it for the next part instead of reading it again. A table past the budget (transient) goes all the same."""
+    from lerodoc.formats import v30
+    from lerodoc.ops.split import split
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=9, lengths=6, cameras=()).root
+    real, reads = v30._stats_table, []
+    monkeypatch.setattr(v30, "_stats_table", lambda table, path: reads.append(path) or real(table, path))
+    split(root, tmp_path / "parts", fractions={"a": 0.4, "b": 0.3, "c": 0.3})
+    assert len(reads) == 1
+    assert sum(len(Dataset.open(tmp_path / "parts" / name).episodes) for name in ("a", "b", "c")) == 9
+
+    holder = v30.StatsColumns(next(root.glob("meta/episodes/*/*.parquet")))
+    holder.keep = True
+    held = holder.table
+    holder.release()
+    assert holder.table is held                 # kept
+    holder.transient = True
+    holder.release()
+    assert holder.table is not held             # past the budget: let go, read again

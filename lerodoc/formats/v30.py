@@ -145,6 +145,9 @@ class StatsColumns:
         # past the stats budget (`Dataset._require_stats_shapes`): the table is let go after each `peek`, and what
         # the checks ask of it (which rows hold stats, whether it is normal, its layout) is kept instead
         self.transient = False
+        # a source rewritten again (split's parts): its table, when within the budget (not transient), stays held
+        # where a rewrite would let it go once its rows are copied (`Dataset.keep_stats`)
+        self.keep = False
         self._with_stats: np.ndarray | None = None
         self._normal: list[tuple[dict, bool]] = []
         self._layout: dict | None = None
@@ -157,7 +160,10 @@ class StatsColumns:
         return self._table
 
     def release(self) -> None:
-        """Let go of the table read (it is read again if asked for): a rewrite whose episodes no longer use it."""
+        """Let go of the table read (it is read again if asked for): a rewrite whose episodes no longer use it. A
+        table kept (`keep`) within the budget stays."""
+        if self.keep and not self.transient:
+            return
         self._table = None
 
     def peek(self, ask: Callable[[StatsTable], object], features: dict | None = None):

@@ -162,7 +162,9 @@ def split(src: Path, out: Path, *, fractions: Mapping[str, float] | None = None,
     to = to or output_version(src)
 
     def run(root: Path, plan_only: bool) -> None:
+        last = list(parts)[-1] if parts else None
         for name, chosen in parts.items():
+            ds.keep_stats(name != last)   # the source's stats tables, read once for every part
             part: MergeReport = merge([ds], root / name, episodes={0: Selection.of(chosen)}, to=to, workers=workers,
                                       dry_run=plan_only, progress=progress)
             part.output = str(Path(out).absolute() / name)
