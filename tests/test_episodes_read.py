@@ -70,8 +70,9 @@ def test_a_path_template_with_an_unknown_field_is_refused_not_a_crash(copy):
 
 
 def test_task_lists_are_the_rows_with_one_str_per_text():
-    """An episode's tasks read column-wise: each row a list of its own, equal to pyarrow's rows (null and empty rows
-    an empty list), every distinct text one str shared by the rows (a million episodes held 1M copies of a few)."""
+    """An episode's tasks read column-wise: each row a list equal to pyarrow's row (null and empty rows an empty
+    list), every distinct text one str and every distinct list of texts one list, shared by the rows that hold it
+    (a million episodes held 1M copies of a few; nothing changes an episode's list in place)."""
     import pyarrow as pa
     from lerodoc.formats.v30 import _task_lists
     kind = pa.list_(pa.string())
@@ -82,7 +83,7 @@ def test_task_lists_are_the_rows_with_one_str_per_text():
         got = _task_lists(pa.table({"tasks": column}))
         assert got == [list(v or []) for v in column.to_pylist()]
     got = _task_lists(pa.table({"tasks": pa.array(rows[3:] + rows[:2], kind)}))
-    assert got[1][0] is got[2][0] is got[3][1] and got[1] is not got[2]
+    assert got[1][0] is got[2][0] is got[3][1] and got[1] is got[2] and got[1] is not got[3]
     assert _task_lists(pa.table({"length": [1, 2]})) == [[], []]
 
 
