@@ -34,7 +34,7 @@ import pyarrow as pa
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.tables.parquet_io import (column_matrix, is_list_type, iter_batches, list_values, numpy_dtype,
-                                      open_parquet, read_parquet, to_numpy)
+                                      open_parquet, read_parquet, read_row_groups, to_numpy)
 from lerodoc.tables.stats import normalised
 
 if TYPE_CHECKING:   # torch and PyAV are imported where batches are made: load_frames (train's index) loads neither
@@ -174,7 +174,8 @@ def _whole_columns(dataset: Dataset, wanted: Wanted, lengths: np.ndarray) -> dic
                 if offset >= high:
                     break
         else:   # gaps, overlaps or episodes out of row order: each range's rows, in episode order
-            table = read_parquet(path, columns, head.index)
+            table = read_row_groups(parquet, path, list(range(parquet.metadata.num_row_groups)), columns,
+                                    head.index)   # the file opened above, not opened again
             rows = np.repeat(start - np.cumsum(length) + length, length) + np.arange(size)
             if not place(table, rows, size, at):
                 return None

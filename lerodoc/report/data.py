@@ -102,7 +102,8 @@ def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], worke
             tick(1)
         return out
 
-    total = int(sum(np.sum([ep.length for ep in eps]) for eps in by_file.values()))   # no Python call an episode
+    lengths = np.array([ep.length for ep in ds.episodes], dtype=np.int64)
+    total = int(lengths.sum())
     values: dict[str, np.ndarray] = {}
     parts, at = [], 0
     # each file's values copied into place as it comes (in order) and let go, with few files read ahead: a million
@@ -123,7 +124,6 @@ def read_columns(ds: Dataset, features: list[str], sampled: list[Episode], worke
     # (a stable sort of each episode's file rank; a dict by episode is a hundred MB at a million episodes)
     rank = {file: k for k, file in enumerate(by_file)}
     order = np.argsort(np.array([rank[ep.data_file] for ep in ds.episodes], dtype=np.int64), kind="stable")
-    lengths = np.array([ep.length for ep in ds.episodes], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)])
     widths = {name: (g.dtype, w) for g in groups for name, w in zip(g.names, g.widths)}
     values = {name: values[name] if name in values else np.empty((0, widths[name][1]), dtype=widths[name][0])
