@@ -98,3 +98,25 @@ def test_opening_a_dataset_imports_no_pyarrow_compute(tmp_path):
             "assert ds.episodes[0].tasks; print(sorted(m for m in ('pandas', 'pyarrow.compute') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_episodes_without_cameras_share_one_empty_videos_mapping_that_refuses_changes(tmp_path):
+    """An episode without cameras holds NO_VIDEOS, shared (an empty dict each was 64 bytes an episode), in every
+    reader and in a rewrite's new episodes; a change in place raises (videos are replaced), and a worker process's
+    copy is NO_VIDEOS again."""
+    import pickle
+    from lerodoc.formats.model import NO_VIDEOS, Episode
+    from lerodoc.ops.merge import merge
+    from tests.fixtures.factory import make_dataset
+    for version in ("v2.1", "v3.0"):
+        root = make_dataset(tmp_path / version, version=version, episodes=3, lengths=[3, 4, 5], cameras=()).root
+        assert all(ep.videos is NO_VIDEOS for ep in Dataset.open(root).episodes), version
+    merge([tmp_path / "v2.1", tmp_path / "v3.0"], tmp_path / "merged")
+    assert all(ep.videos is NO_VIDEOS for ep in Dataset.open(tmp_path / "merged").episodes)
+    ep = Episode(index=0, length=1, tasks=[], data_file="data.parquet", data_row=0, from_index=0)
+    assert ep.videos is NO_VIDEOS and ep.videos == {} and dict(ep.videos) == {}
+    for change in (lambda v: v.__setitem__("cam", 1), lambda v: v.update(cam=1), lambda v: v.pop("cam", None),
+                   lambda v: v.setdefault("cam", 1), lambda v: v.clear()):
+        with pytest.raises(TypeError, match="replaced"):
+            change(ep.videos)
+    assert pickle.loads(pickle.dumps(ep)).videos is NO_VIDEOS and NO_VIDEOS == {}

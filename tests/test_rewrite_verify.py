@@ -76,12 +76,42 @@ def test_verify_holds_the_written_episodes_to_the_planned_ones(tmp_path):
     verify = rewrite.verify
     root = make_dataset(tmp_path / "ds", version="v3.0", episodes=4, lengths=[3, 4, 5, 6], cameras=()).root
     planned = Dataset.open(root).episodes
-    verify(root, "v3.0", planned)
+    verify(root, "v3.0", rewrite.planned(planned))
     for changed in ({"index": 9}, {"length": 7}, {"data_file": "data/chunk-000/file-009.parquet"}, {"from_index": 1}):
         wrong = list(planned)
         wrong[2] = replace(planned[2], **changed)
         with pytest.raises(VerificationError):
-            verify(root, "v3.0", wrong)
+            verify(root, "v3.0", rewrite.planned(wrong))
     for wrong, to in ((planned[:-1], "v3.0"), (planned, "v2.1")):
         with pytest.raises(VerificationError):
-            verify(root, to, wrong)
+            verify(root, to, rewrite.planned(wrong))
+
+
+def test_planned_is_columns_and_lets_go_of_the_written_stats(tmp_path):
+    """rewrite.planned: the episodes' numbers, lengths, first rows and data files as verify compares them, and their
+    stats let go (written: at a million episodes a table of gigabytes); the frames are the lengths' sum."""
+    import numpy as np
+    from lerodoc.dataset import Dataset
+    from lerodoc.formats.model import stats_row
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=3, lengths=[3, 4, 5], cameras=()).root
+    episodes = Dataset.open(root).episodes
+    assert all(stats_row(ep) is not None for ep in episodes)
+    expected = rewrite.planned(episodes)
+    assert expected.index.tolist() == [0, 1, 2] and expected.length.tolist() == [3, 4, 5]
+    assert expected.from_index.tolist() == [0, 3, 7] and expected.frames == 12 and len(expected) == 3
+    assert expected.data_files == [ep.data_file for ep in episodes]
+    assert all(stats_row(ep) is None and ep.stats == {} for ep in episodes)
+    assert expected.index.dtype == np.int64
+
+
+def test_verify_keeps_of_the_output_what_the_kept_check_reads(tmp_path):
+    """The output verify opened is what promotion's kept check reads (staging.written): of a v3.0 output only its
+    first episode is kept (the kept check reads its data file's footer; the cameras come from the episodes files'
+    columns), of a v2.1 output every episode (their per-episode stats name its cameras)."""
+    from lerodoc.dataset import Dataset
+    from lerodoc.promote import staging
+    for version in ("v3.0", "v2.1"):
+        root = make_dataset(tmp_path / version, version=version, episodes=3, lengths=[3, 4, 5], cameras=()).root
+        rewrite.verify(root, version, rewrite.planned(Dataset.open(root).episodes))
+        noted = staging._written(root)
+        assert noted is not None and len(noted.episodes) == (1 if version == "v3.0" else 3)

@@ -21,6 +21,26 @@ class VideoSpan:
     to_timestamp: float
 
 
+class _NoVideos(dict):
+    """The videos of an episode without cameras: one empty mapping every such episode shares (an empty dict of its
+    own was 64 bytes an episode). It refuses changes: an episode's videos are replaced, never changed in place."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("an episode's videos are replaced (ep.videos = {...}), never changed in place")
+
+    __setitem__ = __delitem__ = __ior__ = update = setdefault = pop = popitem = clear = _refuse
+
+    def __reduce__(self):   # a worker process's copy is its own NO_VIDEOS too
+        return _no_videos, ()
+
+
+NO_VIDEOS = _NoVideos()
+
+
+def _no_videos() -> _NoVideos:
+    return NO_VIDEOS
+
+
 class StatsRow:
     """An episode's stats while nobody has read them: row `position` of a `StatsTable`, or of a holder's (an object
     whose `table` reads it on first use). Calling it gives the row's dict (a fresh one each time, so two episodes
@@ -70,7 +90,7 @@ class Episode:
     data_file: str              # relative to the dataset root
     data_row: int               # first row of the episode inside data_file
     from_index: int             # dataset_from_index: global row of the first frame
-    videos: dict[str, VideoSpan] = field(default_factory=dict)
+    videos: dict[str, VideoSpan] = field(default_factory=_no_videos)   # NO_VIDEOS: none, shared
     stats: Stats = LazyStats()  # a dict, or a function giving it on first read (LazyStats)
     source: str | None = None   # the metadata file that lists the episode (relative), where its pointers are held
 

@@ -18,7 +18,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import (PARSED_PER_BYTE, PARSED_PER_LINE, line_runs, parse_lines, read_json, read_jsonl,
                                    stats_from_json, stats_to_json, write_json, write_jsonl)
-from lerodoc.formats.model import Episode, StatsRow, VideoSpan
+from lerodoc.formats.model import NO_VIDEOS, Episode, StatsRow, VideoSpan
 from lerodoc.formats.stats import StatsTable
 
 VERSION = "v2.1"
@@ -214,7 +214,7 @@ def read(root: Path, info: Info, *, episode_stats: bool = True):
             index=index, length=length, tasks=[tasks] if isinstance(tasks, str) else list(tasks),
             data_file=data_file(info, index), data_row=0, from_index=cursor,
             videos={key: VideoSpan(video_file(info, key, index), 0.0, length / info.fps)
-                    for key in info.video_keys},
+                    for key in info.video_keys} if info.video_keys else NO_VIDEOS,
             stats=StatsRow(per_episode, position) if per_episode else {}, source=EPISODES_PATH))
         cursor += length
     return episodes, read_tasks(root), read_dataset_stats(root)

@@ -26,7 +26,7 @@ from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import parse, read_json, replace_file, stats_from_json, stats_to_json, write_json
-from lerodoc.formats.model import Episode, StatsRow, VideoSpan, column_order, stats_columns
+from lerodoc.formats.model import NO_VIDEOS, Episode, StatsRow, VideoSpan, column_order, stats_columns
 from lerodoc.formats.stats import StatsTable
 from lerodoc.tables.parquet_io import (arrow_array, null_free, open_parquet, read_parquet, read_schema, regular_rows,
                                       to_numpy)
@@ -325,7 +325,7 @@ def _whole_columns(tables: list[pa.Table], names: list[str], video_keys: list[st
                                        column[f"videos/{key}/file_index"], video_key=key),
                       column[f"videos/{key}/from_timestamp"].astype(float).tolist(),
                       column[f"videos/{key}/to_timestamp"].astype(float).tolist())) for key in video_keys]
-    videos = [dict(zip(video_keys, row)) for row in zip(*spans)] if spans else [{} for _ in sources]
+    videos = [dict(zip(video_keys, row)) for row in zip(*spans)] if spans else [NO_VIDEOS] * len(sources)
     return [Episode(index=index, length=length, tasks=task, data_file=file, data_row=0,
                     from_index=start, videos=windows, stats=stats, source=source)
             for index, length, task, file, start, windows, stats, source in zip(
@@ -350,7 +350,7 @@ def read(root: Path, info: Info):
         where a value is missing or of the wrong kind, in the order the row is read)."""
         index = int(value("episode_index"))
         where = (int(value("data/chunk_index")), int(value("data/file_index")))
-        videos = {}
+        videos = {} if video_keys else NO_VIDEOS
         for key in video_keys:
             at = (key, int(value(f"videos/{key}/chunk_index")), int(value(f"videos/{key}/file_index")))
             if at not in video_files:
@@ -470,25 +470,23 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | C
     n = len(episodes)
     where = {path: chunk_file_of(path) for path in dict.fromkeys(
         [e.data_file for e in episodes] + [s.file for e in episodes for s in e.videos.values()])}   # once a file
-    columns: dict[str, list] = {
-        "episode_index": [e.index for e in episodes],
-        "tasks": [e.tasks for e in episodes],
-        "length": [e.length for e in episodes],
-        "data/chunk_index": [where[e.data_file][0] for e in episodes],
-        "data/file_index": [where[e.data_file][1] for e in episodes],
-        "dataset_from_index": [e.from_index for e in episodes],
-        "dataset_to_index": [e.to_index for e in episodes],
+    # each column's Python list made and let go in turn (a million episodes' lists are 100 MB or more apiece)
+    arrays: dict[str, pa.Array] = {
+        "episode_index": arrow_array([e.index for e in episodes]),
+        "tasks": arrow_array([e.tasks for e in episodes], pa.list_(pa.string())),
+        "length": arrow_array([e.length for e in episodes]),
+        "data/chunk_index": arrow_array([where[e.data_file][0] for e in episodes]),
+        "data/file_index": arrow_array([where[e.data_file][1] for e in episodes]),
+        "dataset_from_index": arrow_array([e.from_index for e in episodes]),
+        "dataset_to_index": arrow_array([e.to_index for e in episodes]),
     }
     for key in info.video_keys:
         spans = [e.videos[key] for e in episodes]
-        columns[f"videos/{key}/chunk_index"] = [where[s.file][0] for s in spans]
-        columns[f"videos/{key}/file_index"] = [where[s.file][1] for s in spans]
-        columns[f"videos/{key}/from_timestamp"] = [s.from_timestamp for s in spans]
-        columns[f"videos/{key}/to_timestamp"] = [s.to_timestamp for s in spans]
-    types = {"tasks": pa.list_(pa.string())}
-    arrays = {name: arrow_array(values, types.get(name, pa.float64() if "timestamp" in name
-                                                  and name.startswith("videos/") else None))
-              for name, values in columns.items()}
+        arrays[f"videos/{key}/chunk_index"] = arrow_array([where[s.file][0] for s in spans])
+        arrays[f"videos/{key}/file_index"] = arrow_array([where[s.file][1] for s in spans])
+        arrays[f"videos/{key}/from_timestamp"] = arrow_array([s.from_timestamp for s in spans], pa.float64())
+        arrays[f"videos/{key}/to_timestamp"] = arrow_array([s.to_timestamp for s in spans], pa.float64())
+        spans = None
     if stream is None:
         arrays.update(_stats_columns(episodes))
         nbytes = sum(a.nbytes for a in arrays.values())

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lerodoc import formats
+from lerodoc.budget import give_back
 from lerodoc.conventions import INFO_PATH
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
@@ -93,7 +94,6 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
         episodes = result.episodes
         stats = _stats(tmp, ds, episodes, workers, report) if to == "v3.0" else None
         formats.module(to).write_meta(tmp, ds.info, episodes, ds.tasks, stats)
-        rewrite.verify(tmp, to, episodes)
         report.renumbered_episodes = result.renumbered
         report.retimed_clips = result.retimed
         if result.computed_stats:
@@ -101,6 +101,10 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
                                    "features (camera stats need decoding and were not computed)")
         report.data_files = len({ep.data_file for ep in episodes})
         report.video_files = len({span.file for ep in episodes for span in ep.videos.values()})
+        expected = rewrite.planned(episodes)
+        result = episodes = plan = picks = None   # the new episodes let go before verify opens the output
+        give_back()
+        rewrite.verify(tmp, to, expected)
         report.bytes_out = rewrite.tree_size(tmp)
     report.seconds = round(time.perf_counter() - started, 3)
     return report

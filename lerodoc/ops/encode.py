@@ -201,7 +201,8 @@ def images_to_video(ds: Dataset, out: Path | None, report: EncodeReport, setting
         moved = {}
         for job, (rel, span) in zip(jobs, placed):
             moved[str(scratch / rel)] = rel
-            next(ep for ep in ds.episodes if ep.index == job.episode).videos[job.key] = span
+            ep = next(ep for ep in ds.episodes if ep.index == job.episode)
+            ep.videos = {**ep.videos, job.key: span}
         features = {}
         for name, spec in ds.info.features.items():
             if name in keys:

@@ -24,6 +24,7 @@ from lerodoc.formats.model import stats_normal, stats_row, stats_stack
 from lerodoc.formats.stats import normalise_stats
 from lerodoc.ops import rewrite
 from lerodoc.ops.stats import dataset_quantiles
+from lerodoc.promote.kept import trim_to_held
 from lerodoc.promote.staging import check_output, staged_output
 from lerodoc.selection import Selection, parse
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
@@ -299,9 +300,9 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine, stream=to == "v3.0")
         new_eps, stream, retimed = result.episodes, result.stream, result.retimed
         plan = picks = result = None   # a million picks and row pieces let go: the new episodes are what is written
-        for ds, own in zip(datasets, owned):   # and a v3.0 source's episodes (0.7 GB a million): what is left to ask
-            if own and ds.version == "v3.0":   # of it is its first episode's data file (promote.kept.held)
-                ds.episodes = ds.episodes[:1]
+        for ds, own in zip(datasets, owned):   # and a source's episodes (0.7 GB a million) beyond what is left to
+            if own:                            # ask of it: the kept check's (promote.kept.held)
+                trim_to_held(ds)
         give_back()
         data_files = [tmp / f for f in dict.fromkeys(ep.data_file for ep in new_eps)]
         quantiles, _ = dataset_quantiles(data_files, info.numeric_keys, info.features, sum(e.length for e in new_eps),
@@ -312,9 +313,11 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
             stats = dataset_stats(stats_stack(new_eps), quantiles)
             formats.module(to).write_meta(tmp, info, new_eps, tasks, stats if to == "v3.0" else None)
         stream = None
+        expected = rewrite.planned(new_eps)
+        new_eps = None   # the new episodes let go before verify opens the output (its own million)
         give_back()
-        rewrite.verify(tmp, to, new_eps)
-        report.episodes, report.frames, report.tasks = len(new_eps), sum(e.length for e in new_eps), len(tasks)
+        rewrite.verify(tmp, to, expected)
+        report.episodes, report.frames, report.tasks = len(expected), expected.frames, len(tasks)
         report.retimed_clips = retimed
         report.bytes_copied = rewrite.tree_size(tmp)
     report.seconds = round(time.perf_counter() - started, 3)

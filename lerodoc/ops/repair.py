@@ -121,7 +121,7 @@ def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], 
         if (file, first, length) != (ep.data_file, ep.data_row, ep.length):
             changes.append(f"episode {ep.index}: rows are in {file} at row {first} ({length} rows); the metadata "
                            f"said {ep.data_file} at row {ep.data_row} ({ep.length} rows)")
-        episodes.append(replace(ep, data_file=file, data_row=first, length=length, videos=dict(ep.videos),
+        episodes.append(replace(ep, data_file=file, data_row=first, length=length, videos=dict(ep.videos) if ep.videos else ep.videos,
                                 stats=shared_stats(ep)))
     loose = formats.loose_files(ds.root, ".mp4") if ds.info.video_keys else []
     lost: list[tuple[str, str, str, list[int]]] = []      # camera, file, why, episodes: what cannot be fixed
@@ -384,8 +384,11 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
                 numeric = {key: every[key] for key in info.numeric_keys if key in every}
                 return {**{**every, **stated}, **numeric}
             formats.module(to).write_meta(tmp, info, result.episodes, tasks, finish, stream=stream)
-        rewrite.verify(tmp, to, result.episodes)
-    result = staged = stream = None   # the new episodes let go before the output's validate
+        expected = rewrite.planned(result.episodes)
+        result = staged = stream = None   # the new episodes let go before verify's open and the output's validate
+        give_back()
+        rewrite.verify(tmp, to, expected)
+    expected = None
     give_back()
     after = validate(target, videos=True)
     report.output = str(target.absolute())

@@ -34,7 +34,7 @@ from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix,
                                        iter_batches, numpy_dtype, open_parquet, read_parquet, read_schema)
 from lerodoc.formats.info import canonical_feature
 from lerodoc.promote.links import link_or_copy
-from lerodoc.promote import staging
+from lerodoc.promote import kept, staging
 from lerodoc.tables.stats import EpisodeStacks, table_stacks
 
 if TYPE_CHECKING:   # lerodoc.media.video (PyAV) is imported where clips are handled: no rewrite without videos loads it
@@ -741,7 +741,7 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
         for vf, clips in zip(job, written):
             for number, clip in zip(vf.episodes, clips):
                 ep = new_eps[number]
-                ep.videos[vf.key] = VideoSpan(vf.path, clip.from_timestamp, clip.to_timestamp)
+                ep.videos = {**ep.videos, vf.key: VideoSpan(vf.path, clip.from_timestamp, clip.to_timestamp)}
                 if clip.frames != ep.length:
                     source = picks[number]
                     span = source.episode.videos[vf.key]
@@ -754,7 +754,7 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
                                        hint="lerodoc validate --videos names the cause")
                 if clip.retimed:
                     result.retimed.append({"episode": number, "camera": vf.key})
-    for ep in new_eps:
+    for ep in new_eps if info.video_keys else ():   # in the features' order
         ep.videos = {key: ep.videos[key] for key in info.video_keys}
     result.retimed.sort(key=lambda r: (r["episode"], r["camera"]))
     return result
@@ -800,19 +800,44 @@ def _stream(episodes: list[Episode], blocks: list[BlockResult]) -> GatherStream 
     return GatherStream.of(episodes, EpisodeStacks.joined(kinds[0]) if kinds else None)
 
 
-def verify(root: Path, to: str, expected: list[Episode]) -> None:
-    """The written tree opens as `to` and holds exactly the planned episodes and frames. The caller writes nothing
-    after it: this open is what promotion's kept check reads (`staging.written`). The expected episodes' stats are
-    let go first (`let_go_stats`): they are written, and at a million episodes their table is gigabytes that would
-    sit beside this second open (and, in repair, beside the output's validate)."""
-    let_go_stats(expected)
+@dataclass(frozen=True)
+class Planned:
+    """What `verify` holds a written tree to, as columns: the planned episodes' numbers, lengths, first global
+    rows and data files (`planned` makes it; 40 bytes an episode, where the episodes are about 400)."""
+    index: np.ndarray
+    length: np.ndarray
+    from_index: np.ndarray
+    data_files: list[str]
+
+    @property
+    def frames(self) -> int:
+        return int(self.length.sum())
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def planned(episodes: list[Episode]) -> Planned:
+    """The written episodes as `verify` compares them. Their stats are let go (`let_go_stats`): they are written,
+    and at a million episodes their table is gigabytes that would sit beside verify's open of the output (and, in
+    repair, beside its validate). A caller that lets go of the episodes too verifies at the cost of one open."""
+    let_go_stats(episodes)
+    return Planned(_column(episodes, "index"), _column(episodes, "length"), _column(episodes, "from_index"),
+                   [e.data_file for e in episodes])
+
+
+def verify(root: Path, to: str, expected: Planned) -> None:
+    """The written tree opens as `to` and holds exactly the planned episodes and frames (`planned`). The caller
+    writes nothing after it: this open is what promotion's kept check reads (`staging.written`), and of its episodes
+    only what that check reads is kept (`kept.trim_to_held`)."""
     opened = Dataset.open(root)
     same = opened.version == to and len(opened.episodes) == len(expected) and all(
-        np.array_equal(_column(opened.episodes, name), _column(expected, name))
+        np.array_equal(_column(opened.episodes, name), getattr(expected, name))
         for name in ("index", "length", "from_index")) and \
-        [e.data_file for e in opened.episodes] == [e.data_file for e in expected]
+        [e.data_file for e in opened.episodes] == expected.data_files
     if not same:
         raise VerificationError("written metadata does not describe the planned episodes", file=root)
+    kept.trim_to_held(opened)
     staging.written(root, opened)
 
 

@@ -51,6 +51,14 @@ def held(ds: Dataset, cameras: dict[str, list[str]] | None = None) -> set[str]:
     return set(ds.info.features) | columns | set(undeclared_cameras(ds) if cameras is None else cameras)
 
 
+def trim_to_held(ds: Dataset) -> None:
+    """Let go of what `held` does not read of `ds`'s episodes: of a v3.0 dataset (its cameras are named by the
+    episodes files' columns) all but the first (hundreds of MB at a million episodes); of a v2.x one, none (its
+    per-episode stats name cameras)."""
+    if ds.version == "v3.0":
+        ds.episodes = ds.episodes[:1]
+
+
 def require_kept(sources: list[Path | Dataset], out: Path | Dataset, *, dropped: set[str] = frozenset(),
                  renamed: dict[str, str] | None = None) -> None:
     """Refuse the written dataset at `out` (its path, or the dataset as the command opened it) when it lacks a
