@@ -86,6 +86,33 @@ def test_a_rewrite_past_the_stats_budget_writes_what_the_whole_path_writes(sourc
         assert not held
 
 
+def test_a_stream_refused_after_the_blocks_are_joined_updates_from_the_join(source, tmp_path, monkeypatch):
+    """The blocks' stats are let go stat by stat as they are joined (rewrite._new_stats); a GatherStream refused
+    after that (GatherStream.of gives None) updates the episodes from the join itself, so what is written is what
+    the whole path writes, not stats the join emptied."""
+    argv = ["merge", str(source), str(source)]
+    assert run_here(*argv, "-o", str(tmp_path / "whole")).returncode == 0
+    refused = []
+
+    def refuse(cls, episodes, updates, **kwargs):
+        refused.append(updates is not None and len(updates) > 0)
+        return None
+    monkeypatch.setattr(GatherStream, "of", classmethod(refuse))
+    monkeypatch.setattr(dataset_module, "stats_budget", lambda: 1)
+    assert run_here(*argv, "-o", str(tmp_path / "refused")).returncode == 0
+    assert refused == [True]
+    _same_output(tmp_path / "whole", tmp_path / "refused")
+    for out in ("whole", "refused"):   # the renumbered copy's stats are its new numbers', not its source's
+        table = pq.read_table(sorted((tmp_path / out).glob("meta/episodes/*/*.parquet")),
+                              columns=["episode_index", "stats/episode_index/min", "stats/episode_index/max",
+                                       "stats/index/min", "dataset_from_index"])
+        numbers = table["episode_index"].to_numpy()
+        assert len(numbers) == 3000
+        for name, expected in (("stats/episode_index/min", numbers), ("stats/episode_index/max", numbers),
+                               ("stats/index/min", table["dataset_from_index"].to_numpy())):
+            assert np.array_equal(np.concatenate(table[name].to_numpy(zero_copy_only=False)), expected), (out, name)
+
+
 def test_past_the_budget_the_shape_check_lets_each_table_go_and_keeps_what_is_asked_later(source, monkeypatch):
     monkeypatch.setattr(dataset_module, "stats_budget", lambda: 1)
     ds = Dataset.open(source)

@@ -407,7 +407,8 @@ class GatherStream:
             which = np.fromiter((order[id(r.holder)] for r in rows), dtype=np.int64, count=len(rows))
             held_by = {key: np.array([key not in lack for lack in lacking])[which] for key in set().union(*lacking)}
         updated = np.zeros(len(episodes), dtype=bool) if updates is None else \
-            np.fromiter((ep.index in updates for ep in episodes), dtype=bool, count=len(episodes))
+            np.isin(np.fromiter((ep.index for ep in episodes), dtype=np.int64, count=len(episodes)),
+                    np.asarray(updates.indices, dtype=np.int64))
         if not updated.all():
             for feature, by_stat in (updates.stacks if updates is not None else {}).items():
                 held = [stat for f, stat in layout if f == feature]

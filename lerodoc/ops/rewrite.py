@@ -708,7 +708,7 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     Returns the new episodes (files, windows, per-episode stats): the plan's own, their windows and stats filled in
     (a plan is executed once); the caller writes the metadata with
     `formats.module(to).write_meta` and then calls `verify`. `engine` (`lerodoc.run.engine`) runs the jobs on a
-    cluster instead of `workers` processes. `stream` (a v3.0 output): where `_stream` can, the episodes keep their
+    cluster instead of `workers` processes. `stream` (a v3.0 output): where `_new_stats` can, the episodes keep their
     sources' rows and `Result.stream` hands the written stats to the writer a file at a time.
     """
     info, picks = plan_.info, plan_.picks
@@ -729,10 +729,7 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     done_jobs = pmap(_run, jobs, workers=workers, progress=tick, engine=engine)
     written_by_job, row_results = done_jobs[:len(video_jobs)], done_jobs[len(video_jobs):]
     blocks = [block for job in row_results for block in job]
-    result.stream = _stream(new_eps, blocks) if stream else None
-    if result.stream is None:
-        _update_stats(new_eps, blocks)
-        _release_sources(picks, new_eps)
+    result.stream = _new_stats(new_eps, blocks, picks, stream)
     renumbered = [b.episodes for b in blocks if {"episode_index", "index"} & set(b.changed)]
     result.renumbered = sorted(np.concatenate(renumbered).tolist()) if renumbered else []
     computed = [b.episodes[b.stats.every] for b in blocks if b.stats is not None]
@@ -762,7 +759,7 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
 
 def _release_sources(picks: list[Pick], episodes: list[Episode]) -> None:
     """The sources' per-episode stats tables that none of the new `episodes` holds rows of any more (their stats
-    were gathered into a new table, `_update_stats`) let go: at a million episodes each copy is gigabytes. A source
+    were gathered into a new table, `_new_stats`) let go: at a million episodes each copy is gigabytes. A source
     episode whose stats are asked for again has them read again. Holders without `release` keep theirs: v2.x's
     episodes_stats.jsonl, whose features promotion's kept check asks for (`promote.kept.undeclared_cameras`)."""
     used = stats_holders(episodes)
@@ -783,21 +780,29 @@ def _update_kinds(blocks: list[BlockResult]) -> list[list[tuple[list[int], dict]
     return list(kinds.values())
 
 
-def _update_stats(episodes: list[Episode], blocks: list[BlockResult]) -> None:
-    """Each new episode's stats updated with what its block computed (`formats.model.update_stats`, column by
-    column): one update per kind of piece and set of features, the blocks of a kind stacked together."""
-    for parts in _update_kinds(blocks):
-        update_stats(episodes, EpisodeStacks.joined(parts), release=True)
-
-
-def _stream(episodes: list[Episode], blocks: list[BlockResult]) -> GatherStream | None:
-    """The new episodes' stats as a `GatherStream` for the v3.0 writer, where their sources' tables are transient
-    (past the stats budget: `Dataset._require_stats_shapes`) and the blocks updated one set of features (of every
-    episode, or of some as `GatherStream.of` allows); else None (`_update_stats` gathers them into one new table)."""
+def _new_stats(episodes: list[Episode], blocks: list[BlockResult], picks: list[Pick], stream: bool
+               ) -> GatherStream | None:
+    """The new episodes' stats from what the blocks computed. With `stream` (a v3.0 output), where their sources'
+    tables are transient (past the stats budget: `Dataset._require_stats_shapes`) and the blocks updated one set of
+    features (of every episode, or of some as `GatherStream.of` allows), a `GatherStream` for the writer. Else each
+    new episode's stats are updated (`formats.model.update_stats`, column by column: one update per kind of piece
+    and set of features, the blocks of a kind stacked together), the sources' tables none of them holds rows of
+    let go (`_release_sources`), and None. The blocks' stacks are let go stat by stat as they are joined (`consume`):
+    the join holds one stat twice, not every stat (hundreds of MB at a million episodes)."""
     kinds = _update_kinds(blocks)
-    if len(kinds) > 1 or any(b.stats is not None and b.stats.every.any() for b in blocks):
-        return None
-    return GatherStream.of(episodes, EpisodeStacks.joined(kinds[0]) if kinds else None)
+    if stream and len(kinds) <= 1 and not any(b.stats is not None and b.stats.every.any() for b in blocks):
+        updates = EpisodeStacks.joined(kinds[0], consume=True) if kinds else None
+        kinds = None
+        gathered = GatherStream.of(episodes, updates)
+        if gathered is not None:
+            return gathered
+        if updates is not None:
+            update_stats(episodes, updates, release=True)
+    else:
+        for parts in kinds:
+            update_stats(episodes, EpisodeStacks.joined(parts, consume=True), release=True)
+    _release_sources(picks, episodes)
+    return None
 
 
 @dataclass(frozen=True)
