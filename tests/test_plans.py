@@ -157,3 +157,29 @@ def test_the_plan_names_the_clips_it_retimes(tmp_path):
     assert planned_files(dry.plan) == actual_files(tmp_path / "out")
     fixed = repair(member.root, tmp_path / "fixed", dry_run=True)
     assert any("onto the 1/fps frame grid" in change for change in fixed.plan["changes"])
+
+
+@pytest.mark.parametrize("to", ["v3.0", "v2.1"])
+def test_a_row_job_makes_each_piece_from_its_pick_and_new_episode_and_pickles_to_them(tmp_path, to):
+    """rewrite.plan's row jobs hold their picks and new episodes, not a RowPiece an episode (120 bytes each): a job
+    gives the pieces in order, each one naming its source rows and its new place, and a worker process receives
+    them as a tuple of RowPieces."""
+    import pickle
+    from lerodoc.ops import rewrite
+    a = make_dataset(tmp_path / "a", version="v2.1", episodes=3, lengths=[3, 4, 5], cameras=()).root
+    b = make_dataset(tmp_path / "b", version="v3.0", episodes=2, lengths=[6, 7], cameras=()).root
+    picks = [rewrite.Pick(ds, ep, (0,)) for ds in (Dataset.open(a), Dataset.open(b)) for ep in ds.episodes]
+    info = picks[0].dataset.info
+    plan = rewrite.plan(picks, info, ["t"], to, rewrite.target_schema(picks[0].dataset)[0], caps_mb=(100, 500))
+    pieces = [piece for job in plan.row_jobs for piece in job]
+    assert sorted(piece.episode for piece in pieces) == [0, 1, 2, 3, 4]
+    for piece in pieces:
+        pick, new = picks[piece.episode], plan.episodes[piece.episode]
+        assert (piece.src_row, piece.length, piece.source_episode, piece.task_map) == \
+            (pick.episode.data_row, pick.episode.length, pick.episode.index, (0,))
+        assert (piece.out_file, piece.from_index) == (new.data_file, new.from_index)
+        assert str(piece.src_file).endswith(pick.episode.data_file) and piece.link is False
+    for job in plan.row_jobs:
+        sent = pickle.loads(pickle.dumps(job))
+        assert isinstance(sent, tuple) and list(sent) == list(job) and len(job) == len(sent) > 0
+        assert job.out_files == list(dict.fromkeys(piece.out_file for piece in job))

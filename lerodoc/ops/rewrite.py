@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import shutil
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -68,6 +69,38 @@ class RowPiece:
     all_stats: bool          # the source has no per-episode stats: compute them all
     retime_fps: int | None = None   # also rewrite frame_index as 0..n-1 and timestamp as frame_index / fps
     link: bool = False              # the whole source file is reused as it is (hard link)
+
+
+class RowJob(Sequence):
+    """One row job's pieces (a v3.0 output file's, or a v2.1 source file's), each made when it is asked for (read
+    in order, or the whole job pickled for a worker process, which receives a tuple of `RowPiece`s) from the pick
+    and new episode it copies: three references an episode where a `RowPiece` held is 120 bytes (a million pieces
+    beside the plan's picks and new episodes were a quarter of a gigabyte)."""
+
+    def __init__(self, picks: tuple[Pick, ...], new: tuple[Episode, ...], sources: tuple, all_stats: np.ndarray,
+                 link: np.ndarray, retime_fps: int | None):
+        self.picks, self.new, self.sources = picks, new, sources
+        self.all_stats, self.link, self.retime_fps = all_stats, link, retime_fps
+
+    def __len__(self) -> int:
+        return len(self.new)
+
+    def __getitem__(self, i: int) -> RowPiece:
+        p, new = self.picks[i], self.new[i]
+        return RowPiece(self.sources[i], p.episode.data_row, p.episode.length, new.data_file, new.index,
+                        new.from_index, p.episode.index, p.task_map, all_stats=bool(self.all_stats[i]),
+                        retime_fps=self.retime_fps, link=bool(self.link[i]))
+
+    def __iter__(self) -> Iterator[RowPiece]:
+        return map(self.__getitem__, range(len(self)))
+
+    @property
+    def out_files(self) -> list[str]:
+        """The job's output files, in the order its pieces reach them."""
+        return list(dict.fromkeys(new.data_file for new in self.new))
+
+    def __reduce__(self):
+        return tuple, (tuple(self),)
 
 
 @dataclass(frozen=True)
@@ -530,7 +563,7 @@ class Plan:
     schema: pa.Schema
     picks: tuple[Pick, ...]
     episodes: tuple[Episode, ...]
-    row_jobs: tuple[tuple[RowPiece, ...], ...]
+    row_jobs: tuple[RowJob, ...]
     video_files: tuple[VideoFile, ...]
 
     @property
@@ -605,16 +638,19 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
         if key not in sources:
             sources[key] = _source(pick.dataset.path(pick.episode.data_file))
         return sources[key]
-    held = stats_held([p.episode for p in picks]).tolist()
-    pieces = [RowPiece(source_of(p), p.episode.data_row, p.episode.length,
-                       new.data_file, new.index, new.from_index, p.episode.index, p.task_map,
-                       all_stats=not has, retime_fps=info.fps if retime else None, link=i in linked)
-              for i, (p, new, has) in enumerate(zip(picks, new_eps, held))]
+    all_stats = ~stats_held([p.episode for p in picks])
+    link = np.zeros(len(picks), dtype=bool)
+    link[list(linked)] = True
+    srcs = [source_of(p) for p in picks]
     # -> v3.0: one job per output file; -> v2.1: one job per source file (read once).
-    key_of = (lambda p: p.out_file) if to == "v3.0" else (lambda p: p.src_file)
-    row_jobs: dict[str, list[RowPiece]] = {}
-    for piece in pieces:
-        row_jobs.setdefault(key_of(piece), []).append(piece)
+    keys = [ep.data_file for ep in new_eps] if to == "v3.0" else srcs
+    members: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        members.setdefault(key, []).append(i)
+    row_jobs = [RowJob(tuple(picks[i] for i in at), tuple(new_eps[i] for i in at), tuple(srcs[i] for i in at),
+                       all_stats[at], link[at], info.fps if retime else None)
+                for at in members.values()]
+    srcs = keys = members = None
 
     files: list[VideoFile] = []
     numbers = tuple(ep.index for ep in new_eps)
@@ -636,7 +672,7 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
                                 retime=() if on_grid or not keyframe else (0,))
                       for n, clip, (keyframe, _, on_grid) in zip(numbers, clips, facts)]
     return Plan(to, info, tuple(tasks), schema, tuple(picks), tuple(new_eps),
-                tuple(tuple(job) for job in row_jobs.values()), tuple(files))
+                tuple(row_jobs), tuple(files))
 
 
 def _run(job: tuple[Callable, tuple]):
@@ -714,8 +750,7 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     info, picks = plan_.info, plan_.picks
     new_eps = list(plan_.episodes)   # filled in place, not copied: a million Episodes are half a gigabyte
     result = Result(new_eps)
-    outputs = [{name: str(inside(tmp, name, field="data_path")) for name in dict.fromkeys(p.out_file for p in job)}
-               for job in plan_.row_jobs]
+    outputs = [{name: str(inside(tmp, name, field="data_path")) for name in job.out_files} for job in plan_.row_jobs]
     # -> v3.0: a file per job; -> v2.1: PER_JOB episode files per job.
     step = 1 if plan_.to == "v3.0" else PER_JOB
     video_jobs = [plan_.video_files[i:i + step] for i in range(0, len(plan_.video_files), step)]
