@@ -340,7 +340,8 @@ class GatherStream:
         self.names = names   # old feature -> its name in the output, those kept only (None: every one as it is)
         self.held_by = held_by or {}   # a stat some tables lack: which episodes' tables hold it
         self.everyone = bool(self.updated.all())
-        self.new = updates.aligned([ep.index for ep, u in zip(episodes, self.updated) if u]) \
+        self.new = updates.aligned(np.fromiter((ep.index for ep in episodes), dtype=np.int64,
+                                               count=len(episodes))[self.updated]) \
             if self.updated.any() else {}
         self.slots = np.cumsum(self.updated) - 1   # an updated episode's row in `new`
         self.last = {id(row.holder): i for i, row in enumerate(rows)}   # each table's last row
@@ -408,7 +409,7 @@ class GatherStream:
             held_by = {key: np.array([key not in lack for lack in lacking])[which] for key in set().union(*lacking)}
         updated = np.zeros(len(episodes), dtype=bool) if updates is None else \
             np.isin(np.fromiter((ep.index for ep in episodes), dtype=np.int64, count=len(episodes)),
-                    np.asarray(updates.indices, dtype=np.int64))
+                    updates.order)
         if not updated.all():
             for feature, by_stat in (updates.stacks if updates is not None else {}).items():
                 held = [stat for f, stat in layout if f == feature]

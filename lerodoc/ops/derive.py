@@ -108,7 +108,7 @@ def _loaded(updates: EpisodeStacks | None) -> EpisodeStacks | None:
     """Spilled stacks read into memory whole (what `update_stats` takes)."""
     if updates is None:
         return None
-    return EpisodeStacks(updates.indices, {feature: {stat: values[:] if isinstance(values, SpilledStack) else values
+    return EpisodeStacks(updates.order, {feature: {stat: values[:] if isinstance(values, SpilledStack) else values
                                                      for stat, values in by_stat.items()}
                                            for feature, by_stat in updates.stacks.items()})
 

@@ -803,15 +803,15 @@ def _release_sources(picks: list[Pick], episodes: list[Episode]) -> None:
             holder.release()
 
 
-def _update_kinds(blocks: list[BlockResult]) -> list[list[tuple[list[int], dict]]]:
+def _update_kinds(blocks: list[BlockResult]) -> list[list[tuple[np.ndarray, dict]]]:
     """What the blocks computed, one list of (new episode numbers, stacks) parts per kind of piece and set of
     features."""
-    kinds: dict[tuple, list[tuple[list[int], dict]]] = {}
+    kinds: dict[tuple, list[tuple[np.ndarray, dict]]] = {}
     for block in blocks:
         if block.stats is not None:
             for rows, stacks in block.stats.updates():
                 key = tuple((f, tuple(by_stat)) for f, by_stat in stacks.items())
-                kinds.setdefault(key, []).append((block.episodes[rows].tolist(), stacks))
+                kinds.setdefault(key, []).append((block.episodes[rows], stacks))
     return list(kinds.values())
 
 

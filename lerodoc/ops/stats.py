@@ -47,7 +47,7 @@ def exact_stats(ds: Dataset, features: list[str], *, workers: int = 1, budget: i
         passes = 1
     else:
         parts = pmap(episode_stats, [(f, eps, groups) for f, eps in by_file.items()], workers=workers, engine=engine)
-        per_episode = EpisodeStacks.joined([(part.indices, part.stacks) for part in parts], consume=True)
+        per_episode = EpisodeStacks.joined([(part.order, part.stacks) for part in parts], consume=True)
         dataset, passes = dataset_quantiles([Path(f) for f in by_file], features, ds.info.features,
                                             ds.total_frames, workers=workers, budget=budget, engine=engine)
     order = [ep.index for ep in ds.episodes]
@@ -120,8 +120,8 @@ class StatsStream:
                     self._layout.update({key: (own[key].shape[1:], own[key].dtype)
                                          for key in self.old if key[0] == feature})
         self.partials.append(aggregate(part.stacks))
-        self.parts.append((len(part.indices), part.stacks))
-        self.computed += len(part.indices)
+        self.parts.append((len(part), part.stacks))
+        self.computed += len(part)
 
     def layout(self) -> dict[tuple[str, str], tuple[tuple, np.dtype]]:
         """(feature, stat) -> (a row's shape, dtype), in the order `rows` gives them."""

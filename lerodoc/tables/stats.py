@@ -442,14 +442,19 @@ class EpisodeStacks(Mapping):
     """Per-episode stats stacked: feature -> stat -> (episodes, ...), row i being episode `indices[i]`. As a
     Mapping, episode index -> that episode's {feature: {stat: value}} (rows of the stacks)."""
 
-    def __init__(self, indices: list[int], stacks: dict[str, dict[str, np.ndarray]]):
-        self.indices, self.stacks = list(indices), stacks
+    def __init__(self, indices, stacks: dict[str, dict[str, np.ndarray]]):
+        # the episode indices as one int64 array (`order`): a list of a million Python ints is 40 MB
+        self.order, self.stacks = np.asarray(indices, dtype=np.int64).reshape(-1), stacks
+
+    @property
+    def indices(self) -> list[int]:
+        return self.order.tolist()
 
     @cached_property
     def _row(self) -> dict[int, int]:
         """Episode index -> its row, made on the first lookup (100 bytes an episode: a rewrite that lays the stacks
         over its episodes in their own order never makes it)."""
-        return {index: i for i, index in enumerate(self.indices)}
+        return {index: i for i, index in enumerate(self.order.tolist())}
 
     def __getitem__(self, index: int) -> Stats:
         i = self._row[index]
@@ -457,13 +462,13 @@ class EpisodeStacks(Mapping):
                 for feature, by_stat in self.stacks.items()}
 
     @classmethod
-    def joined(cls, parts: list[tuple[list[int], dict[str, dict[str, np.ndarray]]]], *, consume: bool = False
-               ) -> EpisodeStacks:
+    def joined(cls, parts: list[tuple[list[int] | np.ndarray, dict[str, dict[str, np.ndarray]]]], *,
+               consume: bool = False) -> EpisodeStacks:
         """One EpisodeStacks of (episode indices, stacks) parts that hold the same features' same stats: their rows
         one part after the other. With `consume`, each stat's part arrays are let go as soon as they are joined (the
         parts' dicts are emptied), so the join holds one stat twice, not every stat."""
         first = parts[0][1]
-        indices = [index for part, _ in parts for index in part]
+        indices = np.concatenate([np.asarray(part, dtype=np.int64).reshape(-1) for part, _ in parts])
         if len(parts) == 1:
             return cls(indices, first)
         stacks: dict[str, dict[str, np.ndarray]] = {}
@@ -480,16 +485,16 @@ class EpisodeStacks(Mapping):
         return index in self._row
 
     def __iter__(self):
-        return iter(self.indices)
+        return iter(self.order.tolist())
 
     def __len__(self) -> int:
-        return len(self.indices)
+        return len(self.order)
 
-    def aligned(self, indices: list[int]) -> dict[str, dict[str, np.ndarray]]:
+    def aligned(self, indices) -> dict[str, dict[str, np.ndarray]]:
         """The stacks with their rows in the order of `indices` (episode indices this holds)."""
-        if indices == self.indices:
+        if np.array_equal(np.asarray(indices, dtype=np.int64).reshape(-1), self.order):
             return self.stacks
-        rows = np.array([self._row[i] for i in indices], dtype=np.int64)
+        rows = np.array([self._row[i] for i in np.asarray(indices).tolist()], dtype=np.int64)
         return {feature: {stat: values[rows] for stat, values in by_stat.items()}
                 for feature, by_stat in self.stacks.items()}
 
@@ -512,7 +517,8 @@ def _all_episodes(matrices: list[np.ndarray], groups: list[Group], episodes: lis
         for feature, by_stat in stacks.items():
             if stat in by_stat:
                 joined[feature][stat] = np.concatenate(by_stat.pop(stat))
-    return EpisodeStacks([index for _, _, index, _ in episodes], joined)
+    return EpisodeStacks(np.fromiter((index for _, _, index, _ in episodes), dtype=np.int64, count=len(episodes)),
+                         joined)
 
 
 Target = tuple[Group, np.ndarray, int, int]   # a group, its (hi - lo, N) matrix, and the channels lo:hi it holds
