@@ -547,11 +547,13 @@ def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Sta
     same order (so every row's dict lists them as the episode-by-episode update would), or every episode updated.
     Otherwise episode by episode. `release`: the old tables' holders let them go once copied (`stats_columns`)."""
     if isinstance(updates, EpisodeStacks):   # the episodes it holds updated, their new stats already stacked
-        updated = np.array([ep.index in updates for ep in episodes], dtype=bool)
+        numbers = np.fromiter((ep.index for ep in episodes), dtype=np.int64, count=len(episodes))
+        updated = np.isin(numbers, updates.order)   # no index -> row dict: `aligned` makes one only out of order
         if not updated.any():
             return
         keys = [(feature, tuple(by_stat)) for feature, by_stat in updates.stacks.items()]
-        new = updates.aligned([ep.index for ep, u in zip(episodes, updated) if u])
+        new = updates.aligned(numbers[updated])
+        numbers = None
         replaced = _replaced_keys(episodes, set(updates.stacks)) if updated.all() else None
         if replaced is not None:   # every episode's every feature replaced: the old values are never read
             _set_columns(episodes, {key: (None, None) for key in replaced}, new, updated)
