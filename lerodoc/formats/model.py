@@ -102,6 +102,12 @@ class Episode:
         return self.from_index + self.length
 
 
+def episode_column(episodes: list[Episode], name: str) -> np.ndarray:
+    """One integer attribute of every episode (index, length, from_index, ...) as an int64 array: a million
+    episodes' tuples or lists of Python ints were hundreds of MB."""
+    return np.fromiter((getattr(ep, name) for ep in episodes), dtype=np.int64, count=len(episodes))
+
+
 def stats_row(ep: Episode) -> StatsRow | None:
     """The episode's stats as an unread table row, or None once they are a dict (read, set or changed)."""
     value = getattr(ep, "_stats", None)
@@ -340,8 +346,7 @@ class GatherStream:
         self.names = names   # old feature -> its name in the output, those kept only (None: every one as it is)
         self.held_by = held_by or {}   # a stat some tables lack: which episodes' tables hold it
         self.everyone = bool(self.updated.all())
-        self.new = updates.aligned(np.fromiter((ep.index for ep in episodes), dtype=np.int64,
-                                               count=len(episodes))[self.updated]) \
+        self.new = updates.aligned(episode_column(episodes, "index")[self.updated]) \
             if self.updated.any() else {}
         self.slots = np.cumsum(self.updated) - 1   # an updated episode's row in `new`
         self.last = {id(row.holder): i for i, row in enumerate(rows)}   # each table's last row
@@ -408,8 +413,7 @@ class GatherStream:
             which = np.fromiter((order[id(r.holder)] for r in rows), dtype=np.int64, count=len(rows))
             held_by = {key: np.array([key not in lack for lack in lacking])[which] for key in set().union(*lacking)}
         updated = np.zeros(len(episodes), dtype=bool) if updates is None else \
-            np.isin(np.fromiter((ep.index for ep in episodes), dtype=np.int64, count=len(episodes)),
-                    updates.order)
+            np.isin(episode_column(episodes, "index"), updates.order)
         if not updated.all():
             for feature, by_stat in (updates.stacks if updates is not None else {}).items():
                 held = [stat for f, stat in layout if f == feature]
@@ -547,7 +551,7 @@ def update_stats(episodes: list[Episode], updates: list[dict] | Mapping[int, Sta
     same order (so every row's dict lists them as the episode-by-episode update would), or every episode updated.
     Otherwise episode by episode. `release`: the old tables' holders let them go once copied (`stats_columns`)."""
     if isinstance(updates, EpisodeStacks):   # the episodes it holds updated, their new stats already stacked
-        numbers = np.fromiter((ep.index for ep in episodes), dtype=np.int64, count=len(episodes))
+        numbers = episode_column(episodes, "index")
         updated = np.isin(numbers, updates.order)   # no index -> row dict: `aligned` makes one only out of order
         if not updated.any():
             return

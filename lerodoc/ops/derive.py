@@ -23,7 +23,7 @@ from lerodoc.budget import give_back
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
 from lerodoc.formats.hf import schema_for
-from lerodoc.formats.model import GatherStream, keep_stats, stats_holders, stats_stack, update_stats
+from lerodoc.formats.model import GatherStream, episode_column, keep_stats, stats_holders, stats_stack, update_stats
 from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
@@ -101,7 +101,7 @@ def _updates(parts: list, episodes: list, spilled: bool) -> EpisodeStacks | None
                             {feature: {stat: SpilledStack([part[feature][stat][0] for _, part in parts], lengths,
                                                           *kind[1:]) for stat, kind in by_stat.items()}
                              for feature, by_stat in first.items()})
-    return updates if updates.indices == [ep.index for ep in episodes] else _loaded(updates)
+    return updates if np.array_equal(updates.order, episode_column(episodes, "index")) else _loaded(updates)
 
 
 def _loaded(updates: EpisodeStacks | None) -> EpisodeStacks | None:

@@ -121,8 +121,7 @@ def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], 
         if (file, first, length) != (ep.data_file, ep.data_row, ep.length):
             changes.append(f"episode {ep.index}: rows are in {file} at row {first} ({length} rows); the metadata "
                            f"said {ep.data_file} at row {ep.data_row} ({ep.length} rows)")
-        episodes.append(replace(ep, data_file=file, data_row=first, length=length, videos=dict(ep.videos) if ep.videos else ep.videos,
-                                stats=shared_stats(ep)))
+        episodes.append(replace(ep, data_file=file, data_row=first, length=length, stats=shared_stats(ep)))
     loose = formats.loose_files(ds.root, ".mp4") if ds.info.video_keys else []
     lost: list[tuple[str, str, str, list[int]]] = []      # camera, file, why, episodes: what cannot be fixed
     for key in ds.info.video_keys:
@@ -144,7 +143,7 @@ def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], 
                 if window and not np.allclose(window, (span.from_timestamp, span.to_timestamp), atol=1e-9):
                     changes.append(f"episode {ep.index} {key}: window [{span.from_timestamp:.4f}, "
                                    f"{span.to_timestamp:.4f}) -> [{window[0]:.4f}, {window[1]:.4f}) from the packets")
-                ep.videos[key] = new
+                ep.videos = {**ep.videos, key: new}   # replaced, never changed in place (the source shares it)
     left_out: list[Finding] = []
     if lost:
         episodes, dropped, left_out = _salvage(ds, episodes, lost, drop_broken)
@@ -185,8 +184,7 @@ def _salvage(ds: Dataset, episodes: list[Episode], lost: list[tuple[str, str, st
                            hint=_salvage_hint(ds, gone, partial))
     if drop_broken:
         for ep in kept:
-            for key in gone:
-                del ep.videos[key]
+            ep.videos = {key: span for key, span in ep.videos.items() if key not in gone}
         changes = [f"camera {key} dropped (--drop-broken): every one of its {all_files[key]} video files is missing or "
                    "unreadable" for key in gone]
         if broken:

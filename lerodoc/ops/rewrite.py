@@ -27,8 +27,8 @@ from lerodoc.files import new_file
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
-from lerodoc.formats.model import (Episode, GatherStream, VideoSpan, let_go_stats, shared_stats, stats_held,
-                                   stats_holders, update_stats)
+from lerodoc.formats.model import (Episode, GatherStream, VideoSpan, episode_column, let_go_stats, shared_stats,
+                                   stats_held, stats_holders, update_stats)
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix, conform, from_numpy, is_list_type,
@@ -862,7 +862,7 @@ def planned(episodes: list[Episode]) -> Planned:
     and at a million episodes their table is gigabytes that would sit beside verify's open of the output (and, in
     repair, beside its validate). A caller that lets go of the episodes too verifies at the cost of one open."""
     let_go_stats(episodes)
-    return Planned(_column(episodes, "index"), _column(episodes, "length"), _column(episodes, "from_index"),
+    return Planned(*(episode_column(episodes, name) for name in ("index", "length", "from_index")),
                    [e.data_file for e in episodes])
 
 
@@ -872,18 +872,13 @@ def verify(root: Path, to: str, expected: Planned) -> None:
     only what that check reads is kept (`kept.trim_to_held`)."""
     opened = Dataset.open(root)
     same = opened.version == to and len(opened.episodes) == len(expected) and all(
-        np.array_equal(_column(opened.episodes, name), getattr(expected, name))
+        np.array_equal(episode_column(opened.episodes, name), getattr(expected, name))
         for name in ("index", "length", "from_index")) and \
         [e.data_file for e in opened.episodes] == expected.data_files
     if not same:
         raise VerificationError("written metadata does not describe the planned episodes", file=root)
     kept.trim_to_held(opened)
     staging.written(root, opened)
-
-
-def _column(episodes: list[Episode], name: str) -> np.ndarray:
-    """One integer attribute of every episode as an array (a million episodes' tuples were 300 MB)."""
-    return np.fromiter((getattr(e, name) for e in episodes), dtype=np.int64, count=len(episodes))
 
 
 CAMERA_NAMES = ["height", "width", "channels"]   # lerobot's names of a camera's [H, W, C] shape (LAY018)
