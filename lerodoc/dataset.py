@@ -31,21 +31,30 @@ def stats_budget() -> int:
     return memory_budget()
 
 
-def thrift(datasets: list[Dataset]) -> None:
+class Thrift:
     """Datasets whose stats tables are past `stats_budget` together (a merge of many parts, each within it) let them
     go, and read them a file at a time from here on, as one dataset past it does (`Dataset._require_stats_shapes`,
-    which each has passed: what a rewrite asks of a table later is kept). Only where every table lays its stats out
-    regularly, each stat in one shape and type wherever it is held, as a rewrite's stream needs
-    (`formats.model.GatherStream`): other tables are gathered whole, and letting them go first only reads them
-    again."""
-    if sum(ds.stats_bytes for ds in datasets) <= stats_budget():
-        return
-    holders = [holder for ds in datasets for holder in stats_holders(ds.episodes).values()]
-    if union_layout(holders) is None:
-        return
-    for holder in holders:
-        holder.transient = True
-        holder.release()
+    which each has passed: what a rewrite asks of a table later is kept). `add` each dataset once it has passed that
+    check: the tables are let go as soon as the datasets added so far are past the budget, so that no more than the
+    budget and one dataset's tables are held at once (a hundred parts of ten thousand episodes each held theirs,
+    2.6 GB, until the last was checked). Only where every table lays its stats out regularly, each stat in one shape
+    and type wherever it is held, as a rewrite's stream needs (`formats.model.GatherStream`): other tables are
+    gathered whole, and letting them go first only reads them again."""
+
+    def __init__(self):
+        self.bytes = 0
+        self.holders: list = []
+        self.released = 0   # holders[:released] are transient and let go
+
+    def add(self, ds: Dataset) -> None:
+        self.bytes += ds.stats_bytes
+        self.holders.extend(stats_holders(ds.episodes).values())
+        if self.bytes <= stats_budget() or union_layout(self.holders) is None:
+            return
+        for holder in self.holders[self.released:]:
+            holder.transient = True
+            holder.release()
+        self.released = len(self.holders)
 
 
 @dataclass

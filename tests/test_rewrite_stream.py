@@ -180,6 +180,34 @@ def test_a_merge_of_parts_each_within_the_budget_streams_when_past_it_together(s
     _same_output(tmp_path / "whole", tmp_path / "streamed")
 
 
+def test_a_merge_of_parts_lets_their_tables_go_as_soon_as_they_are_past_the_budget_together(source, tmp_path,
+                                                                                            monkeypatch):
+    """A hundred parts each within the budget held every part's stats table until the last part was checked (3 GB at
+    a million episodes): now no more than the budget and one part's tables are held when the next part is checked."""
+    assert run_here("split", str(source), "--into", "a=0.6,b=0.4", "-o", str(tmp_path / "parts")).returncode == 0
+    part = Dataset.open(tmp_path / "parts" / "b")
+    part.require_complete()
+    opened, held = [], []
+    open_ = Dataset.open.__func__
+    require = Dataset.require_complete
+
+    def open_and_note(cls, *args, **kwargs):
+        ds = open_(cls, *args, **kwargs)
+        opened.append(ds)
+        return ds
+
+    def noting(self, *args, **kwargs):   # the tables the parts checked before this one still hold
+        held.append(sum(h._table is not None for ds in opened if ds is not self
+                        for h in model.stats_holders(ds.episodes).values()))
+        return require(self, *args, **kwargs)
+    monkeypatch.setattr(Dataset, "open", classmethod(open_and_note))
+    monkeypatch.setattr(Dataset, "require_complete", noting)
+    monkeypatch.setattr(dataset_module, "stats_budget", lambda: part.stats_bytes + 1)   # one part, not two
+    assert run_here("merge", *[str(tmp_path / "parts" / "b")] * 4, "-o", str(tmp_path / "whole")).returncode == 0
+    assert len(held) == 4 and held[1] >= 1   # the first part's table is held while it alone is within the budget
+    assert held[2:] == [0, 0]                # past it together: let go before the third part is checked
+
+
 def test_repair_past_the_budgets_writes_what_the_whole_path_writes(source, tmp_path, monkeypatch):
     """repair past the stats budget and past exact_stats' values budget: its episodes keep their sources' rows for
     the cameras, and the numeric features' exact stats come a data file at a time (`ops.stats.StatsStream`)."""

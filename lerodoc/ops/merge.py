@@ -17,7 +17,7 @@ import numpy as np
 from lerodoc import access, formats
 from lerodoc.budget import give_back
 from lerodoc.formats import v30
-from lerodoc.dataset import Dataset, read_rows, thrift
+from lerodoc.dataset import Dataset, Thrift, read_rows
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import Info, canonical_feature, codec_name, flat_names
 from lerodoc.formats.model import stats_normal, stats_row, stats_stack
@@ -232,11 +232,12 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
         check_output(out, () if in_place else roots, force=force or in_place, own=in_place)
     labels = labels_for(roots)
     info, notes = reconcile(datasets, labels)
+    thrift = Thrift()   # many parts, each within the stats budget, past it together: let go as they pass it
     for ds in datasets:   # after reconcile: a conflict between the sources is the better message
         # A hub dataset's files are checked for the episodes written, where they are read (rewrite.check_files,
         # dataset.read_rows), not by every data footer of the repository (download --episodes reads only its own).
         ds.require_complete(files=not access.is_remote(ds.root))
-    thrift(datasets)   # many parts, each within the stats budget, past it together
+        thrift.add(ds)
     summaries = [SourceSummary(label, str(ds.root), ds.version, len(ds.episodes), ds.total_frames)
                  for label, ds in zip(labels, datasets)]
 
