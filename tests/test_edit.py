@@ -416,3 +416,20 @@ def test_split_reads_its_sources_stats_table_once_for_every_part(tmp_path, monke
     holder.transient = True
     holder.release()
     assert holder.table is not held             # past the budget: let go, read again
+
+
+def test_repair_asks_a_transient_stats_table_whether_it_is_clean_in_one_read(tmp_path, monkeypatch):
+    """Whether repair has anything to clean in a table's stats (normal against the features, and finite) is asked of
+    one read of a table past the stats budget: at a million episodes each read is gigabytes."""
+    from lerodoc.formats import v30
+    from lerodoc.formats.model import stats_clean, stats_row
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=5, lengths=4, cameras=()).root
+    real, reads = v30._stats_table, []
+    monkeypatch.setattr(v30, "_stats_table", lambda table, path: reads.append(path) or real(table, path))
+    ds = Dataset.open(root)
+    row = stats_row(ds.episodes[0])
+    row.holder.transient = True
+    assert stats_clean(row, ds.info.features) is True
+    assert len(reads) == 1 and row.holder._table is None     # read once for both answers, then let go
+    assert all(stats_clean(stats_row(ep), ds.info.features) for ep in ds.episodes)
+    assert len(reads) == 1                                  # kept across the release

@@ -234,10 +234,13 @@ def _holding(row: StatsRow) -> np.ndarray:
     return row.holder.with_stats if hasattr(row.holder, "with_stats") else row.table.with_stats
 
 
-def stats_finite(row: StatsRow) -> bool:
-    """`StatsTable.finite` of a row's table, asked of its holder where the holder keeps the answer across letting
-    its table go (`formats.v30.StatsColumns.finite`)."""
-    return row.holder.finite if hasattr(row.holder, "finite") else row.table.finite
+def stats_clean(row: StatsRow, features: dict) -> bool:
+    """`StatsTable.normal` against `features` and `StatsTable.finite` of a row's table (nothing for repair to
+    clean), asked of its holder where the holder keeps the answers across letting its table go
+    (`formats.v30.StatsColumns.clean`, one read for both)."""
+    if hasattr(row.holder, "clean"):
+        return row.holder.clean(features)
+    return row.table.normal(features) and row.table.finite
 
 
 def stats_normal(row: StatsRow, features: dict) -> bool:

@@ -198,12 +198,18 @@ class StatsColumns:
             self.peek(lambda table: None)
         return self._layout
 
-    @property
-    def finite(self) -> bool:
-        """`StatsTable.finite`, kept across a release."""
-        if self._finite is None:
-            self._finite = bool(self.peek(lambda table: table.finite))
-        return self._finite
+    def clean(self, features: dict) -> bool:
+        """`StatsTable.normal` against `features` and `StatsTable.finite`, both kept across a release, and asked
+        of one read of the table when neither is known: a transient table (a million episodes' stats, gigabytes)
+        was read once for each."""
+        normal = next((answer for known, answer in self._normal if known is features or known == features), None)
+        if normal is None or self._finite is None:
+            def ask(table) -> bool:
+                if self._finite is None:
+                    self._finite = bool(table.finite)
+                return table.normal(features)
+            normal = self.peek(ask, features)
+        return normal and self._finite
 
     def normal(self, features: dict) -> bool:
         """`StatsTable.normal`, kept per `features` (equal ones: a merge reconciles its own) across a release."""

@@ -22,7 +22,7 @@ from lerodoc.budget import give_back
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset
-from lerodoc.formats.model import (Episode, VideoSpan, shared_stats, stats_finite, stats_normal, stats_row,
+from lerodoc.formats.model import (Episode, VideoSpan, shared_stats, stats_clean, stats_row,
                                    stats_stack, update_stats)
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
@@ -336,7 +336,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     sizes: dict = {}
     for ep in episodes:
         row = stats_row(ep)
-        if row is None or not (stats_normal(row, info.features) and stats_finite(row)):   # else nothing to clean
+        if row is None or not stats_clean(row, info.features):   # else nothing to clean
             ep.stats = _clean_stats(ep.stats, info.features, sizes)
     picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
     schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds)[0])
