@@ -237,7 +237,8 @@ def test_joining_stacks_can_let_the_parts_go():
                 ([2], {"x": {"min": r.standard_normal((1, 3)), "count": np.ones((1, 1))}})]
     kept, consumed = parts(), parts()
     a, b = EpisodeStacks.joined(kept), EpisodeStacks.joined(consumed, consume=True)
-    assert a.indices == b.indices == [0, 1, 2] and list(a.stacks["x"]) == list(b.stacks["x"]) == ["min", "count"]
+    assert a.order.tolist() == b.order.tolist() == [0, 1, 2]
+    assert list(a.stacks["x"]) == list(b.stacks["x"]) == ["min", "count"]
     assert all(np.array_equal(a.stacks["x"][k], b.stacks["x"][k]) for k in ("min", "count"))
     assert all(part["x"] == {} for _, part in consumed) and all(len(part["x"]) == 2 for _, part in kept)
 

@@ -439,16 +439,12 @@ class SpilledStack:
 
 
 class EpisodeStacks(Mapping):
-    """Per-episode stats stacked: feature -> stat -> (episodes, ...), row i being episode `indices[i]`. As a
+    """Per-episode stats stacked: feature -> stat -> (episodes, ...), row i being episode `order[i]`. As a
     Mapping, episode index -> that episode's {feature: {stat: value}} (rows of the stacks)."""
 
     def __init__(self, indices, stacks: dict[str, dict[str, np.ndarray]]):
         # the episode indices as one int64 array (`order`): a list of a million Python ints is 40 MB
         self.order, self.stacks = np.asarray(indices, dtype=np.int64).reshape(-1), stacks
-
-    @property
-    def indices(self) -> list[int]:
-        return self.order.tolist()
 
     @cached_property
     def _row(self) -> dict[int, int]:
