@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lerodoc import budget
-from lerodoc.run.parallel import pmap
+from lerodoc.run.parallel import POOL_BYTES, pmap, worth
 from tests.fixtures.factory import make_dataset
 
 HELD = threading.Lock()
@@ -37,6 +37,10 @@ def _cwd(_) -> str:
     return os.getcwd()
 
 
+def _pid(_) -> int:
+    return os.getpid()
+
+
 def test_a_worker_does_not_inherit_a_lock_that_another_thread_holds():
     taken, done = threading.Event(), threading.Event()
 
@@ -52,6 +56,16 @@ def test_a_worker_does_not_inherit_a_lock_that_another_thread_holds():
     finally:
         done.set()
         holder.join()
+
+
+def test_a_pool_starts_only_for_as_many_workers_as_the_bytes_keep_busy():
+    """Starting a pool costs about what copying POOL_BYTES inline takes: work sized below two workers' worth runs in
+    this process; above it, in as many workers as it fills (at most those asked for)."""
+    assert [worth(4, n) for n in (0, 2 * POOL_BYTES - 1, 2 * POOL_BYTES, 3 * POOL_BYTES, 100 * POOL_BYTES)] == \
+        [1, 1, 2, 3, 4]
+    assert pmap(_pid, [0, 1], workers=2, nbytes=POOL_BYTES) == [os.getpid()] * 2            # inline
+    assert os.getpid() not in pmap(_pid, [0, 1], workers=2, nbytes=2 * POOL_BYTES)           # a pool
+    assert os.getpid() not in pmap(_pid, [0, 1], workers=2)                                  # size unknown: a pool
 
 
 def test_workers_see_the_environment_and_folder_set_since_the_first_pool(monkeypatch, tmp_path):

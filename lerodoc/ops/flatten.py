@@ -78,7 +78,8 @@ def plan(ds: Dataset, columns: list[str] | None, workers: int) -> tuple[Flatten,
                              f"{', '.join(candidates) or 'none'})", field=name)
     by_file = ds.row_spans(absolute=True)
     seen: dict[str, list[tuple[int, int, int]]] = {name: [] for name in chosen}
-    for part in pmap(list_lengths, [(f, eps, chosen) for f, eps in by_file.items()], workers=workers):
+    for part in pmap(list_lengths, [(f, eps, chosen) for f, eps in by_file.items()], workers=workers,
+                     nbytes=sum(Path(f).stat().st_size for f in by_file)):
         for name, rows in part.items():
             seen[name].extend(rows)
     lengths, features, summary = [], dict(ds.info.features), {}

@@ -78,9 +78,10 @@ class RowJob(Sequence):
     beside the plan's picks and new episodes were a quarter of a gigabyte)."""
 
     def __init__(self, picks: tuple[Pick, ...], new: tuple[Episode, ...], sources: tuple, all_stats: np.ndarray,
-                 link: np.ndarray, retime_fps: int | None):
+                 link: np.ndarray, retime_fps: int | None, nbytes: int | None = None):
         self.picks, self.new, self.sources = picks, new, sources
         self.all_stats, self.link, self.retime_fps = all_stats, link, retime_fps
+        self.nbytes = nbytes   # the on-disk bytes of the source rows it copies (None: not known)
 
     def __len__(self) -> int:
         return len(self.new)
@@ -613,12 +614,13 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
                                data_file="", data_row=0, from_index=cursor, stats=shared_stats(pick.episode)))
         cursor += pick.episode.length
     linked: set[int] = set()
+    weights = None
     if to == "v3.0":
         chunk, file = 0, 0
         whole = () if retime else _unchanged_data_files(picks, new_eps, schema)
         sizes: dict = {}
-        for kind, group in file_groups([_data_bytes(p.dataset, p.episode, sizes) for p in picks], caps_mb[0] * MB,
-                                       whole):
+        weights = np.array([_data_bytes(p.dataset, p.episode, sizes) for p in picks], dtype=np.int64)
+        for kind, group in file_groups(weights.tolist(), caps_mb[0] * MB, whole):
             name = v30.data_file(chunk, file)   # one string a file, its episodes share it
             for i in group:
                 new_eps[i].data_file = name
@@ -648,7 +650,8 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
     for i, key in enumerate(keys):
         members.setdefault(key, []).append(i)
     row_jobs = [RowJob(tuple(picks[i] for i in at), tuple(new_eps[i] for i in at), tuple(srcs[i] for i in at),
-                       all_stats[at], link[at], info.fps if retime else None)
+                       all_stats[at], link[at], info.fps if retime else None,
+                       None if weights is None else int(weights[at].sum()))
                 for at in members.values()]
     srcs = keys = members = None
 
@@ -761,7 +764,10 @@ def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | No
     jobs = [(write_video_files, (job, str(tmp), info.fps)) for job in video_jobs] + \
         [(write_rows, (job, schema, names)) for job, names in zip(plan_.row_jobs, outputs)]
     tick = progress("files", len(jobs)) if progress else None
-    done_jobs = pmap(_run, jobs, workers=workers, progress=tick, engine=engine)
+    # rows alone: a pool only for as many workers as their bytes keep busy (`parallel.worth`); videos: always
+    sized = not video_jobs and all(job.nbytes is not None for job in plan_.row_jobs)
+    done_jobs = pmap(_run, jobs, workers=workers, progress=tick, engine=engine,
+                     nbytes=sum(job.nbytes for job in plan_.row_jobs) if sized else None)
     written_by_job, row_results = done_jobs[:len(video_jobs)], done_jobs[len(video_jobs):]
     blocks = [block for job in row_results for block in job]
     result.stream = _new_stats(new_eps, blocks, picks, stream)
