@@ -161,7 +161,7 @@ def test_the_plan_names_the_clips_it_retimes(tmp_path):
 
 @pytest.mark.parametrize("to", ["v3.0", "v2.1"])
 def test_a_row_job_makes_each_piece_from_its_pick_and_new_episode_and_pickles_to_them(tmp_path, to):
-    """rewrite.plan's row jobs hold their picks and new episodes, not a RowPiece an episode (120 bytes each): a job
+    """rewrite.plan's row jobs hold their picks and new episodes, not a RowPiece an episode (128 bytes each): a job
     gives the pieces in order, each one naming its source rows and its new place, and a worker process receives
     them as a tuple of RowPieces."""
     import pickle
