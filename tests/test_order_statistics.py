@@ -1,5 +1,6 @@
 """tables.stats.order_statistics: the k-th values of each segment, whether segments are sorted by exact length
-(few distinct lengths) or by power-of-two length class with padding (many), equal numpy's sort of each segment."""
+(few distinct lengths), as rows when all have one length, or by power-of-two length class with padding (many),
+equal numpy's sort of each segment."""
 
 from __future__ import annotations
 
