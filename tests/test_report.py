@@ -180,3 +180,14 @@ def test_training_curves_have_labelled_axes(tmp_path):
     metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
     plot_losses(metrics, tmp_path / "loss.png")
     assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_non_finite_values_are_counted_per_channel_across_blocks_of_rows():
+    from lerodoc.report.data import _non_finite
+    rng = np.random.default_rng(0)
+    matrix = rng.normal(size=(1000, 5)).astype(np.float32)
+    matrix[rng.integers(0, 1000, 40), rng.integers(0, 5, 40)] = np.nan
+    matrix[[3, 999, 64], [1, 4, 4]] = [np.inf, -np.inf, np.nan]
+    want = [int((~np.isfinite(matrix[:, c])).sum()) for c in range(5)]
+    assert _non_finite(matrix, rows=64).tolist() == _non_finite(matrix).tolist() == want and sum(want) > 3
+    assert _non_finite(np.arange(12).reshape(4, 3), rows=3).tolist() == [0, 0, 0]

@@ -210,8 +210,7 @@ def channel_rows(ds: Dataset, values: dict[str, np.ndarray]) -> list[dict]:
     stats, bad = {}, {}
     for name, matrix in values.items():
         block = matrix.T                                       # (channels, frames)
-        # a channel's mask at a time: a whole block's takes a byte a value (160 MB of a million episodes' state)
-        bad[name] = np.array([row.size - np.count_nonzero(np.isfinite(row)) for row in block], dtype=np.int64)
+        bad[name] = _non_finite(matrix)
         if not bad[name].any():
             stats[name] = block_stats(block)
             continue
@@ -226,6 +225,17 @@ def channel_rows(ds: Dataset, values: dict[str, np.ndarray]) -> list[dict]:
         if count:
             row["flags"] = ["NaN"] + [f for f in row["flags"] if np.isfinite(row["q01"])]
     return rows
+
+
+def _non_finite(matrix: np.ndarray, rows: int = 1 << 16) -> np.ndarray:
+    """Each channel's count of non-finite values in a (frames, channels) matrix, a block of rows' mask at a time: a
+    whole matrix's takes a byte a value (160 MB of a million episodes' state), and a channel's column at a time
+    reads it strided (0.69 s against 0.24 s for ten million frames of 16 float32 channels)."""
+    bad = np.zeros(matrix.shape[1], dtype=np.int64)
+    for first in range(0, len(matrix), rows):
+        part = matrix[first:first + rows]
+        bad += len(part) - np.count_nonzero(np.isfinite(part), axis=0)
+    return bad
 
 
 def select_command(ds: Dataset, rows: list[dict]) -> str | None:
