@@ -282,6 +282,10 @@ class Dataset:
         """Data parquet files in row order."""
         return list(dict.fromkeys(ep.data_file for ep in self.episodes))
 
+    def data_bytes(self) -> int:
+        """The size of the data files, local or on the hub: what a pass over every row reads (`parallel.worth`)."""
+        return sum(access.size(self.path(f)) for f in self.data_files())
+
     def keep_stats(self, keep: bool) -> None:
         """Whether the episodes' stats tables stay held where a rewrite would let them go once their rows are
         copied (`formats.v30.StatsColumns.keep`; tables past the stats budget go all the same): a source rewritten

@@ -184,7 +184,7 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
         jobs = [(replace(job, out=str(inside(tmp, job.out, field="data_path")),
                          spill=str(scratch / str(n)) if scratch else None), transform, planned.schema)
                 for n, job in enumerate(planned.jobs)]
-        parts = pmap(rewrite_file, jobs, workers=workers, nbytes=sum(Path(j.src).stat().st_size for j in planned.jobs))
+        parts = pmap(rewrite_file, jobs, workers=workers, nbytes=ds.data_bytes())
         updates = _updates(parts, ds.episodes, spill)   # the changed columns' stats, every file's stacked together
         parts = None
         # past the stats budget (transient tables) the episodes files are written a file's stats at a time

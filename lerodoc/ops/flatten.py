@@ -79,7 +79,7 @@ def plan(ds: Dataset, columns: list[str] | None, workers: int) -> tuple[Flatten,
     by_file = ds.row_spans(absolute=True)
     seen: dict[str, list[tuple[int, int, int]]] = {name: [] for name in chosen}
     for part in pmap(list_lengths, [(f, eps, chosen) for f, eps in by_file.items()], workers=workers,
-                     nbytes=sum(Path(f).stat().st_size for f in by_file)):
+                     nbytes=ds.data_bytes()):
         for name, rows in part.items():
             seen[name].extend(rows)
     lengths, features, summary = [], dict(ds.info.features), {}
