@@ -94,7 +94,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print a JSON report on st
                                        rich_help_panel="Output")]
 InPlaceOpt = Annotated[bool, typer.Option("--in-place", help="Rewrite the dataset itself (a new tree is built "
                                           "beside it and swapped in).", rich_help_panel="Output")]
-WorkersOpt = Annotated[int, typer.Option("--workers", "-j", min=1, help="Processes to use.",
+WorkersOpt = Annotated[int, typer.Option("--workers", "-j", min=1, help="Processes to use, at most: copying rows "
+                                         "takes one for each 64 MiB of data files (none below 128 MiB).",
                                          show_default="the CPUs available", rich_help_panel="Performance")]
 DEFAULT_WORKERS = default_workers()
 OptionalOutput = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the result here (unchanged "
