@@ -13,6 +13,7 @@ lerodoc.pi05.data (train's index build) loads neither torch nor PyAV.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -77,7 +78,7 @@ def oracle(dataset: Dataset, spec: DataSpec, stats: dict | None = None, raw_acti
     return {"action": normalised(spec.action_key),
             "state": normalised(spec.state_key) if spec.state_key else None,
             "timestamp": values["timestamp"].reshape(-1).astype(np.float64),
-            "task": values["task_index"].reshape(-1).astype(np.int64),
+            "task": values["task_index"].reshape(-1).astype(np.int32),   # rows of meta/tasks: int32 holds them
             "episode": np.repeat(np.arange(len(lengths), dtype=np.int32), lengths),
             "ends": np.cumsum(lengths),
             "raw_action": values[spec.action_key].astype(np.float32) if raw_action else None}
@@ -178,6 +179,26 @@ def test_a_range_past_the_files_end_names_its_episode(small):
     with pytest.raises(LerodocError, match="holds fewer rows than the episode's 32") as caught:
         load_frames(dataset, SPEC)
     assert caught.value.episode == 4
+
+
+@pytest.mark.parametrize("shift", [-1, +1])
+def test_a_task_index_without_a_task_is_refused_not_wrapped_nor_read_from_the_end(small, tmp_path, shift):
+    """task_index is kept in int32 (a row of meta/tasks): one below 0 would index the task list from its end, one
+    past it beyond any task; either is refused, never cast."""
+    root = tmp_path / "ds"
+    shutil.copytree(small, root)
+    dataset = Dataset.open(root)
+    assert load_frames(dataset, SPEC).task.dtype == np.int32
+    path = dataset.path(dataset.episodes[0].data_file)
+    table = pq.read_table(path)
+    at = table.schema.get_field_index("task_index")
+    wrong = -1 if shift < 0 else len(dataset.tasks)
+    column = pa.array(np.full(table.num_rows, wrong), type=table.schema.field(at).type)
+    pq.write_table(table.set_column(at, table.schema.field(at), column), path)
+    dataset = Dataset.open(root)
+    with pytest.raises(LerodocError, match=f"task_index {wrong} has no task") as caught:
+        load_frames(dataset, SPEC)
+    assert caught.value.field == "task_index"
 
 
 def test_importing_the_data_module_loads_no_torch_nor_pyav():
