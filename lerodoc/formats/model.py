@@ -235,6 +235,15 @@ def _holding(row: StatsRow) -> np.ndarray:
     return row.holder.with_stats if hasattr(row.holder, "with_stats") else row.table.with_stats
 
 
+def require_task_rows(values: np.ndarray, tasks: int, **where) -> None:
+    """Every task_index in `values` a row of a task list of `tasks` texts (0 <= value < tasks); else a LerodocError
+    naming the first that is not (`where`: its file, episode). A negative one would read a list from its end."""
+    wrong = (values < 0) | (values >= tasks)
+    if wrong.any():
+        raise LerodocError(f"task_index {int(values[wrong][0])} has no task (the task list holds {tasks})",
+                           field="task_index", hint="lerodoc validate names the rows (TSK001)", **where)
+
+
 def stats_clean(row: StatsRow, features: dict) -> bool:
     """`StatsTable.normal` against `features` and `StatsTable.finite` of a row's table (nothing for repair to
     clean), asked of its holder where the holder keeps the answers across letting its table go

@@ -27,8 +27,8 @@ from lerodoc.files import new_file
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import storage_schema
 from lerodoc.formats.info import Info
-from lerodoc.formats.model import (Episode, GatherStream, VideoSpan, episode_column, let_go_stats, shared_stats,
-                                   stats_held, stats_holders, update_stats)
+from lerodoc.formats.model import (Episode, GatherStream, VideoSpan, episode_column, let_go_stats, require_task_rows,
+                                   shared_stats, stats_held, stats_holders, update_stats)
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix, conform, from_numpy, is_list_type,
@@ -87,19 +87,16 @@ class RowJob(Sequence):
     def __len__(self) -> int:
         return len(self.new)
 
-    def __getitem__(self, i: int) -> RowPiece:
-        p, new = self.picks[i], self.new[i]
-        return RowPiece(self.sources[i], p.episode.data_row, p.episode.length, new.data_file, new.index,
-                        new.from_index, p.episode.index, p.task_map, all_stats=bool(self.all_stats[i]),
-                        retime_fps=self.retime_fps, link=bool(self.link[i]))
+    def _piece(self, src, pick: Pick, new: Episode, all_stats: bool, link: bool) -> RowPiece:
+        ep = pick.episode
+        return RowPiece(src, ep.data_row, ep.length, new.data_file, new.index, new.from_index, ep.index,
+                        pick.task_map, all_stats, self.retime_fps, link)
 
-    def __iter__(self) -> Iterator[RowPiece]:   # as __getitem__ gives them, without a numpy scalar a piece
-        fps = self.retime_fps
-        for src, p, new, every, link in zip(self.sources, self.picks, self.new, self.all_stats.tolist(),
-                                            self.link.tolist()):
-            ep = p.episode
-            yield RowPiece(src, ep.data_row, ep.length, new.data_file, new.index, new.from_index, ep.index,
-                           p.task_map, every, fps, link)
+    def __getitem__(self, i: int) -> RowPiece:
+        return self._piece(self.sources[i], self.picks[i], self.new[i], bool(self.all_stats[i]), bool(self.link[i]))
+
+    def __iter__(self) -> Iterator[RowPiece]:   # the flags as Python bools at once, not a numpy scalar a piece
+        return map(self._piece, self.sources, self.picks, self.new, self.all_stats.tolist(), self.link.tolist())
 
     @property
     def out_files(self) -> list[str]:
@@ -192,9 +189,7 @@ def renumber(rows: pa.Table, block: list[RowPiece]) -> tuple[pa.Table, set[str]]
             wanted["timestamp"] = (frames / first.retime_fps).astype(kind)
     if first.task_map is not None and "task_index" in rows.column_names:
         old = column_matrix(rows.column("task_index"), n)[:, 0]
-        if old.size and (old.min() < 0 or old.max() >= len(first.task_map)):
-            raise LerodocError(f"task_index {int(old.max())} has no task", file=first.src_file,
-                               episode=first.source_episode, field="task_index")
+        require_task_rows(old, len(first.task_map), file=first.src_file, episode=first.source_episode)
         if first.task_map != tuple(range(len(first.task_map))):   # the identity map changes nothing
             wanted["task_index"] = np.asarray(first.task_map, dtype=np.int64)[old]
     changed = set()

@@ -17,6 +17,7 @@ import pyarrow as pa
 from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
+from lerodoc.formats.model import require_task_rows
 from lerodoc.ops.derive import derive
 from lerodoc.promote.staging import output_target
 from lerodoc.tables.parquet_io import column_matrix, from_numpy
@@ -39,8 +40,7 @@ class TaskRemap:
         if self.identity or "task_index" not in table.column_names:
             return table
         old = column_matrix(table.column("task_index"), table.num_rows)[:, 0]
-        if old.size and (old.min() < 0 or old.max() >= len(self.task_map)):
-            raise LerodocError(f"task_index {int(old.max())} has no task", file=path, field="task_index")
+        require_task_rows(old, len(self.task_map), file=path)
         field_ = table.schema.field("task_index")
         new = np.asarray(self.task_map, dtype=np.int64)[old]
         return table.set_column(table.column_names.index("task_index"), field_, from_numpy(new, field_.type))

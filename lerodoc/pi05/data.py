@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
+from lerodoc.formats.model import require_task_rows
 from lerodoc.tables.parquet_io import (column_matrix, is_list_type, iter_batches, list_values, numpy_dtype,
                                       open_parquet, read_parquet, read_row_groups, to_numpy)
 from lerodoc.tables.stats import normalised
@@ -104,10 +105,7 @@ def load_frames(dataset: Dataset, spec: DataSpec, stats: dict | None = None, raw
         """Rows of meta/tasks (validate's TSK001 holds every task_index to them), in int32 where every row fits: at
         ten million frames, 38 MiB less, a frame index whose peak sat at the 2 GB line."""
         values = values.reshape(-1)
-        wrong = (values < 0) | (values >= tasks)
-        if wrong.any():
-            raise LerodocError(f"task_index {int(values[wrong][0])} has no task (meta/tasks holds {tasks})",
-                               field="task_index", hint="lerodoc validate names the rows (TSK001)")
+        require_task_rows(values, tasks)
         return values.astype(np.int32 if tasks <= np.iinfo(np.int32).max else np.int64)
 
     wanted = {"action": (spec.action_key, normalised(spec.action_key)),
