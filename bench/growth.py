@@ -15,8 +15,10 @@ collection (exit 0, said) and is timed as such.
 The floor, measured in the same run and the same way (a fresh process): pyarrow alone reading the same data files
 (every column) and meta/episodes, run 3 times (its median run kept); each command runs --runs times (median kept,
 every run listed). Each command's ratio is its wall time over the floor of what it reads (v2.1 for convert's input;
-for merge of two copies, the v3.0 dataset read twice in one process, `v30x2`, with its ratio to one copy's floor kept
-as `x_v30_floor`; v3.0 for the rest); like for like, both include interpreter start. Results and provenance (commit,
+for merge of two copies, the v3.0 dataset read twice in one process, `v30x2`; for merge of 100 parts, the 100 parts
+read in one process, `parts100`: their 100 data files, episodes files and metadata; v3.0 for the rest). Where the floor
+is not the v3.0 dataset's, the ratio to that one copy's floor is kept too, as `x_v30_floor`. Like for like, both
+include interpreter start. Results and provenance (commit,
 versions, machine, load, command) go to --out.
 
 With several sizes, `growth` gives each command's factor from the smallest size to each larger one (seconds and
@@ -128,8 +130,8 @@ def build(work: Path, episodes: int, frames: int, v21: bool) -> tuple[Path, Path
 
 
 def commands(v30: Path, v21: Path | None, out: Path, episodes: int) -> dict[str, tuple[list[str], str]]:
-    """name -> (argv, the floor it is set against: "v30", "v21", or "v30x2" (the v3.0 dataset read twice in one
-    process: merge2's two inputs))."""
+    """name -> (argv, the floor it is set against: "v30", "v21", "v30x2" (the v3.0 dataset read twice in one
+    process: merge2's two inputs) or "parts100" (split's hundred parts, merge100's inputs; set in `measure`))."""
     hundred = ",".join(f"p{i}={1 / 100:.2f}" for i in range(100))
     cases = {
         "info": (lerodoc("info", v30, "--json"), "v30"),
@@ -166,7 +168,8 @@ def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[st
         if not (out / "parts100").exists():
             subprocess.run(planned["split100"][0], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         parts = sorted(p for p in (out / "parts100").iterdir() if p.is_dir())
-        planned["merge100"] = (lerodoc("merge", *parts, "-o", out / "merge100"), "v30")
+        planned["merge100"] = (lerodoc("merge", *parts, "-o", out / "merge100"), "parts100")
+        floors["parts100"] = floor(*parts)   # what merge100 reads: a hundred datasets' files, not one's
     for name, (argv, base) in planned.items():
         if only is not None and name not in only or name == "split100":
             continue

@@ -462,6 +462,14 @@ def source(path):
     return confined.source(path)
 
 
+def source_tail(path, size: int) -> tuple[object, bytes | None]:
+    """`source(path)` and, for a local file, its last `size` bytes read from the descriptor that was checked
+    (`confined.source_tail`); a hub file's tail is None (its bytes are range reads, not worth a second one)."""
+    if isinstance(path, HubPath) or is_url(path):
+        return source(path), None
+    return confined.source_tail(path, size)
+
+
 def open_binary(path):
     """A file opened for reading bytes: a hub file by range reads, a local one through `confined.open_file`."""
     return path.store.open(path.rel) if isinstance(path, HubPath) else confined.open_file(path)

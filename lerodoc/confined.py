@@ -71,15 +71,21 @@ def _real_folder(folder: str) -> str:
 
 
 def _check_folders(path: str) -> None:
-    """Refuse `path` when a folder on its way below a confined root is a link leading out of that root."""
-    folder = os.path.dirname(path)
-    for named, real in _roots.items():
-        if not _within(folder, named):
-            continue
-        resolved = _real_folder(folder)
-        if not _within(resolved, real) and not _within(resolved, snapshot_blobs(named) or real):
-            raise UnsafePath(f"leads to {resolved} through a link, outside the dataset folder", file=folder,
-                             hint="copy the files into the dataset instead of linking them")
+    """Refuse `path` when a folder on its way below a confined root is a link leading out of that root. The roots
+    it is under are its folder's ancestors that are confined, looked up one by one (as deep as the path goes), not
+    every root asked in turn: a merge of a hundred datasets confines a hundred roots and opens thousands of files."""
+    folder = here = os.path.dirname(path)
+    while True:
+        real = _roots.get(here)
+        if real is not None:
+            resolved = _real_folder(folder)
+            if not _within(resolved, real) and not _within(resolved, snapshot_blobs(here) or real):
+                raise UnsafePath(f"leads to {resolved} through a link, outside the dataset folder", file=folder,
+                                 hint="copy the files into the dataset instead of linking them")
+        parent = os.path.dirname(here)
+        if parent == here:
+            return
+        here = parent
 
 
 # ---------------------------------------------------------------- opening
@@ -142,13 +148,20 @@ def source(path: Path | str) -> str:
     """The name a library that opens files by name (pyarrow, PyAV) is given for `path`: the checked regular file's
     own path, links resolved (a cache snapshot's blob), after `open_fd` accepted it and checking that this name
     leads to that very file."""
+    return source_tail(path, 0)[0]
+
+
+def source_tail(path: Path | str, size: int) -> tuple[str, bytes]:
+    """`source(path)`, and the last `size` bytes of the file it checked (the whole file when shorter), read from
+    the descriptor it checked."""
     fd = open_fd(path)
     try:
         real = os.path.realpath(path)
         opened, named = os.fstat(fd), os.stat(real)
         if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
             raise UnsafePath("changed while it was being opened", file=path, hint="run the command again")
-        return real
+        start = max(opened.st_size - size, 0)
+        return real, os.pread(fd, opened.st_size - start, start) if size else b""
     finally:
         os.close(fd)
 

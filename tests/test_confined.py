@@ -171,6 +171,34 @@ def test_a_hugging_face_cache_snapshot_link_is_read(tmp_path):
     assert confined.files_under(repo / "snapshots/rev", "meta") == ["meta/info.json"]
 
 
+
+def test_each_root_a_file_is_under_is_checked_among_many(tmp_path):
+    """A folder link is refused by whichever confined root it leaves, among many roots (a merge of a hundred parts)
+    and where one root lies inside another; a folder that leaves no root it is under is read."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "file.parquet").write_bytes(b"outside")
+    for i in range(50):
+        (tmp_path / f"part{i}").mkdir()
+        confined.confine(tmp_path / f"part{i}")
+    outer = tmp_path / "outer"
+    inner = outer / "inner"
+    (inner / "sibling").mkdir(parents=True)
+    (inner / "sibling/file.parquet").write_bytes(b"inside")
+    (inner / "out").symlink_to(outside)            # leaves both roots
+    (inner / "across").symlink_to(outer / "sibling2")  # leaves inner, stays in outer
+    (outer / "sibling2").mkdir()
+    (outer / "sibling2/file.parquet").write_bytes(b"outer")
+    (tmp_path / "part7/out").symlink_to(outside)
+    confined.confine(outer)
+    confined.confine(inner)
+    assert confined.read_bytes(inner / "sibling/file.parquet") == b"inside"
+    for path in (inner / "out/file.parquet", inner / "across/file.parquet", tmp_path / "part7/out/file.parquet"):
+        with pytest.raises(confined.UnsafePath, match="through a link"):
+            confined.read_bytes(path)
+    (tmp_path / "free").symlink_to(outside)        # under no confined root: the user's own name for a folder
+    assert confined.read_bytes(tmp_path / "free/file.parquet") == b"outside"
+
 # ---------------------------------------------------------------- in place: read, check, swap
 
 

@@ -11,6 +11,7 @@ keeps the numeric columns the stats family recomputes, while they fit its share 
 from __future__ import annotations
 
 import json
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -116,3 +117,31 @@ def test_stats_shapes_are_checked_once_per_opened_dataset(tmp_path, monkeypatch)
     ds.require_complete()
     assert first and len(reads) == first and ds.stats_fit
     assert not Dataset.open(root).stats_fit
+
+
+def test_a_footer_is_parsed_once_for_the_same_bytes_and_again_when_the_file_changes(tmp_path, monkeypatch):
+    """parquet_io parses a file's footer once per process (`_footer`): opening the same file again, in any of the
+    readers, reuses it. The key is the footer's own bytes, read from the file each time, so a file rewritten in place
+    with the same size, inode and times is read through its new footer: its new values and statistics."""
+    from lerodoc.tables import parquet_io
+    parsed = []
+    real = pq.read_metadata
+    monkeypatch.setattr(parquet_io.pq, "read_metadata", lambda source: parsed.append(source) or real(source))
+    path = tmp_path / "file.parquet"
+
+    def write(values):
+        with open(path, "r+b" if path.exists() else "wb") as f:   # in place: same inode
+            pq.write_table(pa.table({"x": pa.array(values, pa.int64())}), f, compression="none")
+
+    write([1, 2, 3])
+    stat = path.stat()
+    assert parquet_io.read_parquet(path).column("x").to_pylist() == [1, 2, 3]
+    assert parquet_io.read_schema(path).names == ["x"]
+    assert parquet_io.open_parquet(path).metadata.num_rows == 3
+    assert len(parsed) == 1
+    write([4, 5, 6])
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size and path.stat().st_ino == stat.st_ino
+    assert parquet_io.read_parquet(path).column("x").to_pylist() == [4, 5, 6]
+    assert parquet_io.open_parquet(path).metadata.row_group(0).column(0).statistics.max == 6
+    assert len(parsed) == 2

@@ -10,6 +10,7 @@ the values its indices repeat are.
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 import zlib
 from contextlib import contextmanager
@@ -49,7 +50,7 @@ def read_parquet(path: Path | str, columns: list[str] | Callable[[str], bool] | 
     error. Read through a small buffer, not pre-buffered: pre-buffering a local file allocates its bytes once more,
     and fresh pages cost more than the read."""
     with _readable(path, episode):
-        file = pq.ParquetFile(access.source(path), pre_buffer=False, buffer_size=1 << 20)
+        file = _parquet_file(path, pre_buffer=False, buffer_size=1 << 20)
         if callable(columns):   # chosen from the footer just read: the file is opened once
             columns = [name for name in file.schema_arrow.names if columns(name)]
         return _read(file, path, columns, None, _within_budget(file, path, columns, None, episode), episode)
@@ -59,8 +60,64 @@ def open_parquet(path: Path | str, episode: int | None = None, streaming: bool =
     """A parquet file opened for its footer (schema, row counts) and row groups; an unreadable file is a clear
     error. `streaming` reads it through a small buffer, for `iter_batches`."""
     with _readable(path, episode):
-        source = access.source(path)
-        return pq.ParquetFile(source, pre_buffer=False, buffer_size=1 << 20) if streaming else pq.ParquetFile(source)
+        return _parquet_file(path, pre_buffer=False, buffer_size=1 << 20) if streaming else _parquet_file(path)
+
+
+# ---------------------------------------------------------------- footers, parsed once for the same bytes
+
+@dataclass
+class _Footer:
+    """A parsed footer, and what is worked out from it once: its Arrow schema and its `_Leaves`."""
+    meta: pq.FileMetaData
+    schema: pa.Schema | None = None
+    leaves: _Leaves | None = None
+
+
+FOOTER_TAIL = 64 << 10    # bytes read from a local file's end to find its footer (an episodes file's is about 26 KB)
+FOOTERS_HELD = 8 << 20    # bytes of footers kept at most, the oldest let go first
+_FOOTERS: dict[bytes, _Footer] = {}   # a footer's bytes -> it parsed
+_FOOTERS_LOCK = threading.Lock()
+_footers_bytes = 0
+
+
+def _footer_bytes(tail: bytes | None) -> bytes | None:
+    """A parquet file's footer (its metadata, length and magic) from the file's last bytes, when all of it is there."""
+    if not tail or len(tail) < 12 or tail[-4:] != b"PAR1":
+        return None
+    size = int.from_bytes(tail[-8:-4], "little") + 8
+    return tail[-size:] if size <= len(tail) else None
+
+
+def _footer(path: Path | str) -> tuple[object, _Footer | None]:
+    """(what pyarrow opens for `path`, its footer parsed earlier in this process or None). The key is the footer's
+    own bytes, read from the checked file at every open: a file rewritten since is read through its own footer,
+    never through one parsed before."""
+    global _footers_bytes
+    source, tail = access.source_tail(path, FOOTER_TAIL)
+    key = _footer_bytes(tail)
+    if key is None:
+        return source, None
+    with _FOOTERS_LOCK:
+        footer = _FOOTERS.get(key)
+    if footer is None:
+        footer = _Footer(pq.read_metadata(source))
+        with _FOOTERS_LOCK:
+            if key not in _FOOTERS:
+                _FOOTERS[key] = footer
+                _footers_bytes += len(key)
+            while _footers_bytes > FOOTERS_HELD and len(_FOOTERS) > 1:
+                oldest = next(iter(_FOOTERS))
+                del _FOOTERS[oldest]
+                _footers_bytes -= len(oldest)
+    return source, footer
+
+
+def _parquet_file(path: Path | str, **options) -> pq.ParquetFile:
+    """`path` opened by pyarrow with `options`, its footer parsed once per process for the same bytes (`_footer`)."""
+    source, footer = _footer(path)
+    file = pq.ParquetFile(source, metadata=None if footer is None else footer.meta, **options)
+    _KNOWN[file] = footer or _Footer(file.metadata)
+    return file
 
 
 # ---------------------------------------------------------------- the budget rule for a read
@@ -85,14 +142,15 @@ class _Leaves:
     repeated: frozenset[int]     # leaves of list columns: their values per row are the page headers' to say
 
 
-_KNOWN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # an open ParquetFile -> its _Leaves
+_KNOWN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # an open ParquetFile -> its _Footer
 
 
 def _leaves_of(meta: pq.FileMetaData, file: pq.ParquetFile | None = None) -> _Leaves:
-    """The file's _Leaves, worked out once per open `file` (a per-episode reader reads many row groups of one)."""
-    known = _KNOWN.get(file) if file is not None else None
-    if known is not None:
-        return known
+    """The file's _Leaves, worked out once per footer (`_footer`) or open `file` (a per-episode reader reads many
+    row groups of one)."""
+    footer = _KNOWN.get(file) if file is not None else None
+    if footer is not None and footer.leaves is not None:
+        return footer.leaves
     schema = meta.schema.to_arrow_schema()
     owner, strings = [], set()
     for field in schema:
@@ -107,8 +165,10 @@ def _leaves_of(meta: pq.FileMetaData, file: pq.ParquetFile | None = None) -> _Le
                      [2 * (c.max_definition_level > 0) + 2 * (c.max_repetition_level > 0) for c in columns],
                      [c.path for c in columns], frozenset(strings),
                      frozenset(j for j, c in enumerate(columns) if c.max_repetition_level > 0))
-    if file is not None:
-        _KNOWN[file] = leaves
+    if footer is not None:
+        footer.leaves = leaves
+    elif file is not None:
+        _KNOWN[file] = _Footer(meta, leaves=leaves)
     return leaves
 
 
@@ -573,7 +633,12 @@ def read_row_groups(file: pq.ParquetFile, path: Path | str, groups: list[int], c
 def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:
     """A parquet file's Arrow schema from its footer; an unreadable file is a clear error."""
     with _readable(path, episode):
-        return pq.read_schema(access.source(path))
+        source, footer = _footer(path)
+        if footer is None:
+            return pq.read_schema(source)
+        if footer.schema is None:
+            footer.schema = footer.meta.schema.to_arrow_schema()
+        return footer.schema
 
 
 def is_list_type(kind: pa.DataType) -> bool:
