@@ -451,9 +451,11 @@ EPISODES_FILE_MB = 100   # the most an episodes metadata file holds, in MiB of A
 def _episodes_files(nbytes: int, rows: int, info: Info) -> list[tuple[int, int, int]]:
     """(rows, chunk, file) of each episodes metadata file for a table of `rows` rows and `nbytes` Arrow bytes: rows in
     order, at most `info.data_files_size_in_mb` (and EPISODES_FILE_MB) MiB a file, so that no file decodes past a
-    reader's budget; chunk and file numbered as the data files roll over (`next_file`). At least one file."""
+    reader's budget, in files of about as many rows each (`write_stats` writes two at once); chunk and file numbered
+    as the data files roll over (`next_file`). At least one file."""
     cap = min(max(1, info.data_files_size_in_mb), EPISODES_FILE_MB) * (1 << 20)
     per_file = max(1, int(cap * rows // max(nbytes, 1)))
+    per_file = -(-rows // -(-rows // per_file)) if rows else 1   # as many files, their rows evened out
     out, chunk, file = [], 0, 0
     for first in range(0, max(rows, 1), per_file):
         out.append((min(per_file, rows - first), chunk, file))
@@ -504,10 +506,12 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | C
     tail = {"meta/episodes/chunk_index": arrow_array(np.repeat(chunks, counts)),
             "meta/episodes/file_index": arrow_array(np.repeat(numbers, counts))}
     table, first = pa.table({**arrays, **tail}) if stream is None else None, 0
-    # a file is written in a thread while the next one's rows are made (a stream computes them): pyarrow's writer
-    # lets go of the GIL, and a million episodes' metadata is about 2 GB of parquet
-    with ThreadPoolExecutor(1) as writer:
-        pending = None
+    # files are written in threads: pyarrow's writer lets go of the GIL, and a million episodes' metadata is about
+    # 2 GB of parquet. A whole table's files (slices of it), two at a time; a stream's, one while the next one's rows
+    # are computed, so that only two files' rows are held
+    threads = 1 if stream is not None else min(2, len(files))
+    with ThreadPoolExecutor(threads) as writer:
+        pending: list = []
         for rows, chunk, file in files:
             path = root / EPISODES_PATH.format(chunk_index=chunk, file_index=file)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -518,13 +522,13 @@ def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | C
                                  **{f"stats/{feature}/{stat}": _stream_column(values)
                                     for (feature, stat), values in stream.rows(first, first + rows).items()},
                                  **{name: a.slice(first, rows) for name, a in tail.items()}})
-            if pending is not None:
-                pending.result()   # one file written at a time, its error raised here
-            pending = writer.submit(_write_episodes_file, path, part)
+            while len(pending) >= threads:
+                pending.pop(0).result()   # at most `threads` files in flight, their errors raised here, in order
+            pending.append(writer.submit(_write_episodes_file, path, part))
             first += rows
             part = None
-        if pending is not None:
-            pending.result()
+        for done in pending:
+            done.result()
     stats = stats() if callable(stats) else stats   # a function may give None too: no stats.json
     if stats is not None:
         write_json(root / STATS_PATH, stats_to_json(stats))
