@@ -300,17 +300,17 @@ def stats_columns(episodes: list[Episode], *, release: bool = False, only: set[s
         table = tables[0]   # the episodes are the table's rows in order (what update_stats leaves): its own columns
         return {key: (column, table.present.get(key)) for key, column in table.columns.items() if key in layout}
     starts = np.flatnonzero(np.r_[True, which[1:] != which[:-1]])
-    runs = [(tables[which[a]], positions[a:b]) for a, b in zip(starts, np.r_[starts[1:], len(rows)])]
-    whole = len(runs) == len(tables) and all(t.rows == len(p) and np.array_equal(p, np.arange(len(p)))
+    runs = [(tables[which[a]], _span(positions[a:b])) for a, b in zip(starts, np.r_[starts[1:], len(rows)])]
+    whole = len(runs) == len(tables) and all(isinstance(p, slice) and p.start == 0 and t.rows == p.stop
                                              for t, p in runs)   # every table's rows in order, one after the other
     if release and not whole:
         holders = [rows[a].holder for a in starts]
         tables = table = column = None   # the runs hold the tables from here: each is let go after its last run
         return _gathered(runs, holders, layout)
-    ends = np.cumsum([len(p) for _, p in runs])
+    ends = np.cumsum([_length(p) for _, p in runs])
     out = {}
     for key, (shape, dtype) in layout.items():
-        values = np.concatenate([t.columns[key][p] if key in t.columns else np.zeros((len(p), *shape), dtype=dtype)
+        values = np.concatenate([t.columns[key][p] if key in t.columns else np.zeros((_length(p), *shape), dtype=dtype)
                                  for t, p in runs])
         if whole:   # each table's column becomes its rows of the stack (the same values): held once, not twice
             for (t, _), end in zip(runs, ends):
@@ -318,16 +318,29 @@ def stats_columns(episodes: list[Episode], *, release: bool = False, only: set[s
                     t.columns[key] = values[end - t.rows:end]
         masked = any(key in t.present or key not in t.columns for t, _ in runs)
         out[key] = values, np.concatenate([t.present[key][p] if key in t.present else
-                                           np.full(len(p), key in t.columns, dtype=bool) for t, p in runs]) \
+                                           np.full(_length(p), key in t.columns, dtype=bool) for t, p in runs]) \
             if masked else None
     return out
+
+
+def _span(positions: np.ndarray) -> np.ndarray | slice:
+    """A run's rows of its table: a slice where they are consecutive (its columns' rows are then read as views and
+    copied once, into the stack), else the positions."""
+    first = int(positions[0])
+    if int(positions[-1]) - first + 1 == len(positions) and bool((np.diff(positions) == 1).all()):
+        return slice(first, first + len(positions))
+    return positions
+
+
+def _length(rows: np.ndarray | slice) -> int:
+    return rows.stop - rows.start if isinstance(rows, slice) else len(rows)
 
 
 def _gathered(runs: list, holders: list, layout: dict) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]]:
     """`stats_columns`' stacks filled run by run, each (table, positions) run's holder letting its table go (`release`:
     read again if asked) after the table's last run: at a million episodes the tables and the stacks are gigabytes
     each, and were held together."""
-    n = sum(len(p) for _, p in runs)
+    n = sum(_length(p) for _, p in runs)
     masked = {key for key in layout if any(key in t.present or key not in t.columns for t, _ in runs)}
     values = {key: np.empty((n, *shape), dtype=dtype) for key, (shape, dtype) in layout.items()}
     present = {key: np.empty(n, dtype=bool) for key in masked}
@@ -336,7 +349,7 @@ def _gathered(runs: list, holders: list, layout: dict) -> dict[tuple[str, str], 
     for k in range(len(runs)):
         table, positions = runs[k]
         runs[k] = None
-        stop = start + len(positions)
+        stop = start + _length(positions)
         for key in layout:
             if key in table.columns:
                 values[key][start:stop] = table.columns[key][positions]
