@@ -68,20 +68,19 @@ def _counts(findings) -> dict[str, int]:
 def locate_rows(ds: Dataset) -> dict[int, tuple[str, int, int]]:
     """episode_index -> (data file, first row, rows), read from the data files themselves."""
     found: dict[int, tuple[str, int, int]] = {}
-    for path in [ds.root / rel for rel in access.files(ds.root, "data", ".parquet")]:   # regular files, no link
+    for rel in access.files(ds.root, "data", ".parquet"):   # regular files, no link
+        path = ds.root / rel
         table = read_parquet(path, ["episode_index"])
         values = column_matrix(table.column(0), table.num_rows)[:, 0]
         if not len(values):
             continue
         starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
-        ends = np.r_[starts[1:], len(values)]
-        for start, end in zip(starts, ends):
-            episode = int(values[start])
+        lengths = np.diff(np.r_[starts, len(values)])
+        for episode, start, length in zip(values[starts].tolist(), starts.tolist(), lengths.tolist()):
             if episode in found:
                 raise LerodocError(f"rows of episode {episode} appear in two places ({found[episode][0]} and "
-                                   f"{path.relative_to(ds.root)}); which one is right needs a human",
-                                   file=path, episode=episode)
-            found[episode] = (path.relative_to(ds.root).as_posix(), int(start), int(end - start))
+                                   f"{rel}); which one is right needs a human", file=path, episode=episode)
+            found[episode] = (rel, start, length)
     return found
 
 
