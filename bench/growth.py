@@ -40,13 +40,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.dataset import numeric_v30
 from bench.results import provenance, write_results
 
 DIMS = {"observation.state": 16, "action": 16}
 # data files of about 100 MiB of rows (lerobot's data_files_size_in_mb default): one file up to 63k episodes of 10
 # frames, 16 at a million; a row: the float32 state and action, a float32 timestamp, four int64 indices
 ROWS_PER_FILE = (100 << 20) // (4 * sum(DIMS.values()) + 4 + 4 * 8)
+
+BUILD = """
+import sys
+from pathlib import Path
+from bench.growth import DIMS, ROWS_PER_FILE
+episodes, frames = int(sys.argv[2]), int(sys.argv[3])
+numeric_v30(Path(sys.argv[1]), episodes * frames, episodes, DIMS, rows_per_file=ROWS_PER_FILE)
+"""
 
 FLOOR = """
 import sys, pyarrow.parquet as pq
@@ -120,7 +127,10 @@ def build(work: Path, episodes: int, frames: int, v21: bool) -> tuple[Path, Path
     """(v3.0 collection with stats, its v2.1 form or None): built once per size under `work`."""
     v30 = work / f"v30_{episodes}"
     if not v30.exists():
-        raw = numeric_v30(work / f"raw_{episodes}", episodes * frames, episodes, DIMS, rows_per_file=ROWS_PER_FILE)
+        # the rows are made in a child: made here, they would grow this process, and every command it starts after
+        # would report that size as its own peak (ru_maxrss counts the parent's pages a child shares until exec)
+        raw = work / f"raw_{episodes}"
+        subprocess.run([sys.executable, "-c", BUILD, str(raw), str(episodes), str(frames)], check=True)
         subprocess.run(lerodoc("-q", "quantiles", raw, "-o", v30), check=True)
         shutil.rmtree(raw)
     v21_root = work / f"v21_{episodes}"
