@@ -130,7 +130,7 @@ def order_statistics(part: np.ndarray, sizes: np.ndarray, ranks: np.ndarray) -> 
         # gather (20,000 segments of 10 in 16 channels: 0.022 s against 0.036 s)
         block = part.reshape(channels, len(sizes), int(lengths[0])).copy()
         block.sort(axis=-1)
-        return np.take_along_axis(block, np.broadcast_to(ranks, (channels,) + ranks.shape), axis=-1)
+        return _pick(block, ranks)
     for k in np.unique(classes):
         chosen = np.flatnonzero(classes == k)
         width = int(widths[k])
@@ -142,9 +142,18 @@ def order_statistics(part: np.ndarray, sizes: np.ndarray, ranks: np.ndarray) -> 
         else:
             block = part[:, columns]
         block.sort(axis=-1)
-        at = np.broadcast_to(ranks[chosen], (channels, len(chosen), ranks.shape[1]))
-        out[:, chosen] = np.take_along_axis(block, at, axis=-1)
+        out[:, chosen] = _pick(block, ranks[chosen])
     return out
+
+
+def _pick(block: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """(channels, segments, k): each segment's values at its (segments, k) `ranks` in a (channels, segments, width)
+    `block`. Where every segment asks for the same ranks (they follow from its length alone, as `_run_quantiles`'
+    do), one take along the last axis: 0.049 s against take_along_axis' 0.120 s for 16 channels of 200,000
+    segments of 10 (its index arrays are as large as the result, one for each axis)."""
+    if len(ranks) and (ranks == ranks[:1]).all():
+        return np.take(block, ranks[0], axis=-1)
+    return np.take_along_axis(block, np.broadcast_to(ranks, block.shape[:1] + ranks.shape), axis=-1)
 
 
 def _run_quantiles(part: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
