@@ -49,6 +49,24 @@ def test_rows_read_column_by_column_equal_rows_read_one_by_one(copy):
     assert _plain(Dataset.open(copy)) == fast
 
 
+@pytest.mark.parametrize("named", [1, 1 << 20])
+def test_files_named_per_run_or_per_distinct_pair_are_the_same(tmp_path, monkeypatch, named):
+    """A row's data and video files are named per run of rows (few runs) or per distinct (chunk, file) pair (many),
+    with the same paths; episodes of one file that are not consecutive (rows reordered) are named alike."""
+    from tests.fixtures.factory import make_dataset
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=7, lengths=4, episodes_per_file=2,
+                        cameras=("observation.images.top",)).root
+    want = _plain(Dataset.open(root))
+    assert len({e[3] for e in want}) == 4
+    path = _episodes_file(root)
+    table = pq.read_table(path)
+    order = pa.array([0, 2, 4, 6, 1, 3, 5])   # runs of one row: files 0,1,2,3,0,1,2
+    pq.write_table(table.take(order), path)
+    monkeypatch.setattr(v30, "RUNS_NAMED", named)
+    got = _plain(Dataset.open(root))
+    assert sorted(got, key=lambda e: e[0]) == want
+
+
 def test_a_value_neither_reading_takes_is_named_at_its_row(copy):
     path = _episodes_file(copy)
     table = pq.read_table(path)
