@@ -30,3 +30,11 @@ def test_order_statistics_equal_sorting_each_segment(monkeypatch, exact, dtype):
                          for c in range(part.shape[0])])
         assert got.dtype == part.dtype
         np.testing.assert_array_equal(got, want)
+
+
+def test_distinct_equals_numpy_unique():
+    """tables.stats.distinct (runs cut to one value, then np.unique) gives np.unique's values, runs or none."""
+    rng = np.random.default_rng(1)
+    for values in (np.repeat(rng.integers(0, 50, 200), rng.integers(1, 9, 200)), rng.integers(-5, 5, 300),
+                   np.zeros(0, np.int64), np.array([7]), np.sort(rng.integers(0, 9, 40))):
+        np.testing.assert_array_equal(stats.distinct(values), np.unique(values))

@@ -11,6 +11,7 @@ import numpy as np
 from lerodoc.checks.common import ERROR, WARNING, Context, Finding, episode_meta_files, finding_factory
 from lerodoc.checks.indices import ROW_CHUNK, placed_column, placement, run_of_rows
 from lerodoc.formats import v21, v30
+from lerodoc.tables.stats import distinct
 
 CODES = {
     "TSK001": (ERROR, "a task_index in the data does not resolve to a task",
@@ -88,7 +89,7 @@ def _data_tasks(ctx: Context) -> list[Finding]:
         resolves = _resolves(own, ntasks)
         unresolved += np.bincount(run[held & ~resolves], minlength=runs)
         good = held & resolves
-        used.append(np.unique(run[good] * width + own[good].astype(np.int64)))
+        used.append(distinct(run[good] * width + own[good].astype(np.int64)))
     # (run, task_index) pairs in use, and whether the run's episode lists the task's text
     pairs = np.unique(np.concatenate(used))
     pair_run, pair_task = pairs // width, pairs % width
