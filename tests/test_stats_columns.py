@@ -354,30 +354,3 @@ def test_stats_columns_only_gathers_the_stats_asked_for(tmp_path):
     np.testing.assert_array_equal(only["action", "mean"][0], np.concatenate([basic["action", "mean"]] * 2))
     stack = stats_stack(ds.episodes)
     assert sorted(stack["action"]) == ["count", "max", "mean", "min", "std"] and len(stack["action"]["mean"]) == 4
-
-
-def test_which_rows_hold_stats_is_read_from_the_footer_when_no_stat_is_null(tmp_path, monkeypatch):
-    """`StatsColumns.with_stats` answers from the footer when it counts no null in any stats column (every row holds
-    every stat), without reading the stats; where a row's stats are null, from the table, row by row."""
-    import shutil
-    import pyarrow as pa
-    from lerodoc.formats.model import stats_held
-    root = tmp_path / "ds"
-    shutil.copytree(MEMBER, root)
-    reads = []
-    real = v30.read_parquet
-    monkeypatch.setattr(v30, "read_parquet", lambda path, *a, **k: reads.append(k.get("columns")) or real(path, *a, **k))
-    ds = Dataset.open(root)
-    reads.clear()
-    assert stats_held(ds.episodes).all()
-    assert not reads   # no stats column read
-    path = sorted(root.glob(v30.EPISODES_GLOB))[0]
-    table = pq.read_table(path)
-    for i, name in enumerate(table.column_names):
-        if name.startswith("stats/"):   # row 1 holds no stat at all
-            values = table.column(name).to_pylist()
-            values[1] = None
-            table = table.set_column(i, name, pa.array(values, table.schema.field(name).type))
-    pq.write_table(table, path)
-    held = stats_held(Dataset.open(root).episodes)
-    assert held.tolist() == [i != 1 for i in range(len(held))]

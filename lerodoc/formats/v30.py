@@ -149,7 +149,6 @@ class StatsColumns:
         # where a rewrite would let it go once its rows are copied (`Dataset.keep_stats`)
         self.keep = False
         self._with_stats: np.ndarray | None = None
-        self._peeked = False   # `_layout` is known (the table was read once)
         self._normal: list[tuple[dict, bool]] = []
         self._layout: dict | None = None
         self._finite: bool | None = None
@@ -176,12 +175,10 @@ class StatsColumns:
         try:
             return ask(table)
         finally:
-            if not self._peeked:
-                if self._with_stats is None:
-                    self._with_stats = table.with_stats
+            if self._with_stats is None:
+                self._with_stats = table.with_stats
                 self._layout = {key: (c.shape[1:], c.dtype) for key, c in table.columns.items()} \
                     if table.regular else None
-                self._peeked = True
             if features is not None and not any(known is features or known == features for known, _ in self._normal):
                 self._normal.append((features, table.normal(features)))
             if self.transient and not held:
@@ -189,13 +186,7 @@ class StatsColumns:
 
     @property
     def with_stats(self) -> np.ndarray:
-        """`StatsTable.with_stats`, kept across a release; from the footer alone where it says that no stats column
-        holds a null (`full_keys`: then every row holds every stat, or none holds any when there is no stats column),
-        without reading the table (at a million episodes, validate read 2 GB of stats to learn that)."""
-        if self._with_stats is None and self._table is None:
-            keys = self.full_keys()
-            if keys is not None:
-                self._with_stats = np.full(open_parquet(self.path).metadata.num_rows, bool(keys))
+        """`StatsTable.with_stats`, kept across a release."""
         if self._with_stats is None:
             self.peek(lambda table: None)
         return self._with_stats
@@ -203,7 +194,7 @@ class StatsColumns:
     def layout(self) -> dict[tuple[str, str], tuple[tuple, np.dtype]] | None:
         """(feature, stat) -> (a row's shape, dtype) when every row holds every stat alike (`StatsTable.regular`);
         else None. Kept across a release."""
-        if not self._peeked:
+        if self._with_stats is None:
             self.peek(lambda table: None)
         return self._layout
 
