@@ -91,9 +91,15 @@ def sorted_quantiles(ordered: np.ndarray, levels: list[float]) -> np.ndarray:
                         fraction[:, None])
 
 
-def transpose_into(rows: np.ndarray, matrix: np.ndarray, block: int = 256) -> None:
-    """rows[:] = matrix.T for (D, n) `rows` and an (n, D) `matrix`, a few hundred rows at a time: the whole
-    transpose at once misses the cache on nearly every element."""
+TRANSPOSE_BYTES = 256 << 10   # transpose_into's block of rows: about a core's L2 cache
+
+
+def transpose_into(rows: np.ndarray, matrix: np.ndarray, block: int | None = None) -> None:
+    """rows[:] = matrix.T for (D, n) `rows` and an (n, D) `matrix`, TRANSPOSE_BYTES of rows at a time: the whole
+    transpose at once misses the cache on nearly every element (15 ms against 4 ms for 400,000 rows of 16
+    float32), and blocks of a few hundred rows made a Python step, which takes the GIL, for every few KB (a
+    thread filling quantiles waited on it behind the main thread)."""
+    block = block or max(256, TRANSPOSE_BYTES // max(matrix.shape[1] * matrix.itemsize, 1))
     for start in range(0, len(matrix), block):
         rows[:, start:start + block] = matrix[start:start + block].T
 
