@@ -124,9 +124,16 @@ def test_a_footer_is_parsed_once_for_the_same_bytes_and_again_when_the_file_chan
     readers, reuses it. The key is the footer's own bytes, read from the file each time, so a file rewritten in place
     with the same size, inode and times is read through its new footer: its new values and statistics."""
     from lerodoc.tables import parquet_io
-    parsed = []
-    real = pq.read_metadata
-    monkeypatch.setattr(parquet_io.pq, "read_metadata", lambda source: parsed.append(source) or real(source))
+    parsed = []   # every footer pyarrow parses: read_metadata, or a ParquetFile opened without one given
+    real_read, real_file = pq.read_metadata, pq.ParquetFile
+
+    class Counted(real_file):
+        def __init__(self, source, *args, metadata=None, **kwargs):
+            if metadata is None:
+                parsed.append(source)
+            super().__init__(source, *args, metadata=metadata, **kwargs)
+    monkeypatch.setattr(parquet_io.pq, "read_metadata", lambda source: parsed.append(source) or real_read(source))
+    monkeypatch.setattr(parquet_io.pq, "ParquetFile", Counted)
     path = tmp_path / "file.parquet"
 
     def write(values):

@@ -88,35 +88,41 @@ def _footer_bytes(tail: bytes | None) -> bytes | None:
     return tail[-size:] if size <= len(tail) else None
 
 
-def _footer(path: Path | str) -> tuple[object, _Footer | None]:
-    """(what pyarrow opens for `path`, its footer parsed earlier in this process or None). The key is the footer's
-    own bytes, read from the checked file at every open: a file rewritten since is read through its own footer,
-    never through one parsed before."""
-    global _footers_bytes
+def _footer(path: Path | str) -> tuple[object, bytes | None, _Footer | None]:
+    """(what pyarrow opens for `path`, its footer's bytes where the file's last FOOTER_TAIL bytes hold it, that footer
+    as parsed earlier in this process or None). The key is the footer's own bytes, read from the checked file at
+    every open: a file rewritten since is read through its own footer, never through one parsed before."""
     source, tail = access.source_tail(path, FOOTER_TAIL)
     key = _footer_bytes(tail)
     if key is None:
-        return source, None
+        return source, None, None
     with _FOOTERS_LOCK:
-        footer = _FOOTERS.get(key)
-    if footer is None:
-        footer = _Footer(pq.read_metadata(source))
-        with _FOOTERS_LOCK:
-            if key not in _FOOTERS:
-                _FOOTERS[key] = footer
-                _footers_bytes += len(key)
-            while _footers_bytes > FOOTERS_HELD and len(_FOOTERS) > 1:
-                oldest = next(iter(_FOOTERS))
-                del _FOOTERS[oldest]
-                _footers_bytes -= len(oldest)
-    return source, footer
+        return source, key, _FOOTERS.get(key)
+
+
+def _keep(key: bytes | None, footer: _Footer) -> None:
+    """Hold a footer just parsed under its bytes (none: not held), the oldest let go past FOOTERS_HELD."""
+    global _footers_bytes
+    if key is None:
+        return
+    with _FOOTERS_LOCK:
+        if key not in _FOOTERS:
+            _FOOTERS[key] = footer
+            _footers_bytes += len(key)
+        while _footers_bytes > FOOTERS_HELD and len(_FOOTERS) > 1:
+            oldest = next(iter(_FOOTERS))
+            del _FOOTERS[oldest]
+            _footers_bytes -= len(oldest)
 
 
 def _parquet_file(path: Path | str, **options) -> pq.ParquetFile:
     """`path` opened by pyarrow with `options`, its footer parsed once per process for the same bytes (`_footer`)."""
-    source, footer = _footer(path)
+    source, key, footer = _footer(path)
     file = pq.ParquetFile(source, metadata=None if footer is None else footer.meta, **options)
-    _KNOWN[file] = footer or _Footer(file.metadata)
+    if footer is None:
+        footer = _Footer(file.metadata)
+        _keep(key, footer)
+    _KNOWN[file] = footer
     return file
 
 
@@ -633,9 +639,10 @@ def read_row_groups(file: pq.ParquetFile, path: Path | str, groups: list[int], c
 def read_schema(path: Path | str, episode: int | None = None) -> pa.Schema:
     """A parquet file's Arrow schema from its footer; an unreadable file is a clear error."""
     with _readable(path, episode):
-        source, footer = _footer(path)
+        source, key, footer = _footer(path)
         if footer is None:
-            return pq.read_schema(source)
+            footer = _Footer(pq.read_metadata(source))
+            _keep(key, footer)
         if footer.schema is None:
             footer.schema = footer.meta.schema.to_arrow_schema()
         return footer.schema
