@@ -152,3 +152,26 @@ def test_a_footer_is_parsed_once_for_the_same_bytes_and_again_when_the_file_chan
     assert parquet_io.read_parquet(path).column("x").to_pylist() == [4, 5, 6]
     assert parquet_io.open_parquet(path).metadata.row_group(0).column(0).statistics.max == 6
     assert len(parsed) == 2
+
+
+def test_footers_held_are_bounded_least_recently_used_first(tmp_path, monkeypatch):
+    """The parsed footers held stay within FOOTERS_HELD (their estimated size: a parsed footer is about ten times its
+    bytes); the least recently used is let go first, and is parsed again when asked for."""
+    from lerodoc.tables import parquet_io
+    paths = []
+    for i in range(3):
+        paths.append(tmp_path / f"f{i}.parquet")
+        pq.write_table(pa.table({f"c{j}": [i] for j in range(8)}), paths[-1])
+    monkeypatch.setattr(parquet_io, "_FOOTERS", {})
+    monkeypatch.setattr(parquet_io, "_footers_held", 0)
+    one = 8 * parquet_io.FOOTER_CHUNK   # 8 columns, one row group
+    monkeypatch.setattr(parquet_io, "FOOTERS_HELD", 2 * one + 4096)   # two footers and their bytes
+    parquet_io.read_schema(paths[0])
+    parquet_io.read_schema(paths[1])
+    parquet_io.read_schema(paths[0])            # used again: paths[1] is now the least recently used
+    parquet_io.read_schema(paths[2])
+    footers = [parquet_io._footer_bytes(path.read_bytes()) for path in paths]   # distinct: each file's own values
+    assert len(set(footers)) == 3
+    assert list(parquet_io._FOOTERS) == [footers[0], footers[2]]
+    assert parquet_io._footers_held <= parquet_io.FOOTERS_HELD
+    assert parquet_io.read_parquet(paths[1]).column("c0").to_pylist() == [1]   # parsed again
