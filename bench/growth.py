@@ -50,6 +50,7 @@ ROWS_PER_FILE = (100 << 20) // (4 * sum(DIMS.values()) + 4 + 4 * 8)
 BUILD = """
 import sys
 from pathlib import Path
+from bench.dataset import numeric_v30
 from bench.growth import DIMS, ROWS_PER_FILE
 episodes, frames = int(sys.argv[2]), int(sys.argv[3])
 numeric_v30(Path(sys.argv[1]), episodes * frames, episodes, DIMS, rows_per_file=ROWS_PER_FILE)

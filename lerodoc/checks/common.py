@@ -21,7 +21,7 @@ from lerodoc.formats import v21, v30
 from lerodoc.formats.info import DTYPES, INDEX_FEATURES
 from lerodoc.conventions import TOLERANCE_S
 from lerodoc.run.parallel import pmap
-from lerodoc.tables.parquet_io import Unreadable, column_matrix, read_row_groups
+from lerodoc.tables.parquet_io import Unreadable, column_matrix, open_parquet, read_row_groups
 
 ERROR, WARNING = "error", "warning"
 
@@ -180,7 +180,7 @@ def episode_meta_files(ctx: Context) -> list[str]:
         if ds.version == "v3.0":
             files = []
             for path in sorted(ctx.root.glob(v30.EPISODES_GLOB)):
-                files += [path.relative_to(ctx.root).as_posix()] * pq.ParquetFile(access.source(path)).metadata.num_rows
+                files += [path.relative_to(ctx.root).as_posix()] * open_parquet(path).metadata.num_rows
         else:
             files = [v21.EPISODES_PATH]
         ctx.cache["episode_meta_files"] = (files + files[-1:] * len(ds.episodes))[:len(ds.episodes)]

@@ -470,7 +470,9 @@ def _episodes_files(nbytes: int, rows: int, info: Info) -> list[tuple[int, int, 
     as the data files roll over (`next_file`). At least one file."""
     cap = min(max(1, info.data_files_size_in_mb), EPISODES_FILE_MB) * (1 << 20)
     per_file = max(1, int(cap * rows // max(nbytes, 1)))
-    per_file = -(-rows // -(-rows // per_file)) if rows else 1   # as many files, their rows evened out
+    if rows:   # as many files as the cap needs, their rows evened out
+        count = -(-rows // per_file)
+        per_file = -(-rows // count)
     out, chunk, file = [], 0, 0
     for first in range(0, max(rows, 1), per_file):
         out.append((min(per_file, rows - first), chunk, file))
