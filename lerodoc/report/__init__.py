@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from html import escape
 from pathlib import Path
@@ -59,7 +60,15 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | 
     ds = Dataset.open(root)
     ds.require_columns()
     sampled = data.sample_episodes(ds, sample, episodes)   # a selection the dataset cannot meet fails before work
-    verdict = validate(ds.root, videos=videos, tolerance_s=tolerance_s, dataset=ds)
+    with ThreadPoolExecutor(1) as pool:
+        # validate (mostly numpy and pyarrow, which let go of the GIL) runs beside the reads and the figures (mostly
+        # matplotlib's Python), on a Dataset of its own (it reads the episodes' stats and lets them go)
+        verdict = pool.submit(validate, ds.root, videos=videos, tolerance_s=tolerance_s)
+        return _build(ds, out, verdict, videos, sampled, workers, tolerance_s, progress, started)
+
+
+def _build(ds: Dataset, out: Path, verdict: Future, videos: bool, sampled: list, workers: int, tolerance_s: float,
+           progress: Progress | None, started: float) -> Report:
     features = data.channel_features(ds)
     tick = progress("data", len(ds.data_files()) * (1 + len(features))) if progress else None
     columns = data.read_columns(ds, [], sampled, workers=workers, tick=tick)   # task_index, timestamps: no feature
@@ -90,7 +99,7 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | 
     per_task = Counter([task for ep in ds.episodes for task in set(ep.tasks)])
     counts = [per_task[task] for task in ds.tasks]
     summary = _summary(ds, counts, int(columns.starts[-1]))
-    findings = verdict.to_json()
+    findings = verdict.result().to_json()
     report = Report(
         dataset=str(ds.root), output=str(Path(out).absolute()), summary=summary, validate=findings,
         channels=channels, select=data.select_command(ds, channels),
