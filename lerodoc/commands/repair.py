@@ -56,8 +56,8 @@ def show(report, json: bool, dry_run: bool) -> None:
         for finding in report.remaining:
             render.out().print(f"needs a human: {finding['code']} {finding['message']}")
         for skipped in report.skipped:
-            render.out().print(f"output checked without: {skipped['checks']}, as {skipped['why']}; "
-                               f"{skipped['run_with']} runs them")
+            render.out().print(f"{skipped['of']} checked without: {skipped['checks']}, as {skipped['why']}"
+                               + (f"; {skipped['run_with']} runs them" if skipped["run_with"] else ""))
         render.out().print(f"written to {report.output} ({report.seconds:.2f} s)")
     if code:
         raise typer.Exit(int(code))

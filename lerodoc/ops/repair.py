@@ -50,7 +50,8 @@ class RepairReport:
     changes: list[str] = field(default_factory=list)
     remaining: list[dict] = field(default_factory=list)   # findings still present (need a human)
     left_out: list[int] = field(default_factory=list)     # input episodes not in the output (lost files, dropped)
-    skipped: list[dict] = field(default_factory=list)     # checks the output's validation left out, and why
+    skipped: list[dict] = field(default_factory=list)     # checks the validation of the input or the output ("of")
+                                                          # left out, and why
     seconds: float = 0.0
     plan: dict | None = None      # --dry-run: what a run would write and change
 
@@ -309,11 +310,19 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         opened = Dataset.open(src)
     except LerodocError:
         opened = None
-    before = validate(src, videos=True, dataset=opened)
+    # Without the per-episode stats' agreement with the rows: repair replaces every episode's stats with the exact
+    # stats of the rows it writes, and recomputing the input's only to count how they disagree was a third of its
+    # time (at 20,000 episodes 0.8 of 2.2 s). stats.json's own checks (NaN, shapes, quantiles) still run; the
+    # episodes' placeholders and shapes are what repair cleans (`_clean_stats`).
+    before = validate(src, videos=True, dataset=opened, stats=False)
     ds = opened if opened is not None else Dataset.open(src)
     ds.require_columns(files=False)   # missing or misplaced files are what repair looks for
     ds.weigh_stats()   # past the stats budget, the stats tables are read a file at a time from here on
     report = RepairReport(dataset=str(ds.root), output=None, before=_counts(before.findings))
+    report.skipped = [{**s, "of": "input", "why": "repair replaces them with the exact stats of the rows it writes",
+                       # an input replaced in place is gone: nothing can run them on it afterwards
+                       "run_with": None if in_place else f"lerodoc validate {shlex.quote(str(src))}"}
+                      for s in before.skipped]
     restored = restore_cameras(ds)
     episodes, report.changes, lost = reconstruct(ds, drop_broken)
     report.changes[:0] = restored
@@ -395,8 +404,8 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     after = validate(target, videos=True, stats=False)
     report.output = str(target.absolute())
     report.after = _counts(after.findings)
-    report.skipped = [{**s, "why": "repair computed them from the rows it wrote", "run_with": f"lerodoc validate "
-                       f"{shlex.quote(str(target))}"} for s in after.skipped]
+    report.skipped += [{**s, "of": "output", "why": "repair computed them from the rows it wrote",
+                        "run_with": f"lerodoc validate {shlex.quote(str(target))}"} for s in after.skipped]
     report.remaining = [f.to_json() for f in lost + after.findings] + left_out
     report.seconds = round(time.perf_counter() - started, 3)
     return report

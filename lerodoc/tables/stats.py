@@ -376,11 +376,12 @@ def check_finite(block: np.ndarray, group: Group, file: str, episode: int) -> No
 
 def _tiled(matrix: np.ndarray, firsts, lengths) -> tuple[np.ndarray, np.ndarray]:
     """(the frame spans [first, first + length) of a (channels, frames) matrix side by side, their lengths):
-    the matrix itself when they tile it in order, else the spans gathered."""
+    a view of the matrix's columns when they follow one another (a thread's run of a file's episodes), else the
+    spans gathered."""
     firsts, lengths = np.asarray(firsts, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
     ends = firsts + lengths
-    if len(firsts) and firsts[0] == 0 and ends[-1] == matrix.shape[1] and np.array_equal(firsts[1:], ends[:-1]):
-        return matrix, lengths
+    if len(firsts) and np.array_equal(firsts[1:], ends[:-1]):
+        return matrix[:, int(firsts[0]):int(ends[-1])], lengths
     offsets = np.cumsum(lengths) - lengths
     return matrix[:, np.arange(int(lengths.sum())) + np.repeat(firsts - offsets, lengths)], lengths
 
