@@ -38,9 +38,17 @@ def key_floats(keys: np.ndarray) -> np.ndarray:
 
 
 def interpolate(low: np.ndarray, high: np.ndarray, fraction: np.ndarray) -> np.ndarray:
-    """numpy's linear interpolation between neighbouring order statistics (same formula, same rounding)."""
-    diff = high - low
-    return np.where(fraction >= 0.5, high - diff * (1 - fraction), low + diff * fraction)
+    """numpy's linear interpolation between neighbouring order statistics (same formula, same rounding), in float64
+    whatever the values' dtype: each value is cast on the way (exactly, as numpy's quantile of a float64 copy
+    casts it), and two float64 arrays the size of the result are made, not a copy of both inputs and a temporary a
+    step (a million segments' quantiles are hundreds of MB of fresh pages)."""
+    diff = np.subtract(high, low, dtype=np.float64)
+    out = np.multiply(diff, fraction)
+    np.add(out, low, out=out)                       # low + diff * fraction
+    np.multiply(diff, 1 - fraction, out=diff)
+    np.subtract(high, diff, out=diff)               # high - diff * (1 - fraction)
+    np.copyto(out, diff, where=np.broadcast_to(fraction >= 0.5, out.shape))
+    return out
 
 
 def _ranks(count: int, levels: list[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -172,7 +172,7 @@ def _run_quantiles(part: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
     virtual = last * np.asarray(LEVELS, dtype=np.float64)          # (segments, levels), as `_ranks`
     low = np.clip(np.floor(virtual), 0, last).astype(np.int64)
     high = np.minimum(low + 1, last)
-    picked = order_statistics(part, sizes, np.concatenate([low, high], axis=1)).astype(np.float64)
+    picked = order_statistics(part, sizes, np.concatenate([low, high], axis=1))   # in the data's dtype: `interpolate`
     values = interpolate(picked[..., :len(LEVELS)], picked[..., len(LEVELS):], virtual - low)
     return [values[..., i] for i in range(len(LEVELS))]
 
