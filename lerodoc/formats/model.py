@@ -134,6 +134,20 @@ def stats_holders(episodes) -> dict:
     return {id(row.holder): row.holder for row in map(stats_row, episodes) if row is not None}
 
 
+def stats_named(episodes) -> set[str]:
+    """The features the episodes' stats columns name, without reading a value: an unread row's holder's from its
+    footer (`formats.v30.StatsColumns.features`) or its table's columns, a read row's dict keys. A superset of
+    `stats_features`, which reads the tables to leave out columns that hold no value in the episodes' rows."""
+    out: set[str] = set()
+    for holder in stats_holders(episodes).values():
+        out |= holder.features() if hasattr(holder, "features") else \
+            {feature for feature, _ in (holder if isinstance(holder, StatsTable) else holder.table).columns}
+    for ep in episodes:
+        if stats_row(ep) is None:
+            out.update(ep.stats)
+    return out
+
+
 def union_layout(holders) -> tuple[dict[tuple[str, str], tuple[tuple, np.dtype]], list[set]] | None:
     """The layout of every (feature, stat) any holder's table holds, in the order `stats_columns` gives them (the
     holders in the order given, each one's stats in its table's order), and the stats each holder's table lacks;

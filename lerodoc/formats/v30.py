@@ -220,6 +220,14 @@ class StatsColumns:
         self._normal.append((features, answer))
         return answer
 
+    def features(self) -> set[str]:
+        """The features its `stats/<feature>/<stat>` columns name: the table's when held, else the footer's alone (no
+        value read)."""
+        if self._table is not None:
+            return {feature for feature, _ in self._table.columns}
+        names = open_parquet(self.path).metadata.schema.to_arrow_schema().names
+        return {n[len("stats/"):].rsplit("/", 1)[0] for n in names if n.startswith("stats/")}
+
     def full_keys(self) -> list[tuple[str, str]] | None:
         """The (feature, stat) columns every row holds a value of, in the table's order, from the footer alone (no
         value read), when the footer says no column holds a null; else None (the table then tells)."""

@@ -23,8 +23,9 @@ from lerodoc.budget import give_back
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.dataset import Dataset
-from lerodoc.formats.model import (Episode, VideoSpan, shared_stats, stats_clean, stats_row,
-                                   stats_stack, update_stats)
+from lerodoc.formats.model import (Episode, StatsRow, VideoSpan, shared_stats, stats_clean, stats_named,
+                                   stats_row, stats_stack, update_stats)
+from lerodoc.formats.stats import StatsTable
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
 from lerodoc.formats.info import canonical_feature
@@ -317,7 +318,12 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     before = validate(src, videos=True, dataset=opened, stats=False)
     ds = opened if opened is not None else Dataset.open(src)
     ds.require_columns(files=False)   # missing or misplaced files are what repair looks for
-    ds.weigh_stats()   # past the stats budget, the stats tables are read a file at a time from here on
+    # Where the input's per-episode stats are all of numeric features (or of features info.json does not declare,
+    # which cleaning drops), the output's are all recomputed from its rows: the input's are never read (at a million
+    # episodes, reading them to clean them took 4.6 of 70 s)
+    replaced = not {f for f in stats_named(ds.episodes) if f in ds.info.features} - set(ds.info.numeric_keys)
+    if not replaced:
+        ds.weigh_stats()   # past the stats budget, the stats tables are read a file at a time from here on
     report = RepairReport(dataset=str(ds.root), output=None, before=_counts(before.findings))
     report.skipped = [{**s, "of": "input", "why": "repair replaces them with the exact stats of the rows it writes",
                        # an input replaced in place is gone: nothing can run them on it afterwards
@@ -344,7 +350,11 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     info = replace(ds.info, features={k: v for k, v in _canonical_features(ds, episodes).items() if k not in dropped},
                    extra=dict(ds.info.extra))
     sizes: dict = {}
-    for ep in episodes:
+    empty = StatsTable({}, len(episodes))   # replaced: every episode a row of a table of no stats (the columns'
+    for i, ep in enumerate(episodes):       # path, not a dict an episode)
+        if replaced:
+            ep.stats = StatsRow(empty, i)
+            continue
         row = stats_row(ep)
         if row is None or not stats_clean(row, info.features):   # else nothing to clean
             ep.stats = _clean_stats(ep.stats, info.features, sizes)
@@ -352,7 +362,8 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds)[0])
     caps = info.whole_file_caps()
     to = "v2.1" if ds.version == "v2.0" else ds.version
-    plan = rewrite.plan(picks, info, tasks, to, schema, caps_mb=caps, retime=True, workers=workers)
+    plan = rewrite.plan(picks, info, tasks, to, schema, caps_mb=caps, retime=True, workers=workers,
+                        stats=not replaced)
     if dry_run:
         report.remaining = [f.to_json() for f in lost]
         report.changes += _retime_changes(plan.retimed)

@@ -596,13 +596,15 @@ class Plan:
 
 
 def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Schema, *,
-         caps_mb: tuple[float, float], retime: bool = False, workers: int = 1) -> Plan:
+         caps_mb: tuple[float, float], retime: bool = False, workers: int = 1, stats: bool = True) -> Plan:
     """Plan writing the picked episodes as a `to` layout: checks every file they need exists, places rows and
     clips, and reads the sources' video headers (keyframes, stream parameters) to decide which clips are
     joined, reused whole or re-encoded. Nothing is written.
 
     `caps_mb` are the v3.0 data and video file size caps in MB; a data file is reused whole only when its
     columns already have `schema`'s types. `retime` rewrites frame_index and timestamp from the frame order.
+    `stats=False`: the caller replaces every numeric feature's stats with those of the written rows (repair), so
+    the rows of an episode without stats are not measured on the way (only the columns renumbering changes are).
     """
     if to not in TARGETS:
         raise LerodocError(f"cannot write {to}; lerodoc writes {', '.join(TARGETS)}")
@@ -641,7 +643,7 @@ def plan(picks: list[Pick], info: Info, tasks: list[str], to: str, schema: pa.Sc
         if key not in sources:
             sources[key] = _source(pick.dataset.path(pick.episode.data_file))
         return sources[key]
-    all_stats = ~stats_held([p.episode for p in picks])
+    all_stats = ~stats_held([p.episode for p in picks]) if stats else np.zeros(len(picks), dtype=bool)
     link = np.zeros(len(picks), dtype=bool)
     link[list(linked)] = True
     srcs = [source_of(p) for p in picks]
