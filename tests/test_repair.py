@@ -164,3 +164,22 @@ def test_repair_without_cameras_reads_no_input_stats(tmp_path, monkeypatch):
     assert [f.code for f in after.findings] == [], after.findings
     assert Dataset.open(tmp_path / "out").episodes[0].stats["observation.state"]["mean"].shape == (
         Dataset.open(root).info.features["observation.state"]["shape"][0],)
+
+
+def test_repair_without_cameras_v21_stale_stats_come_out_exact(tmp_path):
+    """The same for a v2.1 dataset (its per-episode stats are episodes_stats.jsonl lines, read with the metadata):
+    every episode's stale mean is replaced by the exact mean of the rows written."""
+    import json
+
+    from lerodoc.ops.validate import validate
+
+    root = make_dataset(tmp_path / "ds", version="v2.1", episodes=3, lengths=[20, 25, 30], cameras=()).root
+    path = root / "meta" / "episodes_stats.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        line["stats"]["observation.state"]["mean"] = [v + 1.0 for v in line["stats"]["observation.state"]["mean"]]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert "STA040" in {f.code for f in validate(root).findings}   # the stale means show
+    report = repair(root, tmp_path / "out")
+    assert [(s["of"], s["family"]) for s in report.skipped] == [("input", "stats"), ("output", "stats")]
+    assert [f.code for f in validate(tmp_path / "out").findings] == []
