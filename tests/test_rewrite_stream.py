@@ -223,6 +223,33 @@ def test_repair_past_the_budgets_writes_what_the_whole_path_writes(source, tmp_p
     _same_output(tmp_path / "whole", tmp_path / "streamed")
 
 
+def test_repair_without_cameras_streams_its_output_stats_past_the_values_budget(tmp_path, monkeypatch):
+    """A repair that replaces every per-episode stat (no camera: it never reads, so never weighs, the sources'
+    tables) still computes the output's stats a data file at a time past exact_stats' values budget: all of them in
+    memory were 3.9 GB at a million episodes. What it writes is what the whole path writes."""
+    from lerodoc.ops import stats as stats_module
+    root = tmp_path / "raw"
+    fixture = make_dataset(root, version="v3.0", episodes=900, lengths=3, episodes_per_file=300, cameras=())
+    info = json.loads((fixture.root / "meta/info.json").read_text())
+    info["data_files_size_in_mb"] = 1
+    (fixture.root / "meta/info.json").write_text(json.dumps(info))
+    src = tmp_path / "src"
+    quantiles(fixture.root, src, workers=2)
+    assert run_here("repair", str(src), "-o", str(tmp_path / "whole")).returncode == 0
+    slices = []
+    rows = stats_module.StatsStream.rows
+    monkeypatch.setattr(stats_module.StatsStream, "rows", lambda self, lo, hi: slices.append(hi) or rows(self, lo, hi))
+    monkeypatch.setattr(stats_module, "_fits", lambda *args: False)
+    from lerodoc.ops import repair as repair_module
+
+    def in_memory(*args, **kwargs):
+        raise AssertionError("repair held every value of the output for its stats")
+    monkeypatch.setattr(repair_module, "exact_stats", in_memory)
+    assert run_here("repair", str(src), "-o", str(tmp_path / "streamed")).returncode == 0
+    assert len(slices) >= 2   # an output episodes file at a time
+    _same_output(tmp_path / "whole", tmp_path / "streamed")
+
+
 def test_select_past_the_budget_reads_its_new_stats_from_spilled_files_a_slice_at_a_time(source, tmp_path,
                                                                                         monkeypatch):
     """derive's workers save the changed columns' per-episode stats beside the output (a scratch folder), the stream

@@ -387,7 +387,10 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         give_back()
         # the written rows' exact stats, before any metadata is written: the episodes metadata is written once
         staged = Dataset(root=tmp, version=to, info=info, episodes=result.episodes, tasks=tasks)
-        stream = StatsStream.of(staged, info.numeric_keys, workers=workers) if result.stream is not None else None
+        # streamed where the rewrite streamed (its sources past the stats budget), and where every stat is replaced
+        # (the sources' tables unread, so unweighed): StatsStream.of streams values past its own budget
+        stream = StatsStream.of(staged, info.numeric_keys, workers=workers) \
+            if result.stream is not None or replaced else None
         if stream is None:
             numeric, per_episode, _ = exact_stats(staged, info.numeric_keys, workers=workers)
             update_stats(result.episodes, per_episode)
