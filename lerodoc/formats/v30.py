@@ -125,10 +125,10 @@ def _read_table(path: Path, info: Info, stats: bool = True) -> pa.Table:
     return read_parquet(path, columns=lambda c: c in used or stats and c.startswith("stats/"))
 
 
-def _stats_table(table: pa.Table, path: Path, copy: bool = True) -> StatsTable:
+def _stats_table(table: pa.Table, path: Path) -> StatsTable:
     """`_episode_stats` of one episodes metadata file's table; malformed stats columns are a LerodocError naming it."""
     try:
-        return _episode_stats(table, copy)
+        return _episode_stats(table)
     except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
         raise LerodocError(f"stats columns are malformed ({type(exc).__name__}: {exc})", file=path,
                            hint="lerodoc validate lists what is wrong") from None
@@ -156,9 +156,7 @@ class StatsColumns:
     @property
     def table(self) -> StatsTable:
         if self._table is None:
-            # a transient table is let go after its use: its columns stay views of what pyarrow read, not copies
-            self._table = _stats_table(read_parquet(self.path, columns=lambda c: c.startswith("stats/")), self.path,
-                                       copy=not self.transient)
+            self._table = _stats_table(read_parquet(self.path, columns=lambda c: c.startswith("stats/")), self.path)
         return self._table
 
     def release(self) -> None:
@@ -248,7 +246,7 @@ class StatsColumns:
         return sorted(keys, key=lambda key: order.index(key[0]))
 
 
-def _episode_stats(table: pa.Table, copy: bool = True) -> StatsTable:
+def _episode_stats(table: pa.Table) -> StatsTable:
     """Per-row stats from the `stats/<feature>/<stat>` columns, each column converted in one go: a regular column
     (every row one shape, no null) stays one array; any other becomes a list of arrays, None where a row has no
     value. A count is (1,) per row, and so is a scalar stat."""
@@ -258,7 +256,7 @@ def _episode_stats(table: pa.Table, copy: bool = True) -> StatsTable:
             continue
         feature, name = column[len("stats/"):].rsplit("/", 1)
         dtype = np.int64 if name == "count" else np.float64
-        regular = regular_rows(table.column(column), dtype, copy)   # the common case, without Python lists
+        regular = regular_rows(table.column(column), dtype)   # the common case, without Python lists
         if regular is not None:
             columns[feature, name] = regular.reshape(len(regular), -1) if name == "count" or regular.ndim == 1 \
                 else regular
