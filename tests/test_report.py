@@ -191,3 +191,36 @@ def test_non_finite_values_are_counted_per_channel_across_blocks_of_rows():
     want = [int((~np.isfinite(matrix[:, c])).sum()) for c in range(5)]
     assert _non_finite(matrix, rows=64).tolist() == _non_finite(matrix).tolist() == want and sum(want) > 3
     assert _non_finite(np.arange(12).reshape(4, 3), rows=3).tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("beside", [True, False])
+def test_validate_runs_beside_the_figures_only_within_the_memory_budget(tmp_path, monkeypatch, beside):
+    """Within the memory budget report's validate runs in a thread of its own, beside the reads and figures; past
+    it (a million episodes: 2692.7 MiB beside, 1717.6 MiB one after the other) in this thread, before the first
+    feature is read, on the report's own Dataset. The report is the same either way."""
+    import threading
+
+    from lerodoc import report as report_module
+    from lerodoc.report import data
+    monkeypatch.delenv("LERODOC_MEMORY_BUDGET", raising=False)
+    if not beside:   # the data files past the budget the report weighs them against (the readers' own stays)
+        monkeypatch.setattr(report_module, "memory_budget", lambda: 1)
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=3, lengths=12, cameras=()).root
+    events = []
+    real_validate, real_read = report_module.validate, data.read_columns
+
+    def validate(*args, **kwargs):
+        events.append(("validate", threading.current_thread() is threading.main_thread(), "dataset" in kwargs))
+        return real_validate(*args, **kwargs)
+
+    def read_columns(*args, **kwargs):
+        events.append(("read", None, None))
+        return real_read(*args, **kwargs)
+    monkeypatch.setattr(report_module, "validate", validate)
+    monkeypatch.setattr(data, "read_columns", read_columns)
+    out = report_module.build(root, tmp_path / "r.html")
+    checks = [e for e in events if e[0] == "validate"]
+    assert checks == [("validate", not beside, not beside)]
+    if not beside:
+        assert events[0][0] == "validate"   # done before any column is read
+    assert out.validate["errors"] == 0 and len(out.channels) > 0
