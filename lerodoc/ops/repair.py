@@ -349,15 +349,16 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     dropped = {key for key in ds.info.video_keys if key not in episodes[0].videos}   # --drop-broken, every file gone
     info = replace(ds.info, features={k: v for k, v in _canonical_features(ds, episodes).items() if k not in dropped},
                    extra=dict(ds.info.extra))
-    sizes: dict = {}
-    empty = StatsTable({}, len(episodes))   # replaced: every episode a row of a table of no stats (the columns'
-    for i, ep in enumerate(episodes):       # path, not a dict an episode)
-        if replaced:
+    if replaced:   # every episode a row of a table of no stats (the columns' path, not a dict an episode)
+        empty = StatsTable({}, len(episodes))
+        for i, ep in enumerate(episodes):
             ep.stats = StatsRow(empty, i)
-            continue
-        row = stats_row(ep)
-        if row is None or not stats_clean(row, info.features):   # else nothing to clean
-            ep.stats = _clean_stats(ep.stats, info.features, sizes)
+    else:
+        sizes: dict = {}
+        for ep in episodes:
+            row = stats_row(ep)
+            if row is None or not stats_clean(row, info.features):   # else nothing to clean
+                ep.stats = _clean_stats(ep.stats, info.features, sizes)
     picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
     schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds)[0])
     caps = info.whole_file_caps()

@@ -87,7 +87,7 @@ def row_quantiles(rows: np.ndarray, levels: list[float], threads: int = 1, in_pl
     `in_place` lets the sort reorder `rows` instead of copying it."""
     low, high, fraction = _ranks(rows.shape[1], levels)
     ranks = np.unique(np.concatenate([low, high]))
-    found = _order_statistics(rows, ranks, threads, in_place).astype(np.float64)
+    found = _order_statistics(rows, ranks, threads, in_place)   # in the rows' dtype: `interpolate` casts
     at = {r: i for i, r in enumerate(ranks)}
     return interpolate(found[[at[r] for r in low]], found[[at[r] for r in high]], fraction[:, None])
 
@@ -95,8 +95,7 @@ def row_quantiles(rows: np.ndarray, levels: list[float], threads: int = 1, in_pl
 def sorted_quantiles(ordered: np.ndarray, levels: list[float]) -> np.ndarray:
     """(len(levels), D) quantiles of each row of a (D, N) array whose rows are sorted (numpy's linear method)."""
     low, high, fraction = _ranks(ordered.shape[1], levels)
-    return interpolate(ordered[:, low].T.astype(np.float64), ordered[:, high].T.astype(np.float64),
-                        fraction[:, None])
+    return interpolate(ordered[:, low].T, ordered[:, high].T, fraction[:, None])
 
 
 TRANSPOSE_BYTES = 256 << 10   # transpose_into's block of rows: about a core's L2 cache
