@@ -42,6 +42,28 @@ def test_compiled_sampling_gives_the_eager_actions_in_one_graph_each():
     assert eager.abs().max() > 0 and not torch.equal(eager, drawn)
 
 
+def test_compiled_layers_with_float8_linears_compile_each_batch_size_on_its_own(monkeypatch):
+    """With float8 linears compile_layers asks for static shapes: a second batch size under automatic dynamic
+    shapes made the token count symbolic, and torch._scaled_mm's multiple-of-16 check failed to compile
+    (call 14 of issue 39, batch 68 after 64). Without them the options are torch.compile's own."""
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: calls.append(options) or fn)
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **options: calls.append(options))
+    model = PI05(tiny())
+    model.compile_layers()
+    assert calls and all(options == {} for options in calls)
+
+    class Float8Linear(torch.nn.Linear):   # torchao's class, by the name PI05.float8_linears counts
+        pass
+
+    mlp = model.paligemma.language_model.layers[0].mlp
+    mlp.down_proj = Float8Linear(mlp.down_proj.in_features, mlp.down_proj.out_features, bias=False)
+    calls.clear()
+    model.compile_layers(mode="default")
+    assert model.float8_linears() == 1
+    assert calls and all(options == {"mode": "default", "dynamic": False} for options in calls)
+
+
 def test_float8_converts_the_large_layer_linears_only():
     with torch.device("meta"):
         model = PI05(full())

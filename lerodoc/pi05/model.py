@@ -340,7 +340,11 @@ class PI05(nn.Module):
         """Regional compilation: torch.compile each repeated block (the joint Gemma layer, each SigLIP layer),
         and leave the glue eager. Every block's backward is then its own autograd node, so DDP's gradient hooks
         fire layer by layer and all-reduce while backward goes on (no DDPOptimizer graph splits), and the
-        repeated layers share one compiled graph (a short compile)."""
+        repeated layers share one compiled graph (a short compile). With float8 linears each new batch size gets
+        its own graph (dynamic=False): a symbolic token count cannot be shown to be the multiple of 16 that
+        torch._scaled_mm checks, so Inductor's automatic dynamic shapes fail to compile the second batch size."""
+        if self.float8_linears():
+            options.setdefault("dynamic", False)
         self.layer_fn = torch.compile(joint_layer, **options)
         for layer in self.paligemma.vision_tower.vision_model.encoder.layers:
             layer.compile(**options)
@@ -361,6 +365,10 @@ class PI05(nn.Module):
                              gemm_config_grad_weight=config.gemm_config_output)
         convert_to_float8_training(self, config=config,
                                    module_filter_fn=lambda module, fqn: float8_filter(module, fqn, part))
+        return self.float8_linears()
+
+    def float8_linears(self) -> int:
+        """How many linears convert_float8 made float8 (torchao's Float8Linear)."""
         return sum(type(m).__name__ == "Float8Linear" for m in self.modules())
 
     @property
