@@ -261,7 +261,8 @@ def _main() -> None:
     started = time.perf_counter()
     sys.unraisablehook = _quiet_no_room(sys.unraisablehook)   # before any pool forks: its workers inherit it
     # A command holds one record per episode; at CPython's default first threshold (700) the collector walks
-    # them over and over, up to a sixth of a 20,000-episode delete. The process is the CLI's own, workers inherit it.
+    # them over and over, up to a sixth of a 20,000-episode delete. The process is the CLI's own; pool workers are
+    # given it (`run.parallel._worker_init`: the fork server's children start with CPython's own).
     gc.set_threshold(GC_FIRST_THRESHOLD, 50, 100)
     cli = typer.main.get_command(app)
     render.command = command_of(cli, args)

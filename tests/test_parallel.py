@@ -4,6 +4,7 @@ with few results made ahead."""
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from lerodoc import budget
+from lerodoc.cli import GC_FIRST_THRESHOLD
 from lerodoc.run.parallel import POOL_BYTES, pmap, worth
 from tests.fixtures.factory import make_dataset
 
@@ -39,6 +41,10 @@ def _cwd(_) -> str:
 
 def _pid(_) -> int:
     return os.getpid()
+
+
+def _gc_threshold(_) -> tuple[int, ...]:
+    return gc.get_threshold()
 
 
 def test_a_worker_does_not_inherit_a_lock_that_another_thread_holds():
@@ -75,6 +81,19 @@ def test_workers_see_the_environment_and_folder_set_since_the_first_pool(monkeyp
     monkeypatch.chdir(tmp_path)
     assert pmap(_budget, [0, 1], workers=2) == [3 << 20] * 2
     assert pmap(_cwd, [0, 1], workers=2) == [str(tmp_path)] * 2
+
+
+def test_workers_collect_at_the_thresholds_of_the_mapping_process():
+    """The CLI's young-collection threshold (cli.GC_FIRST_THRESHOLD) reaches the workers, which the fork server
+    starts with CPython's own (700): a worker unpickling a million episodes' row pieces walked them over and over."""
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(GC_FIRST_THRESHOLD, 50, 100)
+        assert pmap(_gc_threshold, [0, 1], workers=2) == [(GC_FIRST_THRESHOLD, 50, 100)] * 2
+        gc.set_threshold(*before)
+        assert pmap(_gc_threshold, [0, 1], workers=2) == [before] * 2
+    finally:
+        gc.set_threshold(*before)
 
 
 def test_the_workers_example_of_api_md_runs_as_a_script(tmp_path):

@@ -182,4 +182,6 @@ def test_a_row_job_makes_each_piece_from_its_pick_and_new_episode_and_pickles_to
     for job in plan.row_jobs:
         sent = pickle.loads(pickle.dumps(job))
         assert isinstance(sent, tuple) and list(sent) == list(job) and len(job) == len(sent) > 0
+        assert all(type(piece) is rewrite.RowPiece for piece in sent)
+        assert len({id(piece.task_map) for piece in sent}) == len({id(piece.task_map) for piece in job})  # shared
         assert job.out_files == list(dict.fromkeys(piece.out_file for piece in job))

@@ -104,7 +104,31 @@ class RowJob(Sequence):
         return list(dict.fromkeys(new.data_file for new in self.new))
 
     def __reduce__(self):
-        return tuple, (tuple(self),)
+        """Pickled as columns, which `_pieces` makes into the tuple of `RowPiece`s a worker receives: a million
+        episodes' jobs pickled as tuples held the parent's GIL for about 4 s before the workers could start. Sources,
+        task maps and output names are one object a file (or source), pickled once each, shared again after."""
+        eps = [pick.episode for pick in self.picks]
+        shared, codes = [], []
+        for values in (self.sources, [pick.task_map for pick in self.picks], [new.data_file for new in self.new]):
+            at: dict[int, int] = {}
+            codes.append(np.array([at.setdefault(id(v), len(at)) for v in values], dtype=np.int32))
+            shared.append(list({id(v): v for v in values}.values()))   # in first-seen order, as `at` numbers them
+
+        def ints(values) -> np.ndarray:
+            return np.fromiter(values, dtype=np.int64, count=len(eps))
+        numbers = (ints(e.data_row for e in eps), ints(e.length for e in eps), ints(new.index for new in self.new),
+                   ints(new.from_index for new in self.new), ints(e.index for e in eps))
+        return _pieces, (tuple(shared), tuple(codes), numbers, self.all_stats, self.link, self.retime_fps)
+
+
+def _pieces(shared: tuple, codes: tuple, numbers: tuple, all_stats: np.ndarray, link: np.ndarray,
+            retime_fps: int | None) -> tuple[RowPiece, ...]:
+    """The `RowPiece`s of a `RowJob` pickled as columns (`RowJob.__reduce__`)."""
+    sources, task_maps, outs = ([values[c] for c in code.tolist()] for values, code in zip(shared, codes))
+    src_row, length, episode, from_index, source_episode = (column.tolist() for column in numbers)
+    return tuple(map(RowPiece._make, zip(sources, src_row, length, outs, episode, from_index, source_episode,
+                                         task_maps, np.asarray(all_stats, dtype=bool).tolist(),
+                                         [retime_fps] * len(length), np.asarray(link, dtype=bool).tolist())))
 
 
 @dataclass(frozen=True)

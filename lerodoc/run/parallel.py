@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections import deque
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -39,14 +40,16 @@ def _context(module: str):
     return context
 
 
-def _worker_init(environ: dict[str, str], cwd: str, one_thread: bool) -> None:
-    """A worker sees the environment and working folder that the mapping process has now (the fork server keeps
-    those it started with: a budget set since, LERODOC_MEMORY_BUDGET, must be heard). With `one_thread`, it runs
-    pyarrow's decoding and encoding on one thread: the pool already fills the cores, and a thread pool per worker
-    on top of it only adds switching."""
+def _worker_init(environ: dict[str, str], cwd: str, one_thread: bool, gc_threshold: tuple[int, ...]) -> None:
+    """A worker sees the environment, working folder and collector thresholds that the mapping process has now (the
+    fork server keeps those it started with: a budget set since, LERODOC_MEMORY_BUDGET, must be heard, and the
+    CLI's young-collection threshold, `cli.GC_FIRST_THRESHOLD`, applies to the rows a worker makes too). With
+    `one_thread`, it runs pyarrow's decoding and encoding on one thread: the pool already fills the cores, and a
+    thread pool per worker on top of it only adds switching."""
     os.environ.clear()
     os.environ.update(environ)
     os.chdir(cwd)
+    gc.set_threshold(*gc_threshold)
     if one_thread:
         # pyarrow: --help imports this module and loads no pyarrow
         import pyarrow
@@ -81,7 +84,7 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
         return results
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait   # only when a pool runs
     # one pyarrow thread per worker only when the workers fill the cores; fewer items keep pyarrow's threads
-    setup = (dict(os.environ), os.getcwd(), len(items) >= workers)
+    setup = (dict(os.environ), os.getcwd(), len(items) >= workers, gc.get_threshold())
     with ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=_context(fn.__module__),
                              initializer=_worker_init, initargs=setup) as pool:
         futures = [pool.submit(fn, item) for item in items]
