@@ -45,7 +45,7 @@ def test_compiled_sampling_gives_the_eager_actions_in_one_graph_each():
 def test_compiled_layers_with_float8_linears_compile_each_batch_size_on_its_own(monkeypatch):
     """With float8 linears compile_layers asks for static shapes: a second batch size under automatic dynamic
     shapes made the token count symbolic, and torch._scaled_mm's multiple-of-16 check failed to compile
-    (call 14 of issue 39, batch 68 after 64). Without them the options are torch.compile's own."""
+    (the twentieth session's first device call, batch 68 after 64). Without them the options are torch.compile's own."""
     calls = []
     monkeypatch.setattr(torch, "compile", lambda fn, **options: calls.append(options) or fn)
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **options: calls.append(options))
