@@ -72,14 +72,15 @@ def histogram_grid(feature: str, hists: list[tuple[np.ndarray, np.ndarray] | Non
     ax.set_axis_off()
     ax.set_xlim(0, width)
     ax.set_ylim(0, height)
-    left, top, bottom = 0.015 * width, 0.7, 0.25        # the margins, and the gaps as fractions of a panel
-    panel_w = (width - 2 * left) / (ncols + 0.12 * (ncols - 1))
-    panel_h = (height - top - bottom) / (nrows + 0.75 * (nrows - 1))
+    side, top, bottom = 0.015 * width, 0.7, 0.25   # margins in inches (the suptitle above, the range ends below)
+    across, down = 0.12, 0.75                      # gaps between panels, in panel widths and heights (names above)
+    panel_w = (width - 2 * side) / (ncols + across * (ncols - 1))
+    panel_h = (height - top - bottom) / (nrows + down * (nrows - 1))
     frames, outlines, faces, edges, widths, tick_lines = [], [], [], [], [], []
     for c, (hist, row) in enumerate(zip(hists, rows)):
         r, k = divmod(c, ncols)
-        x0 = left + k * panel_w * 1.12
-        y0 = height - top - panel_h - r * panel_h * 1.75
+        x0 = side + k * panel_w * (1 + across)
+        y0 = height - top - panel_h - r * panel_h * (1 + down)
         flagged = bool(row["flags"])
         frames.append([(x0, y0), (x0 + panel_w, y0), (x0 + panel_w, y0 + panel_h), (x0, y0 + panel_h)])
         faces.append(FLAG_FACE if flagged else "white")
@@ -87,9 +88,7 @@ def histogram_grid(feature: str, hists: list[tuple[np.ndarray, np.ndarray] | Non
         widths.append(1.5 if flagged else 0.8)
         if hist is not None:
             counts, bin_edges = hist
-            span = bin_edges[-1] - bin_edges[0]
-            xs = x0 + (bin_edges - bin_edges[0]) / span * panel_w if span > 0 else np.linspace(x0, x0 + panel_w,
-                                                                                               len(bin_edges))
+            xs = np.linspace(x0, x0 + panel_w, len(bin_edges))   # `histogram`'s bins are of one width
             ys = y0 + counts / max(int(counts.max()), 1) * 0.95 * panel_h
             outlines.append((np.column_stack([np.repeat(xs, 2), np.concatenate([[y0], np.repeat(ys, 2), [y0]])]),
                              FLAG_EDGE if flagged else BAR))
