@@ -228,7 +228,7 @@ def report(dataset: PathLike, output: PathLike, *, videos: bool = False, episode
     """`lerodoc report`: one self-contained HTML page at `output`; time series and frames of `episodes`, else of
     `sample` episodes spread evenly (`report.Report`)."""
     # start-up: lerodoc.report loads numpy, pyarrow (--help imports this module)
-    from lerodoc.report import build
+    from lerodoc.report.assemble import build
     return build(_dataset(dataset), Path(output), videos=videos, sample=sample, workers=workers,
                  tolerance_s=tolerance_s, force=force, progress=progress,
                  episodes=None if episodes is None else _selection(episodes))

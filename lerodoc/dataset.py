@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -279,8 +280,8 @@ class Dataset:
         return held or {}
 
     def data_files(self) -> list[str]:
-        """Data parquet files in row order."""
-        return list(dict.fromkeys(ep.data_file for ep in self.episodes))
+        """Data parquet files in row order (the episodes' names taken in C: no Python call per episode)."""
+        return list(dict.fromkeys(map(attrgetter("data_file"), self.episodes)))
 
     def data_bytes(self) -> int:
         """The size of the data files, local or on the hub: what a pass over every row reads (`parallel.worth`)."""

@@ -258,7 +258,7 @@ def test_report_succeeds_on_every_zoo_member(tmp_path):
 
 
 def test_report_histograms_constant_huge_nan_and_integer_channels():
-    from lerodoc.report.plots import histogram
+    from lerodoc.report.data import histogram
     for column in (np.float32([-4000.46] * 5 + [-4000.4602]), np.array([1e308, -1e308]), np.full(7, 3.0),
                    np.array([0.0]), np.array([5, 6], dtype=np.int64), np.float32([1e5 + 1e-3, 1e5])):
         counts, edges = histogram(column, 40)

@@ -327,7 +327,8 @@ NOT_STATS = {   # module -> calls that look like stats but are not a feature's s
     "media.encoding": {"np.mean"},       # PSNR's mean squared error between two frames
     "pi05.model": {"x.float().pow(2).mean"},   # RMSNorm inside the model
     "pi05.metrics": {"np.mean"},      # throughput and MFU averaged over the benchmark's windows
-    "report.plots": {"np.max", "np.nanmin"},   # plot scaling and the loss curve's lowest point
+    "report.plots": {"np.nanmin"},    # the loss curve's lowest point
+    "report.data": {"np.max"},        # a histogram's scale: the values are counted divided by their largest magnitude
 }
 
 
@@ -383,6 +384,7 @@ DIRECT_WRITES = {
     "pi05.weights.save_weights": "into a checkpoint or export folder that staged_output is building",
     "pi05.metrics.Metrics.flush": "a run's metrics.jsonl, appended as it trains (the run folder is train's own output)",
     "report.plots.png": "matplotlib into an in-memory buffer, not a file",
+    "report.plots.svg": "matplotlib into an in-memory buffer, not a file",
     "hub.placed_download": "moves huggingface_hub's bookkeeping folder inside a download's own output",
 }
 

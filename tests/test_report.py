@@ -200,7 +200,7 @@ def test_validate_runs_beside_the_figures_only_within_the_memory_budget(tmp_path
     feature is read, on the report's own Dataset. The report is the same either way."""
     import threading
 
-    from lerodoc import report as report_module
+    from lerodoc.report import assemble as report_module
     from lerodoc.report import data
     monkeypatch.delenv("LERODOC_MEMORY_BUDGET", raising=False)
     if not beside:   # the data files past the budget the report weighs them against (the readers' own stays)

@@ -1,12 +1,14 @@
 """report's own work at scale (issue 37): what it does per episode is whole-column numpy work, not Python calls, and
 its figures are drawn the way the plain ones would be.
 
-- the Python calls `lerodoc.report.build` makes (validate, Dataset.open, require_columns and read_rows left out:
-  they are other modules' work, and read_rows parses the footer of each row group, one an episode as the factory
-  writes) do not grow with the episode count: 200 and 2,000 episodes of one data file differ by a few calls of
-  matplotlib's drawing (the data differ, so do some ticks), not by some per episode (at 8fe333d, 47,000 calls
-  more: numpy's split of every column into episodes, the episodes' rows joined again, a task-change scan and its
-  generator per episode);
+- the Python calls `lerodoc.report.assemble.build` makes in its process (validate, Dataset.open, require_columns and
+  read_rows left out: they are other modules' work, and read_rows parses the footer of each row group, one an
+  episode as the factory writes; the figures are drawn in a process of their own) do not grow with the episode
+  count: 200 and 2,000 episodes of one data file differ by a few hundred calls of the drawing process's plumbing
+  (which of its threads takes a result), not by some per episode (at 8fe333d, 47,000 calls more: numpy's split of
+  every column into episodes, the episodes' rows joined again, a task-change scan and its generator per episode;
+  until this test left matplotlib's drawing out, the data files' names gathered by a generator, 1,800 more, hidden
+  by the drawing's own differences);
 - episodes interleaved over two data files are put back in the episodes' order (one gather): every episode's rows
   and task changes are its own, read whole or (a file whose columns do not convert whole) episode by episode;
 - a histogram grid is one Axes whatever its channels, one outline a channel, flagged ones red;
@@ -27,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lerodoc import report as report_module
+from lerodoc.report import assemble as report_module
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.report import data
@@ -140,7 +142,7 @@ def test_a_histogram_grid_draws_every_channel_on_one_axes():
     import matplotlib.colors
     from lerodoc.report import plots
     rng = np.random.default_rng(0)
-    hists = [plots.histogram(rng.normal(size=500), 40) for _ in range(20)]
+    hists = [data.histogram(rng.normal(size=500), 40) for _ in range(20)]
     hists[5] = None   # a channel without one finite value
     rows = [{"name": f"j{c}", "flags": ["extreme"] if c in (1, 2) else []} for c in range(20)]
     fig = plots.histogram_grid("state", hists, rows)
@@ -163,10 +165,9 @@ def test_a_histogram_grid_draws_every_channel_on_one_axes():
 
 
 def test_a_histogram_is_numpys_of_the_values_over_its_edges():
-    from lerodoc.report.plots import histogram
     rng = np.random.default_rng(1)
     for column in (rng.normal(3.0, 2.0, size=10_000), rng.normal(size=5_000).astype(np.float32) * 1e4 + 1e5):
-        counts, edges = histogram(column, 40)
+        counts, edges = data.histogram(column, 40)
         np.testing.assert_array_equal(counts, np.histogram(column, bins=edges)[0])
         np.testing.assert_allclose(edges, np.linspace(column.min(), column.max(), 41), rtol=1e-6)
 

@@ -238,6 +238,34 @@ def _non_finite(matrix: np.ndarray, rows: int = 1 << 16) -> np.ndarray:
     return bad
 
 
+def channel_histograms(values: np.ndarray, bins: int = 40) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """Per channel of the (frames, channels) `values`, `histogram` of its finite values (None where it has none)."""
+    hists = []
+    for c in range(values.shape[1]):
+        column = values[:, c].astype(np.float64)   # one contiguous copy, which `histogram` counts in
+        finite = np.isfinite(column)
+        column = column if finite.all() else column[finite]
+        hists.append(histogram(column, bins) if len(column) else None)
+    return hists
+
+
+def histogram(column: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.histogram of finite values of any dtype and magnitude: counted in float64 on values scaled to [-1, 1], the
+    range widened to a millionth of the magnitude (and to +-0.5 around a constant small channel), so near-constant
+    channels at large magnitude (1e5 +- 1e-3 in float32) and huge ones (1e308) get finite, distinct edges."""
+    column = np.asarray(column, dtype=np.float64)
+    scale = float(np.max(np.abs(column))) or 1.0
+    scaled = column / scale
+    lo, hi = float(scaled.min()), float(scaled.max())
+    least = 1.0 / scale if scale > 1.0 else 1.0      # a constant channel spans +-0.5 in its own units where it can
+    least = max(least, 1e-6)
+    if hi - lo < least:
+        middle = (lo + hi) / 2
+        lo, hi = middle - least / 2, middle + least / 2
+    counts, edges = np.histogram(scaled, bins=bins, range=(lo, hi))
+    return counts, edges * scale
+
+
 def select_command(ds: Dataset, rows: list[dict]) -> str | None:
     """A `lerodoc select` command that keeps the unflagged channels of observation.state* and action* features,
     or None when no channel of them is flagged."""

@@ -26,7 +26,9 @@ figcaption.mismatch{color:#b00020;font-weight:700;background:#fde2e1}
 """
 
 
-def image(data: bytes, mime: str = "image/png", alt: str = "", cls: str = "plot") -> str:
+def image(data: bytes, mime: str | None = None, alt: str = "", cls: str = "plot") -> str:
+    """An <img> of `data` as a data: URI; its type is `mime`, else read from its first bytes (SVG, else PNG)."""
+    mime = mime or ("image/svg+xml" if data.lstrip()[:5] in (b"<?xml", b"<svg ") else "image/png")
     return f'<img class="{cls}" alt="{escape(alt)}" src="data:{mime};base64,{base64.b64encode(data).decode()}">'
 
 

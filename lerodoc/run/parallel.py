@@ -101,6 +101,42 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
         return [f.result() for f in futures]
 
 
+class SideProcess:
+    """Python work (which holds the GIL) beside this process's, in `workers` processes that import `module`:
+    `submit(name, *args)` calls its function `name` there and returns a Future at once. Only the function's name
+    travels, so this process need not import the module (matplotlib's import, a third of a second, stays in the
+    workers). The pool starts now; its first worker waits for the fork server to start and import `module`, and
+    while it does, calls wait in the threads that hand them over (one a worker), not in the caller."""
+
+    def __init__(self, module: str, workers: int = 1):
+        from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor   # only when asked
+        setup = (dict(os.environ), os.getcwd(), False, gc.get_threshold())
+        self.module = module
+        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(module), initializer=_worker_init,
+                                         initargs=setup)
+        self._hands = ThreadPoolExecutor(workers)
+        self._hands.submit(self._pool.submit, _ready)
+
+    def submit(self, name: str, *args):
+        return self._hands.submit(lambda: self._pool.submit(_named, self.module, name, *args).result())
+
+    def __enter__(self) -> "SideProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._hands.shutdown(cancel_futures=exc[0] is not None)
+        self._pool.shutdown(cancel_futures=exc[0] is not None)
+
+
+def _named(module: str, name: str, *args):
+    import importlib   # the module is the worker's (its fork server imported it first): nothing is loaded here
+    return getattr(importlib.import_module(module), name)(*args)
+
+
+def _ready() -> None:
+    """The first job of a `SideProcess`: it makes the pool start its workers."""
+
+
 def in_order(fn: Callable[[T], R], items: Iterable[T], *, threads: int = 1) -> Iterator[R]:
     """fn(item) for each item, in order, across `threads` threads, with at most `threads` results made ahead of the
     one the caller takes: Executor.map submits every item at once, and the results that finish early wait in

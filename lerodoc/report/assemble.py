@@ -1,0 +1,287 @@
+"""The report put together: `build` gathers (lerodoc.report.data), has the figures drawn (lerodoc.report.plots, in
+a process of its own) and writes the page (lerodoc.report.page). Findings come from `lerodoc validate`, stats and
+flags from `lerodoc quantiles`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from lerodoc import __version__
+from lerodoc.budget import memory_budget
+from lerodoc.dataset import Dataset
+from lerodoc.formats.jsonl import write_text
+from lerodoc.ops.rewrite import tree_size
+from lerodoc.ops.validate import ValidateReport, catalogue, validate
+from lerodoc.report import data, page
+from lerodoc.conventions import TOLERANCE_S
+from lerodoc.selection import Selection
+from lerodoc.promote.staging import check_output
+from lerodoc.run.parallel import SideProcess
+
+Progress = Callable[[str, int], Callable[[int], None]]
+SHOWN_FINDINGS = 100   # per family; the JSON and `lerodoc validate` hold all of them
+PLOTS = "lerodoc.report.plots"   # the module that draws the figures, in processes of their own
+DRAWING_PROCESSES = 2  # at most (--workers caps them): two histogram grids, the lengths and the time series
+SHOWN_TASKS = 5        # in the summary; the Tasks section lists every one
+
+
+@dataclass
+class Report:
+    dataset: str
+    output: str
+    summary: dict
+    validate: dict
+    channels: list[dict]
+    select: str | None
+    episodes: dict
+    thumbnails: list[dict] = field(default_factory=list)
+    tasks: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | None = None, sample: int = 3,
+          workers: int = 1, tolerance_s: float = TOLERANCE_S, progress: Progress | None = None,
+          force: bool = False) -> Report:
+    """Write the report of the dataset at `root` to `out` (never inside the dataset; over an existing file only with
+    `force`); decode frames only with `videos`. Time series and frames show the `episodes` selected (an episode the
+    dataset lacks is a usage error naming the ones it holds), else `sample` episodes spread evenly."""
+    started = time.perf_counter()
+    check_output(out, (root,), force=force, folder=False)   # before any work
+    ds = Dataset.open(root)
+    ds.require_columns()
+    sampled = data.sample_episodes(ds, sample, episodes)   # a selection the dataset cannot meet fails before work
+    # the figures are drawn in processes of their own, started now: matplotlib's import (a third of a second) and
+    # its drawing are Python that held the GIL against the reads and validate
+    with SideProcess(PLOTS, workers=max(1, min(workers, DRAWING_PROCESSES))) as drawing:
+        draw = drawing.submit
+        if ds.data_bytes() <= memory_budget():
+            with ThreadPoolExecutor(1) as pool:
+                # validate (mostly numpy and pyarrow, which let go of the GIL) runs beside the reads, on a Dataset
+                # of its own (it reads the episodes' stats and lets them go)
+                return _build(ds, out, pool.submit(validate, ds.root, videos=videos, tolerance_s=tolerance_s).result,
+                              videos, sampled, workers, tolerance_s, progress, started, draw)
+        # Past the memory budget, one after the other on one Dataset: validate's peak and the features' values
+        # together passed 2 GB at a million episodes (2692.7 MiB beside each other, 1717.6 MiB one after the other)
+        verdict = validate(ds.root, videos=videos, tolerance_s=tolerance_s, dataset=ds)
+        return _build(ds, out, lambda: verdict, videos, sampled, workers, tolerance_s, progress, started, draw)
+
+
+def _build(ds: Dataset, out: Path, verdict: Callable[[], ValidateReport], videos: bool, sampled: list, workers: int,
+           tolerance_s: float, progress: Progress | None, started: float, draw: Callable[..., Future]) -> Report:
+    features = data.channel_features(ds)
+    tick = progress("data", len(ds.data_files()) * (1 + len(features))) if progress else None
+    columns = data.read_columns(ds, [], sampled, workers=workers, tick=tick)   # task_index, timestamps: no feature
+    changes = data.task_changes(ds, columns)
+    columns.task_index = None   # every row's: let go before the features are read
+    thumbs = data.thumbnail_plan(ds, sampled, columns.timestamps)
+    if videos and thumbs:
+        tick_frames = progress("frames", len(thumbs)) if progress else None
+        data.decode_thumbnails(ds, thumbs, tolerance_s, workers=max(workers, 2), tick=tick_frames)
+    chosen = {id(ep) for ep in sampled}
+    position = {id(ep): i for i, ep in enumerate(ds.episodes) if id(ep) in chosen}   # of the sampled episodes
+    channels: list[dict] = []
+    series: dict[str, dict[int, np.ndarray]] = {}   # feature -> sampled episode -> its rows
+    grids = []
+    # One feature's values at a time, let go before the next is read: a million episodes' state and action together
+    # are over a gigabyte. Its channel rows, histograms and the sampled episodes' rows are kept.
+    for name in features:
+        values = data.read_columns(ds, [name], [], workers=workers, tick=tick, tasks=False).values[name]
+        rows = data.channel_rows(ds, {name: values})
+        channels.extend(rows)
+        series[name] = {ep.index: values[columns.rows(position[id(ep)])].copy() for ep in sampled}
+        grids.append(draw("histograms", name, data.channel_histograms(values), rows))
+        del values
+    per_task = Counter([task for ep in ds.episodes for task in set(ep.tasks)])
+    counts = [per_task[task] for task in ds.tasks]
+    lengths = draw("episode_lengths", np.diff(columns.starts), ds.info.fps)
+    shown = draw("time_series", *_series(sampled, columns, series, channels)) if series else None
+    per_task_figure = draw("task_counts", ds.tasks, counts) if len(ds.tasks) > 1 else None
+    summary = _summary(ds, counts, int(columns.starts[-1]))
+    findings = verdict().to_json()
+    report = Report(
+        dataset=str(ds.root), output=str(Path(out).absolute()), summary=summary, validate=findings,
+        channels=channels, select=data.select_command(ds, channels),
+        episodes={"lengths": np.diff(columns.starts).tolist(), "sampled": [ep.index for ep in sampled]},
+        thumbnails=[t.to_json(tolerance_s) for t in thumbs if videos],
+        tasks={"episodes_per_task": dict(zip(ds.tasks, counts)), "changes": changes,
+               "episodes_with_changes": len({c["episode"] for c in changes})})
+    sections = [
+        ("summary", "Summary", _summary_html(summary, findings, videos)),
+        ("channels", "Channels", _channels_html(features, [g.result() for g in grids], channels, report.select)),
+        ("episodes", "Episodes", _episodes_html(ds, sampled, lengths.result(), shown and shown.result(), thumbs,
+                                                videos, tolerance_s)),
+        ("tasks", "Tasks", _tasks_html(ds, counts, changes, per_task_figure and per_task_figure.result())),
+    ]
+    subtitle = (f"{escape(str(ds.root))} &middot; lerodoc {__version__} &middot; "
+                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    # a report is there whole or not at all
+    write_text(Path(out), page.document(f"{ds.root.name}: lerodoc report", sections, subtitle))
+    report.seconds = round(time.perf_counter() - started, 3)
+    return report
+
+
+def _series(sampled, columns, series: dict[str, dict[int, np.ndarray]], rows: list[dict]) -> tuple:
+    """`plots.time_series`' arguments: the sampled episodes' (index, timestamps, {feature: rows}), the flagged
+    channels and the channel names of each feature."""
+    flagged: dict[str, set[int]] = {}
+    names: dict[str, list] = {}
+    for r in rows:
+        names.setdefault(r["feature"], []).append(r["name"])
+        if r["flags"]:
+            flagged.setdefault(r["feature"], set()).add(r["channel"])
+    chosen = [(ep.index, columns.timestamps[ep.index],
+               {name: by_episode[ep.index] for name, by_episode in series.items()}) for ep in sampled]
+    return chosen, flagged, names
+
+
+def _summary(ds: Dataset, counts: list[int], frames: int) -> dict:
+    return {"version": ds.version, "robot_type": ds.info.robot_type, "fps": ds.info.fps,
+            "episodes": len(ds.episodes), "frames": frames, "duration_s": round(frames / ds.info.fps, 3),
+            "size_bytes": tree_size(ds.root), "tasks": len(ds.tasks),
+            "episodes_per_task": dict(zip(ds.tasks, counts)), "cameras": data.cameras(ds)}
+
+
+def _summary_html(summary: dict, verdict: dict, videos: bool) -> str:
+    facts = [["version", summary["version"]], ["robot type", summary["robot_type"]], ["fps", summary["fps"]],
+             ["episodes", summary["episodes"]], ["frames", summary["frames"]],
+             ["duration", f"{summary['duration_s'] / 60:.1f} min ({summary['duration_s']:.1f} s)"],
+             ["size on disk", f"{summary['size_bytes'] / 1e6:,.1f} MB"]]
+    html = page.table(["", ""], [[k, page.number(v)] for k, v in facts])
+    top = sorted(summary["episodes_per_task"].items(), key=lambda kv: -kv[1])[:SHOWN_TASKS]
+    html += f"<h3>Tasks ({summary['tasks']})</h3>" + page.table(
+        ["task", "episodes"], [[t, n] for t, n in top], numeric={1})
+    if summary["tasks"] > len(top):
+        html += f"<p class=note>... and {summary['tasks'] - len(top)} more under Tasks.</p>"
+    if summary["cameras"]:
+        html += "<h3>Cameras</h3>" + page.table(
+            ["camera", "files", "codec", "size", "pixel format", "fps", "GOP (frames)"],
+            [[c["camera"], c["files"], page.number(c["codec"]),
+              f"{c['width']}x{c['height']}" if c["width"] else c["error"], page.number(c["pix_fmt"]),
+              page.number(c["fps"]), page.number(c["gop"])] for c in summary["cameras"]])
+    errors, warnings = verdict["errors"], verdict["warnings"]
+    kind = "bad" if errors else "warn" if warnings else "ok"
+    html += (f'<h3>Validate{" --videos" if videos else ""}</h3><div class="verdict {kind}">{errors} errors, '
+             f"{warnings} warnings</div>")
+    if not videos:
+        html += "<p class=note>Video containers were not checked; pass --videos to check them and show frames.</p>"
+    families = {row["code"]: row["family"] for row in catalogue()}
+    by_family: dict[str, list[dict]] = {}
+    for f in verdict["findings"]:
+        by_family.setdefault(families.get(f["code"], "other"), []).append(f)
+    for family, findings in by_family.items():
+        shown = findings[:SHOWN_FINDINGS]
+        rows = [[f["code"], f["severity"], _where(f), f["message"],
+                 (f["hint"] or "") + (" (lerodoc repair fixes it)" if f["fixable"] else "")] for f in shown]
+        html += f"<h3>{escape(family)} ({len(findings)})</h3>" + page.table(
+            ["code", "severity", "where", "what", "fix"], rows, [f'class="{f["severity"]}"' for f in shown])
+        if len(findings) > len(shown):
+            html += f"<p class=note>... and {len(findings) - len(shown)} more (lerodoc validate lists them all).</p>"
+    return html
+
+
+def _where(finding: dict) -> str:
+    parts = [finding["file"], None if finding["episode"] is None else f"episode {finding['episode']}",
+             finding["field"], None if finding["channel"] is None else f"channel {finding['channel']}"]
+    return ", ".join(p for p in parts if p)
+
+
+def _channels_html(features: list[str], grids: list[bytes], rows: list[dict], select: str | None) -> str:
+    if not features:
+        return "<p class=note>No numeric state or action feature.</p>"
+    flagged = [r for r in rows if r["flags"]]
+    html = (f"<p>{len(rows)} channels in {len(features)} features; {len(flagged)} flagged: <b>near-constant</b> "
+            "(q99 - q01 &lt; 1e-6), <b>extreme</b> (quantile-normalised min or max beyond &plusmn;10), <b>NaN</b> "
+            "(non-finite values; stats over the finite ones). Stats are exact, over every frame.</p>")
+    if select:
+        html += f"<p>Keep the trainable channels:</p><pre>{escape(select)}</pre>"
+    elif features:
+        html += "<p>No state or action channel is flagged: nothing to drop with <code>lerodoc select</code>.</p>"
+    headers = ["feature", "ch", "name", "min", "q01", "q50", "q99", "max", "std", "flags"]
+
+    def channel_table(chosen: list[dict]) -> str:
+        return page.table(
+            headers,
+            [[r["feature"], r["channel"], r["name"],
+              *(page.number(r[k]) for k in ("min", "q01", "q50", "q99", "max", "std")),
+              ", ".join(r["flags"]) + (f" ({r['nan']} values)" if r["nan"] else "")] for r in chosen],
+            [(f'class="flagged" data-feature="{escape(r["feature"])}" data-channel="{r["channel"]}" '
+              f'data-flags="{escape(",".join(r["flags"]))}"') if r["flags"] else "" for r in chosen],
+            numeric={1, 3, 4, 5, 6, 7, 8})
+    if flagged:
+        html += "<h3>Flagged channels</h3>" + channel_table(flagged)
+    for name, grid in zip(features, grids):
+        html += page.image(grid, alt=f"{name} histograms")
+    html += f"<details><summary>All {len(rows)} channels</summary>{channel_table(rows)}</details>"
+    return html
+
+
+def _episodes_html(ds: Dataset, sampled, lengths: bytes, series: bytes | None, thumbs, videos: bool,
+                   tolerance_s: float) -> str:
+    html = page.image(lengths, alt="episode lengths")
+    if series:
+        html += f"<h3>State and action of {len(sampled)} sampled episodes</h3>"
+        html += page.image(series, alt="state and action time series")
+    if not ds.info.video_keys:
+        return html
+    html += "<h3>Frames</h3>"
+    if not videos:
+        return html + "<p class=note>Frames are decoded only with --videos.</p>"
+    html += (f"<p class=note>First, middle and last row of each sampled episode. Caption: the row's timestamp "
+             f"and the presentation time (PTS) of the frame decoded for it, both from the start of the episode's "
+             f"video window; red where they differ by more than {tolerance_s:g} s (lerobot's tolerance).</p>")
+    for camera in ds.info.video_keys:
+        mine = [t for t in thumbs if t.camera == camera]
+        html += f"<h3>{escape(camera)}</h3>"
+        by_episode: dict[int, list] = {}
+        for t in mine:
+            by_episode.setdefault(t.episode, []).append(t)
+        html += page.table(["episode", "first", "middle", "last"],
+                           [[e, *(page.Html(_thumb(t, tolerance_s)) for t in ts)] for e, ts in by_episode.items()])
+    return html
+
+
+def _thumb(t: data.Thumb, tolerance_s: float) -> str:
+    bad = t.mismatch(tolerance_s)
+    if t.error:
+        caption = f"row {t.row} &middot; t {t.row_timestamp:.3f} s &middot; {escape(t.error)}"
+    else:
+        caption = (f"row {t.row} &middot; t {t.row_timestamp:.3f} s &middot; PTS {t.pts:.3f} s"
+                   + (f" &middot; &Delta; {1000 * t.delta():+.1f} ms" if bad else ""))
+    img = page.image(t.jpeg, "image/jpeg", alt=f"{t.camera} episode {t.episode} row {t.row}", cls="thumb") \
+        if t.jpeg else ""
+    attrs = (f'class="{"mismatch" if bad else "aligned"}" data-row-ts="{t.row_timestamp:.6f}" '
+             f'data-pts="{"" if t.pts is None else f"{t.pts:.6f}"}"')
+    return f"<figure>{img}<figcaption {attrs}>{caption}</figcaption></figure>"
+
+
+def _tasks_html(ds: Dataset, counts: list[int], changes: list[dict], per_task: bytes | None) -> str:
+    if not ds.tasks:
+        return "<p class=note>No tasks listed.</p>"
+    html = page.table(["task_index", "task", "episodes"],
+                      [[i, t, c] for i, (t, c) in enumerate(zip(ds.tasks, counts))], numeric={2})
+    if per_task:
+        html += page.image(per_task, alt="episodes per task")
+    episodes = len({c["episode"] for c in changes})
+    html += (f"<h3>Task changes within episodes</h3><p>{len(changes)} per-frame task changes in {episodes} "
+             f"episodes.</p>")
+    if changes:
+        def name(i: int) -> str:
+            return ds.tasks[i] if 0 <= i < len(ds.tasks) else f"(no task {i})"
+        shown = changes[:200]
+        html += page.table(["episode", "frame", "from", "to"],
+                           [[str(c["episode"]), str(c["frame"]), name(c["from"]), name(c["to"])] for c in shown])
+        if len(changes) > len(shown):
+            html += f"<p class=note>... and {len(changes) - len(shown)} more (see --json).</p>"
+    return html
