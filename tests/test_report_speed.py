@@ -195,16 +195,21 @@ def test_m4_keeps_each_runs_ends_extremes_and_gaps():
                 assert np.nanmin(mine) == np.nanmin(span) and np.nanmax(mine) == np.nanmax(span)
 
 
-@pytest.mark.parametrize("frames", [300, 20_000])
-def test_time_series_draws_every_row_unless_far_more_than_pixels(frames, monkeypatch):
+@pytest.mark.parametrize("frames, channels", [(300, 2), (20_000, 2), (20_000, 16)])
+def test_time_series_draws_every_row_unless_far_more_than_pixels(frames, channels, monkeypatch):
+    """m4 only past DECIMATE_FROM frames a pixel column; SVG up to SVG_POINTS points drawn, PNG past them (3 episodes
+    of 20,000 frames in 16 channels: 3 x 3,130 m4 rows x 16 = 150,240 points)."""
     from lerodoc.report import plots
     seen = []
     real = plots.m4
     monkeypatch.setattr(plots, "m4", lambda *a: seen.append(a[2]) or real(*a))
     times = np.arange(frames) / 30.0
-    series = {"action": np.cumsum(np.ones((frames, 2)), axis=0)}
-    png = plots.time_series([(0, times, series)] * 3, {"action": {1}}, {"action": ["a", "b"]})
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    series = {"action": np.cumsum(np.ones((frames, channels)), axis=0)}
+    image = plots.time_series([(0, times, series)] * 3, {"action": {1}}, {"action": [f"j{c}" for c in range(channels)]})
+    rows = 5 * seen[0] if seen else frames
+    svg = 3 * rows * channels <= plots.SVG_POINTS
+    assert svg == (channels == 2)
+    assert image.startswith(b"<?xml") if svg else image[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(seen) == (3 if frames == 20_000 else 0)
 
 

@@ -105,8 +105,8 @@ def _build(ds: Dataset, out: Path, verdict: Callable[[], ValidateReport], videos
         del values
     per_task = Counter([task for ep in ds.episodes for task in set(ep.tasks)])
     counts = [per_task[task] for task in ds.tasks]
+    shown = draw("time_series", *_series(sampled, columns, series, channels)) if series else None   # the longest
     lengths = draw("episode_lengths", np.diff(columns.starts), ds.info.fps)
-    shown = draw("time_series", *_series(sampled, columns, series, channels)) if series else None
     per_task_figure = draw("task_counts", ds.tasks, counts) if len(ds.tasks) > 1 else None
     summary = _summary(ds, counts, int(columns.starts[-1]))
     findings = verdict().to_json()

@@ -1,5 +1,5 @@
 """The report's figures, drawn with matplotlib's object API (no pyplot state, no display): as SVG where the drawing
-is small whatever the data (histograms, bars), as PNG where it has a point per frame (time series)."""
+is small whatever the data (histograms, bars, a short time series), as PNG where it has many points (`SVG_POINTS`)."""
 
 from __future__ import annotations
 
@@ -135,7 +135,9 @@ def time_series(episodes: list[tuple[int, np.ndarray, dict[str, np.ndarray]]], f
     is drawn from `m4` of its rows, `RUNS_PER_PIXEL` runs a pixel column: per channel the first, last, smallest and
     largest row of each run (and its first NaN), so every line keeps its ends, its extremes, its gaps and its path
     across each pixel column, and the axes are those of every row; only the zigzag inside half a pixel column is left
-    out, which changes a pixel's shade, not the picture. Shorter episodes are drawn from every row."""
+    out, which changes a pixel's shade, not the picture. Shorter episodes are drawn from every row.
+
+    SVG when at most `SVG_POINTS` points are drawn (the viewer's fonts draw its text), else PNG."""
     features = list(episodes[0][2])
     ncols = len(episodes)
     width_in = min(16.0, 1.5 + 3.4 * ncols)
@@ -145,6 +147,7 @@ def time_series(episodes: list[tuple[int, np.ndarray, dict[str, np.ndarray]]], f
     # the episode titles above (and a scale such as 1e6 above each panel), the time ticks and label below
     margins(fig, left=0.85, right=0.1, top=0.3, bottom=0.45, wspace=0.6, hspace=0.3)
     pixels = int(width_in * DPI / ncols) + 1       # a panel's width is at most this
+    drawn = 0                                      # points: SVG or PNG
     for col, (episode, times, series) in enumerate(episodes):
         axes[0, col].set_title(f"episode {episode}", fontsize=9)
         axes[-1, col].set_xlabel("timestamp (s)", fontsize=8)
@@ -153,6 +156,7 @@ def time_series(episodes: list[tuple[int, np.ndarray, dict[str, np.ndarray]]], f
             xs, ys = (m4(times, values, RUNS_PER_PIXEL * pixels) if len(times) > DECIMATE_FROM * pixels
                       else (times, values))
             good = [c for c in range(values.shape[1]) if c not in bad]
+            drawn += ys.size
             if good:
                 ax.plot(xs if xs.ndim == 1 else xs[:, good], ys[:, good], linewidth=0.8, alpha=0.8)
             for c in sorted(bad):
@@ -160,13 +164,16 @@ def time_series(episodes: list[tuple[int, np.ndarray, dict[str, np.ndarray]]], f
                     ax.plot(xs if xs.ndim == 1 else xs[:, c], ys[:, c], color=FLAG_EDGE, linewidth=1.6, zorder=3,
                             label=f"{c}: {names[feature][c] or ''} (flagged)")
             ax.tick_params(labelsize=7)
+            for axis in (ax.xaxis, ax.yaxis):   # a few ticks a small panel: each tick's objects were most of its time
+                axis.set_major_locator(MaxNLocator(nbins=4))
             if col == 0:
                 ax.set_ylabel(feature, fontsize=8)
             if bad and col == ncols - 1:
                 ax.legend(fontsize=6, loc="upper right")
-    return png(fig)
+    return svg(fig) if drawn <= SVG_POINTS else png(fig)
 
 
+SVG_POINTS = 50_000   # a time series of at most this many points drawn is SVG (a few hundred KB), more is PNG
 DECIMATE_FROM = 16   # an episode of more frames than this a pixel column of its panel is drawn from `m4`, at
 RUNS_PER_PIXEL = 2   # this many runs a pixel column (5 rows a run: 10 a pixel column, at most 5/8 of every row)
 
