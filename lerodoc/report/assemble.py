@@ -62,21 +62,24 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | 
     ds = Dataset.open(root)
     ds.require_columns()
     sampled = data.sample_episodes(ds, sample, episodes)   # a selection the dataset cannot meet fails before work
-    # the figures are drawn in processes of their own, started now: matplotlib's import (a third of a second) and
+    # the figures are drawn in processes of their own, started here: matplotlib's import (a third of a second) and
     # its drawing are Python that held the GIL against the reads and validate
-    with SideProcess(PLOTS, workers=max(1, min(workers, DRAWING_PROCESSES))) as drawing:
-        draw = drawing.submit
-        if ds.data_bytes() <= memory_budget():
-            with ThreadPoolExecutor(1) as pool:
-                # validate (mostly numpy and pyarrow, which let go of the GIL) runs beside the reads, on this Dataset
-                # (it reads the episodes' stats, the reads here their data columns; opening its own and confining
-                # the tree again cost 0.1-0.2 s at 20,000 episodes)
-                verdict = pool.submit(validate, ds.root, videos=videos, tolerance_s=tolerance_s, dataset=ds)
-                return _build(ds, out, verdict.result, videos, sampled, workers, tolerance_s, progress, started, draw)
-        # Past the memory budget, one after the other on one Dataset: validate's peak and the features' values
-        # together passed 2 GB at a million episodes (2692.7 MiB beside each other, 1717.6 MiB one after the other)
-        verdict = validate(ds.root, videos=videos, tolerance_s=tolerance_s, dataset=ds)
-        return _build(ds, out, lambda: verdict, videos, sampled, workers, tolerance_s, progress, started, draw)
+    drawing = max(1, min(workers, DRAWING_PROCESSES))
+    if ds.data_bytes() <= memory_budget():
+        with SideProcess(PLOTS, workers=drawing) as figures, ThreadPoolExecutor(1) as pool:
+            # validate (mostly numpy and pyarrow, which let go of the GIL) runs beside the reads, on this Dataset (it
+            # reads the episodes' stats, the reads here their data columns; opening its own and confining the tree
+            # again cost 0.1-0.2 s at 20,000 episodes)
+            verdict = pool.submit(validate, ds.root, videos=videos, tolerance_s=tolerance_s, dataset=ds)
+            return _build(ds, out, verdict.result, videos, sampled, workers, tolerance_s, progress, started,
+                          figures.submit)
+    # Past the memory budget, one after the other on one Dataset: validate's peak and the features' values together
+    # passed 2 GB at a million episodes (2692.7 MiB beside each other, 1717.6 MiB one after the other). The drawing
+    # processes (about 130 MiB) start after validate, beside the first feature's read, not beside validate's peak.
+    verdict = validate(ds.root, videos=videos, tolerance_s=tolerance_s, dataset=ds)
+    with SideProcess(PLOTS, workers=drawing) as figures:
+        return _build(ds, out, lambda: verdict, videos, sampled, workers, tolerance_s, progress, started,
+                      figures.submit)
 
 
 def _build(ds: Dataset, out: Path, verdict: Callable[[], ValidateReport], videos: bool, sampled: list, workers: int,
