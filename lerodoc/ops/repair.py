@@ -376,7 +376,11 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     # the input's own episodes (0.6 GB a million) let go before the rewrite: the plan reads their repaired copies,
     # and of the input itself only its files and info (`rewrite.execute`, the output's kept check)
     ds.episodes = ds.episodes[:1]
-    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(src,), own=in_place,
+    # the output's kept check reads of a v3.0 input its info, first data file and episodes files' columns: this open,
+    # trimmed as `kept.trim_to_held` trims (a million episodes opened again took 2.7 s); a v2.x one's per-episode
+    # stats name its cameras, so that one is opened again whole
+    kept = ds if ds.version == "v3.0" else src
+    with staged_output(target, force=force or in_place, inputs=() if in_place else (src,), keep=(kept,), own=in_place,
                        dropped=dropped,
                        seen=ds.meta_seen if in_place else None) as tmp:
         # past the stats budget the blocks' updates are left to the numeric features' exact stats below (they
