@@ -135,3 +135,31 @@ def test_in_order_gives_results_in_order_with_few_made_ahead(threads):
     assert next(results) == 0
     assert len(pulled) == threads + 1   # Executor.map would have taken all ten
     assert list(results) == [i * i for i in range(1, 10)]
+
+
+def test_a_side_process_of_no_worker_runs_each_call_here():
+    """SideProcess(module, 0) starts no process: a call runs in the caller's thread as it is submitted; with one
+    worker the same call runs in a process of its own (its pid is not this one's)."""
+    from lerodoc.run.parallel import SideProcess
+    with SideProcess("os", 0) as here:
+        assert here.submit("getpid").result() == os.getpid()
+    with SideProcess("os", 1) as there:
+        assert there.submit("getpid").result() != os.getpid()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_script_that_reports_without_a_main_guard_runs_once(tmp_path, workers):
+    """api.report from a script with no `if __name__ == "__main__":` (a notebook exported, a quick script): with
+    workers=1 (the API's default) its figures are drawn in the script's own process, so nothing imports the script
+    again. With workers=2 they are drawn in processes of their own, which is why such a script guards itself
+    (docs/api.md, "Workers"); guarded, it runs once."""
+    make_dataset(tmp_path / "ds", version="v3.0", episodes=3, lengths=12, cameras=())
+    call = f"api.report('ds', 'r.html', workers={workers})\nprint('reported')\n"
+    guarded = "if __name__ == '__main__':\n" + "".join(f"    {line}\n" for line in call.splitlines())
+    body = "from lerodoc import api\n" + (call if workers == 1 else guarded)
+    script = tmp_path / "report_it.py"
+    script.write_text(body)
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("reported") == 1, proc.stdout
+    assert (tmp_path / "r.html").read_text().count("<img") >= 3

@@ -30,7 +30,7 @@ from lerodoc.run.parallel import SideProcess
 Progress = Callable[[str, int], Callable[[int], None]]
 SHOWN_FINDINGS = 100   # per family; the JSON and `lerodoc validate` hold all of them
 PLOTS = "lerodoc.report.plots"   # the module that draws the figures, in processes of their own
-DRAWING_PROCESSES = 2  # at most (--workers caps them): two histogram grids, the lengths and the time series
+DRAWING_PROCESSES = 2  # at most (--workers caps them; 1: none): two histogram grids, the lengths and the time series
 SHOWN_TASKS = 5        # in the summary; the Tasks section lists every one
 
 
@@ -64,7 +64,8 @@ def build(root: Path, out: Path, *, videos: bool = False, episodes: Selection | 
     sampled = data.sample_episodes(ds, sample, episodes)   # a selection the dataset cannot meet fails before work
     # the figures are drawn in processes of their own, started here: matplotlib's import (a third of a second) and
     # its drawing are Python that held the GIL against the reads and validate
-    drawing = max(1, min(workers, DRAWING_PROCESSES))
+    # (with workers=1, none: the figures are drawn here, and a script calling the API starts no process)
+    drawing = min(workers, DRAWING_PROCESSES) if workers > 1 else 0
     if ds.data_bytes() <= memory_budget():
         with SideProcess(PLOTS, workers=drawing) as figures, ThreadPoolExecutor(1) as pool:
             # validate (mostly numpy and pyarrow, which let go of the GIL) runs beside the reads, on this Dataset (it

@@ -106,26 +106,37 @@ class SideProcess:
     `submit(name, *args)` calls its function `name` there and returns a Future at once. Only the function's name
     travels, so this process need not import the module (matplotlib's import, a third of a second, stays in the
     workers). The pool starts now; its first worker waits for the fork server to start and import `module`, and
-    while it does, calls wait in the threads that hand them over (one a worker), not in the caller."""
+    while it does, calls wait in the threads that hand them over (one a worker), not in the caller. With `workers`
+    0 there is no process: each call runs in the caller's thread (a library call given workers=1 starts none, so a
+    script that makes it need not keep its work under `if __name__ == "__main__":`, docs/api.md)."""
 
     def __init__(self, module: str, workers: int = 1):
+        self.module = module
+        self._pool = self._hands = None
+        if workers < 1:   # no process: each call runs in this thread as it is submitted (`submit`)
+            return
         from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor   # only when asked
         setup = (dict(os.environ), os.getcwd(), False, gc.get_threshold())
-        self.module = module
         self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(module), initializer=_worker_init,
                                          initargs=setup)
         self._hands = ThreadPoolExecutor(workers)
         self._hands.submit(self._pool.submit, _ready)
 
     def submit(self, name: str, *args):
+        from concurrent.futures import Future   # only when asked
+        if self._pool is None:   # no worker: the call runs here, now, and its Future is done
+            done = Future()
+            done.set_result(_named(self.module, name, *args))
+            return done
         return self._hands.submit(lambda: self._pool.submit(_named, self.module, name, *args).result())
 
     def __enter__(self) -> "SideProcess":
         return self
 
     def __exit__(self, *exc) -> None:
-        self._hands.shutdown(cancel_futures=exc[0] is not None)
-        self._pool.shutdown(cancel_futures=exc[0] is not None)
+        if self._pool is not None:
+            self._hands.shutdown(cancel_futures=exc[0] is not None)
+            self._pool.shutdown(cancel_futures=exc[0] is not None)
 
 
 def _named(module: str, name: str, *args):
