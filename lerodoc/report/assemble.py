@@ -1,6 +1,6 @@
 """The report put together: `build` gathers (lerodoc.report.data), has the figures drawn (lerodoc.report.plots, in
-a process of its own) and writes the page (lerodoc.report.page). Findings come from `lerodoc validate`, stats and
-flags from `lerodoc quantiles`.
+processes of their own when workers > 1) and writes the page (lerodoc.report.page). Findings come from `lerodoc
+validate`, stats and flags from `lerodoc quantiles`.
 """
 
 from __future__ import annotations
