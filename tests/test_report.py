@@ -224,3 +224,27 @@ def test_validate_runs_beside_the_figures_only_within_the_memory_budget(tmp_path
     if not beside:
         assert events[0][0] == "validate"   # done before any column is read
     assert out.validate["errors"] == 0 and len(out.channels) > 0
+
+
+def test_figures_of_crafted_names_are_well_formed_svg_showing_escapes():
+    """A feature, channel or task name holding markup, an escape sequence and a bidi override: each SVG figure still
+    parses as XML (a control character is not XML: the image broke), has no element the name brought, and shows
+    the control characters as `render.shown` shows them on a terminal."""
+    import warnings
+    import xml.etree.ElementTree as ET
+
+    from lerodoc.report import data, plots
+    crafted = '</text><script>alert(1)</script>&amp;"\x1b[31m\u202e'
+    hists = [data.histogram(np.random.default_rng(0).normal(size=100), 40)]
+    series = [(0, np.arange(10) / 30, {crafted: np.zeros((10, 2))})]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # matplotlib: no glyph for a control character in the PNG case
+        figures = [plots.histograms(crafted, hists, [{"name": crafted, "flags": ["extreme"]}]),
+                   plots.task_counts([crafted, "b"], [3, 1]),
+                   plots.time_series(series, {crafted: {1}}, {crafted: [crafted, crafted]})]
+    for figure in figures:
+        assert figure.startswith(b"<?xml")
+        root = ET.fromstring(figure)
+        assert not [e for e in root.iter() if e.tag.endswith("script")]
+        text = "".join(e.text or "" for e in root.iter())
+        assert "\\x1b[31m" in text and "\\u202e" in text and "\x1b" not in text

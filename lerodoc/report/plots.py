@@ -9,6 +9,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 matplotlib.rcParams["text.parse_math"] = False   # a task or channel name is shown as written: "$5" is not math
+# Every string a dataset gives is drawn as `render.shown` makes it for a terminal (a control character as `\x1b`):
+# SVG is XML, which holds no control character, and one in a channel or task name broke the whole image.
 # SVG text as text, for the viewer's fonts to draw: matplotlib's glyph outlines and Agg's rasterising of them were most
 # of a histogram grid's time (163 channels: 0.22 s against 0.61 s as PNG). The salt makes its ids, so its bytes, fixed.
 matplotlib.rcParams["svg.fonttype"] = "none"
@@ -17,6 +19,8 @@ import numpy as np  # noqa: E402
 from matplotlib.collections import LineCollection, PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FormatStrFormatter, LogFormatter, MaxNLocator  # noqa: E402
+
+from lerodoc.render import shown  # noqa: E402
 
 FLAG_FACE = "#fde2e1"
 FLAG_EDGE = "#c0392b"
@@ -93,7 +97,7 @@ def histogram_grid(feature: str, hists: list[tuple[np.ndarray, np.ndarray] | Non
             for x, text, align in ((x0, bin_edges[0], "left"), (x0 + panel_w, bin_edges[-1], "right")):
                 tick_lines.append([(x, y0), (x, y0 - 0.03)])
                 ax.text(x, y0 - 0.045, f"{text:.3g}", fontsize=6, ha=align, va="top")
-        label = f"{c}: {row['name']}" if row["name"] else f"channel {c}"
+        label = f"{c}: {shown(row['name'])}" if row["name"] else f"channel {c}"
         ax.text(x0 + panel_w / 2, y0 + panel_h + 0.03, label[:26] + ("\n" + ", ".join(row["flags"]) if flagged else ""),
                 fontsize=7, ha="center", va="bottom", color=FLAG_EDGE if flagged else "black")
     ax.add_collection(PolyCollection(frames, facecolors=faces, edgecolors=edges, linewidths=widths), autolim=False)
@@ -102,7 +106,7 @@ def histogram_grid(feature: str, hists: list[tuple[np.ndarray, np.ndarray] | Non
         ax.add_collection(PolyCollection(polygons, facecolors=colors, edgecolors=colors, linewidths=0.5),
                           autolim=False)
         ax.add_collection(LineCollection(tick_lines, colors="black", linewidths=0.8), autolim=False)
-    fig.suptitle(f"{feature}: distribution of each channel over all frames (red: flagged)", fontsize=10)
+    fig.suptitle(f"{shown(feature)}: distribution of each channel over all frames (red: flagged)", fontsize=10)
     return fig
 
 
@@ -162,12 +166,12 @@ def time_series(episodes: list[tuple[int, np.ndarray, dict[str, np.ndarray]]], f
             for c in sorted(bad):
                 if c < values.shape[1]:
                     ax.plot(xs if xs.ndim == 1 else xs[:, c], ys[:, c], color=FLAG_EDGE, linewidth=1.6, zorder=3,
-                            label=f"{c}: {names[feature][c] or ''} (flagged)")
+                            label=f"{c}: {shown(names[feature][c] or '')} (flagged)")
             ax.tick_params(labelsize=7)
             for axis in (ax.xaxis, ax.yaxis):   # a few ticks a small panel: each tick's objects were most of its time
                 axis.set_major_locator(MaxNLocator(nbins=4))
             if col == 0:
-                ax.set_ylabel(feature, fontsize=8)
+                ax.set_ylabel(shown(feature), fontsize=8)
             if bad and col == ncols - 1:
                 ax.legend(fontsize=6, loc="upper right")
     return svg(fig) if drawn <= SVG_POINTS else png(fig)
@@ -203,7 +207,8 @@ def m4(times: np.ndarray, values: np.ndarray, buckets: int) -> tuple[np.ndarray,
 
 def task_counts(tasks: list[str], counts: list[int], top: int = 30) -> bytes:
     order = np.argsort(counts)[::-1][:top]
-    labels = [tasks[i] if len(tasks[i]) <= 60 else tasks[i][:57] + "..." for i in order]
+    labels = [shown(tasks[i]) for i in order]
+    labels = [label if len(label) <= 60 else label[:57] + "..." for label in labels]
     fig = Figure(figsize=(7, 0.28 * len(order) + 0.9), layout="constrained")
     ax = fig.subplots()
     ax.barh(range(len(order)), [counts[i] for i in order], color=BAR)
