@@ -28,7 +28,7 @@ figcaption.mismatch{color:#b00020;font-weight:700;background:#fde2e1}
 
 def image(data: bytes, mime: str | None = None, alt: str = "", cls: str = "plot") -> str:
     """An <img> of `data` as a data: URI; its type is `mime`, else read from its first bytes (SVG, else PNG)."""
-    mime = mime or ("image/svg+xml" if data.lstrip()[:5] in (b"<?xml", b"<svg ") else "image/png")
+    mime = mime or ("image/svg+xml" if data[:64].lstrip()[:5] in (b"<?xml", b"<svg ") else "image/png")
     return f'<img class="{cls}" alt="{escape(alt)}" src="data:{mime};base64,{base64.b64encode(data).decode()}">'
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 from collections import deque
 from typing import Callable, Iterable, Iterator, TypeVar
@@ -57,6 +58,14 @@ def _worker_init(environ: dict[str, str], cwd: str, one_thread: bool, gc_thresho
         pyarrow.set_io_thread_count(1)
 
 
+def _pool(workers: int, module: str, one_thread: bool):
+    """A ProcessPoolExecutor of `workers` from the fork server that imports `module` (`_context`), each worker set up
+    as the calling process is now (`_worker_init`)."""
+    from concurrent.futures import ProcessPoolExecutor   # only when a pool runs
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_context(module), initializer=_worker_init,
+                               initargs=(dict(os.environ), os.getcwd(), one_thread, gc.get_threshold()))
+
+
 def worth(workers: int, nbytes: int) -> int:
     """The workers that `nbytes` of input keep busy: one for each POOL_BYTES, at most `workers`; 1 (inline) below
     twice POOL_BYTES."""
@@ -82,11 +91,9 @@ def pmap(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1,
             if progress:
                 progress(1)
         return results
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait   # only when a pool runs
+    from concurrent.futures import FIRST_EXCEPTION, wait   # only when a pool runs
     # one pyarrow thread per worker only when the workers fill the cores; fewer items keep pyarrow's threads
-    setup = (dict(os.environ), os.getcwd(), len(items) >= workers, gc.get_threshold())
-    with ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=_context(fn.__module__),
-                             initializer=_worker_init, initargs=setup) as pool:
+    with _pool(min(workers, len(items)), fn.__module__, one_thread=len(items) >= workers) as pool:
         futures = [pool.submit(fn, item) for item in items]
         pending = set(futures)
         while pending:
@@ -115,10 +122,8 @@ class SideProcess:
         self._pool = self._hands = None
         if workers < 1:   # no process: each call runs in this thread as it is submitted (`submit`)
             return
-        from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor   # only when asked
-        setup = (dict(os.environ), os.getcwd(), False, gc.get_threshold())
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=_context(module), initializer=_worker_init,
-                                         initargs=setup)
+        from concurrent.futures import ThreadPoolExecutor   # only when asked
+        self._pool = _pool(workers, module, one_thread=False)
         self._hands = ThreadPoolExecutor(workers)
         self._hands.submit(self._pool.submit, _ready)
 
@@ -140,7 +145,7 @@ class SideProcess:
 
 
 def _named(module: str, name: str, *args):
-    import importlib   # the module is the worker's (its fork server imported it first): nothing is loaded here
+    # a worker's fork server imported the module first; with no worker, the caller's process imports it here
     return getattr(importlib.import_module(module), name)(*args)
 
 
