@@ -1,7 +1,7 @@
 """bench/startup: lerodoc's start-up and its convert against the parquet floor, in one run (issue 26 item 7).
 
     python -m bench.startup [--rounds 10] [--convert-rounds 3] [--episodes 681] [--frames 305425] [--work DIR]
-                            [--out FILE] [--skip-convert]
+                            [--out FILE] [--skip-convert] [--also-path DIR]
 
 Times, each as a fresh process started from the shell as a user runs it (the minimum and the median of --rounds
 runs, alternating):
@@ -21,6 +21,10 @@ Every figure is a whole process: wall seconds and CPU seconds (user + system, th
 machine's load average is recorded at the start, before each part and at the end: on a shared 2-core machine the
 wall times follow the load, CPU seconds less so. Bytecode is compiled first (to a cache outside the checkout,
 PYTHONPYCACHEPREFIX), as an installed package runs. Results: docs/results/startup_cpu_2core.json (--out).
+
+`--also-path DIR` times `--help` and `info SMALL` a second time in the same rounds with DIR first on PYTHONPATH:
+another release of a library installed there (`pip install --no-deps --target DIR typer==0.29.2`) set against the
+installed one, run by run. Each side's typer version is recorded.
 """
 
 from __future__ import annotations
@@ -61,19 +65,25 @@ def run(cmd: list[str], env: dict) -> tuple[float, float]:
     return wall, children_cpu() - before
 
 
-def alternate(commands: dict[str, list[str]], rounds: int, env: dict, before=None) -> dict:
-    """Each command `rounds` times, in turn; per command its runs and their min and median."""
+def alternate(commands: dict[str, list[str]], rounds: int, env: dict, before=None, envs=None) -> dict:
+    """Each command `rounds` times, in turn; per command its runs and their min and median. `envs` gives some
+    commands an environment of their own."""
     runs = {name: {"wall_s": [], "cpu_s": []} for name in commands}
     for _ in range(rounds):
         for name, cmd in commands.items():
             if before:
                 before(name)
-            wall, cpu = run(cmd, env)
+            wall, cpu = run(cmd, (envs or {}).get(name, env))
             runs[name]["wall_s"].append(wall)
             runs[name]["cpu_s"].append(cpu)
     return {name: {**r, "wall_min_s": min(r["wall_s"]), "wall_median_s": statistics.median(r["wall_s"]),
                    "cpu_min_s": min(r["cpu_s"]), "cpu_median_s": statistics.median(r["cpu_s"])}
             for name, r in runs.items()}
+
+
+def typer_version(env: dict) -> str:
+    return subprocess.run([sys.executable, "-c", "import typer; print(typer.__version__)"], env=env, check=True,
+                          capture_output=True, text=True).stdout.strip()
 
 
 def print_rows(results: dict) -> None:
@@ -92,6 +102,8 @@ def main() -> None:
     options.add_argument("--work", type=Path, default=None)
     options.add_argument("--out", type=Path, default=None, help="also write the results JSON here")
     options.add_argument("--skip-convert", action="store_true")
+    options.add_argument("--also-path", type=Path, default=None,
+                         help="also time --help and info with this folder first on PYTHONPATH")
     args = options.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="lerodoc-bench-startup-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -109,9 +121,18 @@ def main() -> None:
                "python -c pass": [python, "-c", "pass"], "python: typer imported": [python, "-c", TYPER],
                "python: typer + rich imported": [python, "-c", LIBRARIES],
                "python: typer + rich + pyarrow.parquet imported": [python, "-c", INFO_LIBRARIES]}
-    alternate(startup, 1, env)   # warm-up: bytecode written, files in the page cache
+    envs = {}
+    if args.also_path:
+        also = {**env, "PYTHONPATH": os.pathsep.join([str(args.also_path.absolute()), *filter(None, [
+            env.get("PYTHONPATH")])])}
+        for name in ("lerodoc --help", "lerodoc info SMALL"):
+            startup[f"{name} (--also-path)"] = startup[name]
+            envs[f"{name} (--also-path)"] = also
+        summary["also_path"] = {"path": str(args.also_path), "typer": typer_version(also),
+                                "typer_installed": typer_version(env)}
+    alternate(startup, 1, env, envs=envs)   # warm-up: bytecode written, files in the page cache
     loads["startup"] = os.getloadavg()
-    summary["startup"] = alternate(startup, args.rounds, env)
+    summary["startup"] = alternate(startup, args.rounds, env, envs=envs)
     s = summary["startup"]
     summary["help_min_s"], summary["help_cpu_min_s"] = s["lerodoc --help"]["wall_min_s"], s["lerodoc --help"]["cpu_min_s"]
     summary["info_min_s"] = s["lerodoc info SMALL"]["wall_min_s"]
@@ -120,6 +141,12 @@ def main() -> None:
     summary["bars"] = {"help_s": HELP_BAR_S, "info_s": INFO_BAR_S, "convert_over_floor": FLOOR_BAR}
     print(f"{'command':<50}{'wall min':>10}{'median':>10}{'cpu min':>10}{'median':>10}")
     print_rows(s)
+    if args.also_path:
+        for name in ("lerodoc --help", "lerodoc info SMALL"):
+            ratio = s[name]["wall_median_s"] / s[f"{name} (--also-path)"]["wall_median_s"]
+            summary.setdefault("over_also_path_median", {})[name] = ratio
+            print(f"{name}: {ratio:.2f}x the median wall time with typer {summary['also_path']['typer']} "
+                  f"(installed: {summary['also_path']['typer_installed']})")
 
     if not args.skip_convert:
         from bench.dataset import numeric_v30

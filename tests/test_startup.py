@@ -2,8 +2,8 @@
 make it flake and a regression (a heavy import moved back to a module's top) still fails: `import lerodoc.cli`
 and `lerodoc --help` load none of numpy, pyarrow, PyAV, torch, huggingface_hub or pydantic, nor rich (help is
 click's plain text, render's consoles are made on first use); `lerodoc info` and a convert plan of a small dataset load
-no torch nor huggingface_hub (Typer's own coercion of their options loads pydantic: the CLI uses Typer's public API
-only, issue 38), and info of a v3.0 or v2.1 mp4 dataset no PyAV (its cameras are read from the mp4 headers). The
+no torch, huggingface_hub nor pydantic (Typer 0.29 coerces every option through pydantic, which pyproject's
+typer<0.29 keeps out), and info of a v3.0 or v2.1 mp4 dataset no PyAV (its cameras are read from the mp4 headers). The
 times themselves are measured by bench/startup.py (docs/results/startup_cpu_2core.json)."""
 
 from __future__ import annotations
@@ -46,18 +46,17 @@ def test_import_cli_loads_no_heavy_library():
 @pytest.mark.parametrize("args, code", [(["--help"], 0), (["convert", "--help"], 0), (["train", "pi05", "--help"], 0),
                                         (["info", "--bogus"], 2)])
 def test_help_and_usage_errors_load_no_heavy_library_nor_rich(args, code):
-    """Past the root's own --help, Typer coerces the root's --install-completion (default None) through pydantic
-    before the command's help: that one is Typer's, not lerodoc's."""
-    heavy = HEAVY if args == ["--help"] else tuple(m for m in HEAVY if m != "pydantic")
-    assert roots(imported("-m", "lerodoc", *args, code=code), heavy + HELP_ONLY) == []
+    assert roots(imported("-m", "lerodoc", *args, code=code), HEAVY + HELP_ONLY) == []
 
 
 @pytest.mark.parametrize("args", [["info", "SMALL"], ["convert", "SMALL", "-o", "OUT", "--dry-run", "--json"],
                                   ["merge", "SMALL", "SMALL", "-o", "OUT", "--dry-run", "--json"]])
 def test_a_command_on_a_small_dataset_loads_no_torch_nor_hub(args, tmp_path):
+    """Nor pydantic: Typer 0.29 builds a pydantic TypeAdapter for every option a command parses, which made `info`
+    of the small dataset take 1.27x as long (bench.startup --also-path); pyproject keeps typer below 0.29."""
     assert SMALL.is_dir(), f"{SMALL}: the zoo member is committed with the tests"
     args = [{"SMALL": str(SMALL), "OUT": str(tmp_path / "out")}.get(a, a) for a in args]
-    assert roots(imported("-m", "lerodoc", *args), ("torch", "huggingface_hub")) == []
+    assert roots(imported("-m", "lerodoc", *args), ("torch", "huggingface_hub", "pydantic")) == []
 
 
 @pytest.mark.parametrize("root", [SMALL, SMALL_V21, G1], ids=["v30-av1", "v21-h264", "g1-v21"])
