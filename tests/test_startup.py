@@ -53,7 +53,7 @@ def test_help_and_usage_errors_load_no_heavy_library_nor_rich(args, code):
                                   ["merge", "SMALL", "SMALL", "-o", "OUT", "--dry-run", "--json"]])
 def test_a_command_on_a_small_dataset_loads_no_torch_nor_hub(args, tmp_path):
     """Nor pydantic: Typer 0.29 builds a pydantic TypeAdapter for every option a command parses, which made `info`
-    of the small dataset take 1.27x as long (bench.startup --also-path); pyproject keeps typer below 0.29."""
+    of the small dataset take 1.30x as long (bench.startup --also-path); pyproject keeps typer below 0.29."""
     assert SMALL.is_dir(), f"{SMALL}: the zoo member is committed with the tests"
     args = [{"SMALL": str(SMALL), "OUT": str(tmp_path / "out")}.get(a, a) for a in args]
     assert roots(imported("-m", "lerodoc", *args), ("torch", "huggingface_hub", "pydantic")) == []
