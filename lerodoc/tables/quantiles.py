@@ -61,19 +61,20 @@ def _ranks(count: int, levels: list[float]) -> tuple[np.ndarray, np.ndarray, np.
 
 
 def _order_statistics(rows: np.ndarray, ranks: np.ndarray, threads: int, in_place: bool = False) -> np.ndarray:
-    """(len(ranks), D) order statistics of each row of a (D, N) array, sorted in threads.
+    """(len(ranks), D) order statistics of each row of a (D, N) array, partitioned in threads.
 
-    A full sort beats numpy's multi-kth partition several times over (SIMD sorts). `in_place` sorts
-    `rows` itself, which saves a copy of the data.
+    numpy's multi-kth partition at the ranks, not a full sort: 1.6-2.7x faster on random values, 5-14x on
+    smooth or repeated ones (a robot's state, the index columns), 400,000 to 4M values a row on this project's
+    2-core machines. `in_place` partitions `rows` itself, which saves a copy of the data.
     """
     bounds = np.linspace(0, rows.shape[0], max(1, min(threads, rows.shape[0])) + 1).astype(int)
 
     def block(lo: int, hi: int) -> np.ndarray:
         part = rows[lo:hi]
         if in_place:
-            part.sort(axis=1)
+            part.partition(ranks, axis=1)
         else:
-            part = np.sort(part, axis=1)
+            part = np.partition(part, ranks, axis=1)
         return part[:, ranks]
     if len(bounds) == 2:
         return block(0, rows.shape[0]).T
