@@ -59,6 +59,19 @@ def test_a_command_on_a_small_dataset_loads_no_torch_nor_hub(args, tmp_path):
     assert roots(imported("-m", "lerodoc", *args), ("torch", "huggingface_hub", "pydantic")) == []
 
 
+@pytest.mark.parametrize("args", [["validate", "SMALL"], ["repair", "SMALL", "-o", "OUT"],
+                                  ["merge", "SMALL", "SMALL", "-o", "OUT"],
+                                  ["delete", "SMALL", "-o", "OUT", "--episodes", "0"],
+                                  ["report", "SMALL", "-o", "OUT.html", "--workers", "1"]])
+def test_checks_and_rewrites_load_no_pyarrow_compute(args, tmp_path):
+    """pyarrow.compute takes 26-50 ms to import. The checks and the writers avoid it: the episodes metadata's stats
+    lists are built from their buffers (`parquet_io._lists`; `ListArray.from_arrays` with a mask imports it), and
+    an integer column with nulls, the one place that fills them through it, imports it there."""
+    args = [{"SMALL": str(SMALL), "OUT": str(tmp_path / "out"), "OUT.html": str(tmp_path / "r.html")}.get(a, a)
+            for a in args]
+    assert roots(imported("-m", "lerodoc", *args), ("pyarrow.compute",)) == []
+
+
 @pytest.mark.parametrize("root", [SMALL, SMALL_V21, G1], ids=["v30-av1", "v21-h264", "g1-v21"])
 def test_info_of_an_mp4_dataset_loads_no_pyav(root):
     """info shows each camera's codec, size, pixel format and rate from the mp4 header (frames.video_format)."""
