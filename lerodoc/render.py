@@ -384,8 +384,10 @@ def table(title: str, columns: list[str], rows: list[list]) -> _Table:
 
 @contextmanager
 def progress(enabled: bool = True):
-    """Yield `track(label, total) -> tick(n)`; a live bar on stderr while the block runs (none under -q)."""
-    if not shows_progress(enabled):
+    """Yield `track(label, total) -> tick(n)`; a live bar on stderr while the block runs (none under -q, and none
+    where stderr is no terminal: a transient bar draws nothing into a pipe or a file, and it costs a command that
+    writes there 20 ms of imports and a refresh thread)."""
+    if not shows_progress(enabled) or not err().is_terminal:
         yield None
         return
     # rich: --help prints click's plain text; render's consoles are made on first use

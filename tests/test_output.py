@@ -140,6 +140,8 @@ def test_quiet_shows_no_progress_and_verbose_says_more(ds, tmp_path):
     assert rc == 0 and "files" in normal and "3/3" in normal, normal          # the bar: "files ━━━ 3/3"
     rc, quiet = in_terminal("-q", "convert", ds, "-o", tmp_path / "b", "--to", "v2.1")
     assert rc == 0 and "3/3" not in quiet and "converted v3.0 -> v2.1" in quiet, quiet
+    piped = through_pipe("convert", ds, "-o", tmp_path / "c", "--to", "v2.1")   # no bar is drawn into a pipe
+    assert piped.returncode == 0 and piped.stderr == "" and "converted v3.0 -> v2.1" in piped.stdout, piped
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "meta").mkdir()
