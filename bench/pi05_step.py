@@ -4,7 +4,8 @@
 
 Synthetic batch like the issue's bar: two real cameras and one masked camera (skipped, as the model
 skips cameras no sample shows), a 28-token prompt, a 50-step action chunk. For each per-device batch:
-step time (median of --steps after 3 warm-up steps, CUDA events), samples/s, peak memory, and MFU =
+step time (--steps steps run back to back after 3 warm-up steps, as a trainer runs them, between two CUDA events;
+and the median of --steps more, each waited for on its own), samples/s, peak memory, and MFU =
 6 x params x tokens FLOPs per sample (lerodoc.pi05.model.flops_per_sample) x samples/s / peak bf16 FLOP/s.
 A batch that runs out of memory is reported as such.
 
@@ -66,43 +67,49 @@ def train_step(loss_fn: Callable[[], torch.Tensor], params, optimizer, device_ty
     return step
 
 
-def measure(step: Callable[[], None], steps: int, device) -> tuple[float, float | None]:
-    """(median step seconds, peak GiB or None off CUDA) over `steps` calls after WARMUP calls. On CUDA each
-    step is timed with CUDA events; elsewhere with the wall clock."""
+def measure(step: Callable[[], None], steps: int, device) -> tuple[float, float, float | None]:
+    """After WARMUP calls: (seconds a step over `steps` calls run back to back, as a trainer runs them: one pair of
+    CUDA events around them all and no sync between steps; the median of `steps` more calls each waited for on its
+    own, which leaves the GPU idle while the host launches the next step's first kernels; peak GiB, None off CUDA).
+    Off CUDA both are wall-clock figures."""
     cuda = torch.device(device).type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    times = []
-    for i in range(steps + WARMUP):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            torch.cuda.synchronize()
-            seconds = start.elapsed_time(end) / 1000
-        else:
+
+    def window(calls: int) -> float:
+        if not cuda:
             t0 = time.perf_counter()
+            for _ in range(calls):
+                step()
+            return time.perf_counter() - t0
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
             step()
-            seconds = time.perf_counter() - t0
-        if i >= WARMUP:
-            times.append(seconds)
-    return statistics.median(times), (torch.cuda.max_memory_allocated() / 2**30 if cuda else None)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1000
+    window(WARMUP)
+    synced = statistics.median(window(1) for _ in range(steps))
+    back_to_back = window(steps) / steps
+    return back_to_back, synced, (torch.cuda.max_memory_allocated() / 2**30 if cuda else None)
 
 
 def run_batches(batch_sizes, make_step: Callable[[int], Callable[[], None]], steps: int, device, flops: float,
                 peak_flops: float | None, on_run: Callable[[dict], None] = print, cleanup: Callable[[], None] = None,
                 ) -> list[dict]:
     """measure(make_step(batch)) for each batch size: step_s, samples_per_s, peak_gib and MFU (None off
-    CUDA). A batch that runs out of memory is reported as {"oom": true}, any other error as {"error": ...};
-    either way `cleanup` (say, optimizer.zero_grad) runs and the next batch size is tried."""
+    CUDA) of steps run back to back, and step_s_synced, samples_per_s_synced of steps each waited for. A batch
+    that runs out of memory is reported as {"oom": true}, any other error as {"error": ...}; either way `cleanup`
+    (say, optimizer.zero_grad) runs and the next batch size is tried."""
     runs = []
     for batch_size in batch_sizes:
         failed = None
         try:
-            step_s, peak = measure(make_step(batch_size), steps, device)
+            step_s, synced_s, peak = measure(make_step(batch_size), steps, device)
             run = {"batch": batch_size, "step_s": step_s, "samples_per_s": batch_size / step_s, "peak_gib": peak,
-                   "mfu": flops * batch_size / step_s / peak_flops if peak_flops else None}
+                   "mfu": flops * batch_size / step_s / peak_flops if peak_flops else None,
+                   "step_s_synced": synced_s, "samples_per_s_synced": batch_size / synced_s}
         except torch.OutOfMemoryError:
             failed = {"batch": batch_size, "oom": True}
         except Exception as e:  # noqa: BLE001 - reported, and the next batch size still runs

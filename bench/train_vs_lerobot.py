@@ -37,8 +37,10 @@ clip at 1.0, AdamW step (lr 2.5e-5, betas 0.9/0.95, eps 1e-8, weight decay 0.01)
 
 MFU on both sides counts the same FLOPs per sample: lerodoc.pi05.model.flops_per_sample with 2 cameras and the
 prompt length (lerobot's masked camera counts as no useful work), against 989.4e12 (H200 dense bf16).
-Step time: median of --steps steps after 3 warm-up steps, CUDA events. A batch that runs out of memory is
-reported as such and the next is tried.
+Step time: --steps steps run back to back after 3 warm-up steps, between two CUDA events, as a trainer runs
+them (samples/s and MFU come from it); each run also keeps the median of --steps steps each waited for on its
+own (step_s_synced, samples_per_s_synced: the host idles the GPU while it launches the next step). A batch that
+runs out of memory is reported as such and the next is tried.
 
 Wheels (.whl/, git-ignored; scripts/lerobot-device-wheels.sh downloads them, 16 MB): lerobot 0.6.1,
 transformers 5.5.4 (the image has 5.17), tokenizers 0.22.2 (transformers 5.5.4 refuses the image's 0.23.2 at
@@ -301,12 +303,14 @@ def fmt(value, spec: str) -> str:
 
 
 def table(sides: dict) -> list[str]:
-    lines = [f"{'side':<24} {'batch':>5} {'step s':>8} {'samples/s':>10} {'peak GiB':>9} {'MFU':>6}"]
+    lines = [f"{'side':<24} {'batch':>5} {'step s':>8} {'samples/s':>10} {'peak GiB':>9} {'MFU':>6} "
+             f"{'synced samples/s':>17}"]
     for name, result in sides.items():
         for run in result.get("runs", []):
             if "step_s" in run:
                 lines.append(f"{name:<24} {run['batch']:>5} {run['step_s']:>8.3f} {run['samples_per_s']:>10.2f} "
-                             f"{fmt(run['peak_gib'], '.1f'):>9} {fmt(run['mfu'], '.1%'):>6}")
+                             f"{fmt(run['peak_gib'], '.1f'):>9} {fmt(run['mfu'], '.1%'):>6} "
+                             f"{fmt(run.get('samples_per_s_synced'), '.2f'):>17}")
             else:
                 lines.append(f"{name:<24} {run['batch']:>5} {'out of memory' if run.get('oom') else run['error']}")
         if result.get("failed"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ require(importable("torch"), "lerodoc's train extra (torch) is not installed")
 import torch  # noqa: E402
 
 from bench.lerobot_pi05 import camera_keys, policy_batch  # noqa: E402
-from bench.pi05_step import run_batches, synthetic_batch  # noqa: E402
+from bench.pi05_step import WARMUP, measure, run_batches, synthetic_batch  # noqa: E402
 from lerodoc.pi05.presets import tiny  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,22 @@ def test_run_batches_reports_out_of_memory_and_errors_and_goes_on():
     assert [r["batch"] for r in runs] == [4, 8, 16, 2]
     assert runs[1] == {"batch": 8, "oom": True} and runs[2] == {"batch": 16, "error": "RuntimeError: boom"}
     assert runs[0]["samples_per_s"] > 0 and runs[0]["peak_gib"] is None and runs[0]["mfu"] is None
+    assert runs[0]["samples_per_s_synced"] > 0 and runs[0]["step_s_synced"] > 0
     assert len(cleaned) == 2
+
+
+def test_measure_times_steps_back_to_back_and_each_on_its_own():
+    """samples/s come from `steps` calls in one window (as a trainer runs them); the synced median from as many
+    more, each timed alone; the warm-up calls count in neither."""
+    calls = []
+
+    def step():
+        calls.append(1)
+        time.sleep(0.01 if len(calls) <= WARMUP else 0.002)   # the warm-up's calls are slower: not counted
+
+    step_s, synced_s, peak = measure(step, 4, "cpu")
+    assert len(calls) == WARMUP + 4 + 4 and peak is None
+    assert 0.002 <= step_s < 0.008 and 0.002 <= synced_s < 0.008, (step_s, synced_s)
 
 
 def test_policy_batch_is_lerobots_view_of_the_synthetic_batch():
