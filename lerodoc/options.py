@@ -19,14 +19,16 @@ from lerodoc.hub import find_dataset, push_outputs
 from lerodoc.run.parallel import default_workers
 
 
-def resolve_dataset(value: Optional[Path]) -> Path:
+def resolve_dataset(value: Optional[str | Path]) -> Path:
     """DATASET as typed, or the current folder when it is left out and holds meta/info.json (the card's commands
     are typed inside a dataset), or, when no such folder exists, a repo id (owner/name) found as lerobot finds it
     (`hub.find_dataset`: HF_LEROBOT_HOME/owner/name, then the hub caches; a folder of that name here wins). Not
     found, a folder or a repo id, is exit 3 (a repo id's with the `lerodoc download dataset` hint); a DATASET left
     out where the current folder is no dataset, or a file, is a usage error (exit 2).
     `hf://datasets/OWNER/NAME[@REVISION]` is the hub dataset itself, read in place by range requests
-    (`lerodoc.access`; exit 5 when the hub refuses or cannot be reached)."""
+    (`lerodoc.access`; exit 5 when the hub refuses or cannot be reached). The arguments that take it are typed
+    `str`: Typer before 0.29 makes the callback's answer a Path again when the argument is typed Path, and a hub
+    dataset's handle is not one."""
     if value is None:
         try:
             here = Path.cwd()
@@ -40,6 +42,7 @@ def resolve_dataset(value: Optional[Path]) -> Path:
     if str(value).startswith(("hf:/", "hf://")):   # a hub dataset, read by range requests (lerodoc.access)
         from lerodoc.access import open_url   # hashlib and the confined layer: only for an hf:// DATASET
         return open_url(str(value))
+    value = Path(value)
     if not value.exists():
         if looks_like_repo_id(str(value)):
             return find_dataset(str(value))
@@ -69,7 +72,7 @@ def looks_like_repo_id(text: str) -> bool:
         and ".." not in text
 
 
-def resolve_datasets(values: list[Path]) -> list[Path]:
+def resolve_datasets(values: list[str]) -> list[Path]:
     """`resolve_dataset` for each of several DATASETs (merge's SOURCES); none may be left out."""
     return [resolve_dataset(v) for v in values]
 
@@ -81,7 +84,7 @@ def working_in(dataset: Path) -> bool:
     return here == root or here.is_relative_to(root)
 
 
-DatasetArg = Annotated[Optional[Path], typer.Argument(
+DatasetArg = Annotated[Optional[str], typer.Argument(
     help="Dataset root (the folder holding meta/), or a repo id (owner/name) found under HF_LEROBOT_HOME or in "
     "the hub cache, as lerobot finds it, or hf://datasets/OWNER/NAME[@REVISION] where the command only reads "
     "(info, validate, report, quantiles -o, the --dry-run plans): read in place by range requests.",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,7 +12,7 @@ from lerodoc.options import (DEFAULT_WORKERS, DryRunOpt, EngineName, EngineOpt, 
 from lerodoc.hub import find_dataset
 from lerodoc.selection import format_ranges
 
-SourcesArg = Annotated[list[Path], typer.Argument(help="Datasets to merge, in order (called A, B, C, ...): "
+SourcesArg = Annotated[list[str], typer.Argument(help="Datasets to merge, in order (called A, B, C, ...): "
                                                   "folders or repo ids.", callback=resolve_datasets)]
 
 
