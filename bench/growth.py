@@ -22,6 +22,11 @@ is not the v3.0 dataset's, the ratio to that one copy's floor is kept too, as `x
 include interpreter start. Results and provenance (commit,
 versions, machine, load, command) go to --out.
 
+`x_floor_paired`: each run of a command comes right after a run of its floor, and the ratio is the median of the
+pairs' ratios (`floor_paired_seconds` lists the floor's runs). On a shared machine whose speed drifts over the
+minutes of a bench, the floor measured once at the start (`x_floor`) was seen at 0.45 s in one run and 0.86 s in
+another at 20,000 episodes, while the commands moved less; a pair shares the machine's state of the moment.
+
 With several sizes, `growth` gives each command's factor from the smallest size to each larger one (seconds and
 peak; the issue's bar: at most 12x for 10x the episodes). `many_files` sets convert of the v2.1 form (one parquet per
 episode: the hub's many-small-files layout) against pyarrow reading those files alone: the per-file overhead in
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -169,6 +175,7 @@ def commands(v30: Path, v21: Path | None, out: Path, episodes: int) -> dict[str,
 def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[str] | None, runs: int = 1) -> dict:
     v30, v21 = build(work, episodes, frames, episodes <= v21_up_to)
     floors = {"v30": floor(v30)}
+    floor_roots = {"v30": [v30], "v21": [v21], "v30x2": [v30, v30]}   # what each floor reads
     if v21 is not None:
         floors["v21"] = floor(v21)
     if only is None or "merge2" in only:   # merge2 reads the dataset twice: its like-for-like floor
@@ -182,16 +189,21 @@ def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[st
         parts = sorted(p for p in (out / "parts100").iterdir() if p.is_dir())
         planned["merge100"] = (lerodoc("merge", *parts, "-o", out / "merge100"), "parts100")
         floors["parts100"] = floor(*parts)   # what merge100 reads: a hundred datasets' files, not one's
+        floor_roots["parts100"] = parts
     for name, (argv, base) in planned.items():
         if only is not None and name not in only or name == "split100":
             continue
         target = next((Path(a) for a in argv if str(a).startswith(str(out / "")) and "parts100" not in str(a)), None)
-        timed = []
+        timed, paired = [], []
         for _ in range(runs):
             if target is not None and target.exists():
                 shutil.rmtree(target) if target.is_dir() else target.unlink()
+            paired.append(run([sys.executable, "-c", FLOOR, *map(str, floor_roots[base])]))
             timed.append(run(argv, V21_ENV if base == "v21" else None))
         result = median(timed)
+        result["floor_paired_seconds"] = [r["seconds"] for r in paired]
+        result["x_floor_paired"] = round(statistics.median(t["seconds"] / f["seconds"]
+                                                           for t, f in zip(timed, paired)), 2)
         result["floor"] = base
         if base == "v21":
             result["env"] = V21_ENV
@@ -200,7 +212,8 @@ def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[st
             result["x_v30_floor"] = round(result["seconds"] / floors["v30"]["seconds"], 2)
         rows[name] = result
         print(f"{episodes:>8} {name:<12} {result['seconds']:8.2f} s {result['peak_mib']:8.1f} MiB "
-              f"{result['x_floor']:6.2f}x floor (exit {result['exit']})", flush=True)
+              f"{result['x_floor']:6.2f}x floor, {result['x_floor_paired']:.2f}x paired (exit {result['exit']})",
+              flush=True)
     result = {"episodes": episodes, "frames_per_episode": frames, "floors": floors, "commands": rows}
     if v21 is not None and "convert" in rows:
         files = len(list(v21.glob("data/**/*.parquet")))
