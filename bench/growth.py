@@ -120,10 +120,15 @@ def median(runs: list[dict]) -> dict:
                                                                            "minor_faults")}}
 
 
+def floor_run(*roots: Path) -> dict:
+    """One run of the floor: the datasets `roots` read in one process (FLOOR)."""
+    return run([sys.executable, "-c", FLOOR, *map(str, roots)])
+
+
 def floor(*roots: Path) -> dict:
     """The floor of datasets read in one process: FLOOR run FLOOR_RUNS times, the run of median seconds kept (every
     run's seconds listed): one run of ~1 s on a shared machine was seen to move by half its time."""
-    return median([run([sys.executable, "-c", FLOOR, *map(str, roots)]) for _ in range(FLOOR_RUNS)])
+    return median([floor_run(*roots) for _ in range(FLOOR_RUNS)])
 
 
 def lerodoc(*args) -> list[str]:
@@ -174,12 +179,11 @@ def commands(v30: Path, v21: Path | None, out: Path, episodes: int) -> dict[str,
 
 def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[str] | None, runs: int = 1) -> dict:
     v30, v21 = build(work, episodes, frames, episodes <= v21_up_to)
-    floors = {"v30": floor(v30)}
-    floor_roots = {"v30": [v30], "v21": [v21], "v30x2": [v30, v30]}   # what each floor reads
+    floor_roots = {"v30": [v30]}   # each floor and what it reads
     if v21 is not None:
-        floors["v21"] = floor(v21)
+        floor_roots["v21"] = [v21]
     if only is None or "merge2" in only:   # merge2 reads the dataset twice: its like-for-like floor
-        floors["v30x2"] = floor(v30, v30)
+        floor_roots["v30x2"] = [v30, v30]
     rows = {}
     out = work / f"out_{episodes}"
     planned = commands(v30, v21, out, episodes)
@@ -188,8 +192,8 @@ def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[st
             subprocess.run(planned["split100"][0], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         parts = sorted(p for p in (out / "parts100").iterdir() if p.is_dir())
         planned["merge100"] = (lerodoc("merge", *parts, "-o", out / "merge100"), "parts100")
-        floors["parts100"] = floor(*parts)   # what merge100 reads: a hundred datasets' files, not one's
-        floor_roots["parts100"] = parts
+        floor_roots["parts100"] = parts   # what merge100 reads: a hundred datasets' files, not one's
+    floors = {name: floor(*roots) for name, roots in floor_roots.items()}
     for name, (argv, base) in planned.items():
         if only is not None and name not in only or name == "split100":
             continue
@@ -198,7 +202,7 @@ def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[st
         for _ in range(runs):
             if target is not None and target.exists():
                 shutil.rmtree(target) if target.is_dir() else target.unlink()
-            paired.append(run([sys.executable, "-c", FLOOR, *map(str, floor_roots[base])]))
+            paired.append(floor_run(*floor_roots[base]))
             timed.append(run(argv, V21_ENV if base == "v21" else None))
         result = median(timed)
         result["floor_paired_seconds"] = [r["seconds"] for r in paired]
