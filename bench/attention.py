@@ -82,7 +82,8 @@ def joint_ways(mask: torch.Tensor, valid: torch.Tensor, prefix: int) -> dict:
             return F.scaled_dot_product_attention(q, k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1))
 
     ways = {"default": sdpa(), "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
-            "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION), "math": sdpa(SDPBackend.MATH), "additive": sdpa(attn_mask=additive), "expanded": expanded,
+            "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION), "math": sdpa(SDPBackend.MATH),
+            "additive": sdpa(attn_mask=additive), "expanded": expanded,
             "flash_no_mask": flash_no_mask}
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
