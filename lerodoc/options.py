@@ -126,8 +126,9 @@ class Target(str, Enum):
     v30 = "v3.0"
 
 
-SameVersionOpt = Annotated[Optional[Target], typer.Option("--to", case_sensitive=False, help="Version to write "
-                                                          "(default: the dataset's own; v2.0 becomes v2.1).")]
+EditVersionOpt = Annotated[Optional[Target], typer.Option("--to", case_sensitive=False, help="Version to write "
+                                                          "(default: v3.0, the one LeRobotDataset 0.6.1 loads; v2.1 "
+                                                          "for lerobot 0.3).")]
 
 
 def _repo_id(value: Optional[str]) -> Optional[str]:

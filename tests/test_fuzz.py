@@ -1191,7 +1191,7 @@ def test_mp4_tag_that_is_not_utf8(tmp_path, version):
     repaired = tmp_path / "repaired"
     repair = here("repair", root, "-o", repaired)
     assert repair.returncode == 0 and "Traceback" not in repair.stderr, repair.stderr
-    av.open(str(repaired / FILE_KINDS[version]["video.mp4"])).close()
+    av.open(str(repaired / FILE_KINDS["v3.0"]["video.mp4"])).close()   # repair writes v3.0 whatever it reads
 
 
 def test_mp4_unreadable_names_the_file(tmp_path):

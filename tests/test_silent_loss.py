@@ -102,8 +102,8 @@ def test_repair_restores_the_camera_and_convert_keeps_it(planted, tmp_path, vers
     assert spec["dtype"] == "video" and spec["shape"] == [64, 96, 3]
     assert (spec["info"]["video.codec"], spec["info"]["video.pix_fmt"]) == ("h264", "yuv420p")
     assert validate(tmp_path / "fixed", videos=True).errors == 0
-    to = "v2.1" if version == "v3.0" else "v3.0"
-    run_cli("convert", tmp_path / "fixed", "-o", tmp_path / "converted", "--to", to)
+    assert info["codebase_version"] == "v3.0"   # what repair writes, whatever it reads
+    run_cli("convert", tmp_path / "fixed", "-o", tmp_path / "converted", "--to", "v2.1")
     converted = json.loads((tmp_path / "converted/meta/info.json").read_text())
     assert [k for k, s in converted["features"].items() if s["dtype"] == "video"] == \
         [k for k, s in info["features"].items() if s["dtype"] == "video"]

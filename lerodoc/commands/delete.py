@@ -8,7 +8,7 @@ import typer
 
 from lerodoc import api, render
 from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, InPlaceOpt, JsonOpt, OptionalOutput,
-                             PushOpt, WorkersOpt, pushing, SameVersionOpt)
+                             PushOpt, WorkersOpt, pushing, EditVersionOpt)
 from lerodoc.selection import format_ranges, parse
 
 
@@ -17,7 +17,7 @@ def delete(
                                                 "a JSON list [N, M] (repeatable).")],
     dataset: DatasetArg = None,
     output: OptionalOutput = None,
-    to: SameVersionOpt = None,
+    to: EditVersionOpt = None,
     in_place: InPlaceOpt = False,
     dry_run: DryRunOpt = False,
     workers: WorkersOpt = DEFAULT_WORKERS,
@@ -27,8 +27,8 @@ def delete(
 ) -> None:
     """Delete episodes: the rest are renumbered 0..N-1, videos reused or cut by stream copy, stats recomputed.
 
-    The output keeps the dataset's version (v2.0 becomes v2.1). Episodes whose video does not start on
-    a keyframe are re-encoded and listed.
+    The output is v3.0 (a v2.x dataset is converted on the way) unless --to says v2.1. Episodes whose video
+    does not start on a keyframe are re-encoded and listed.
 
     Example: lerodoc delete DATASET -o OUT --episodes 3,7-9
     """

@@ -8,7 +8,7 @@ import typer
 
 from lerodoc import api, render
 from lerodoc.options import (DEFAULT_WORKERS, DatasetArg, DryRunOpt, ForceOpt, JsonOpt, OutputOpt, PushOpt,
-                             SameVersionOpt, WorkersOpt, pushing)
+                             EditVersionOpt, WorkersOpt, pushing)
 from lerodoc.selection import format_ranges
 
 
@@ -22,7 +22,7 @@ def split(
                                                 "train:0-99,val:100-119 or train:[0, 2, 5] (repeatable).")] = [],
     seed: Annotated[Optional[int], typer.Option("--seed", help="Shuffle the episodes with this seed before "
                                                 "cutting --into fractions.")] = None,
-    to: SameVersionOpt = None,
+    to: EditVersionOpt = None,
     dry_run: DryRunOpt = False,
     workers: WorkersOpt = DEFAULT_WORKERS,
     force: ForceOpt = False,

@@ -52,10 +52,13 @@ class ConvertReport:
 
 def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, force: bool = False,
             data_file_size_mb: float | None = None, video_file_size_mb: float | None = None,
-            progress: rewrite.Progress | None = None, engine=None, dry_run: bool = False) -> ConvertReport:
+            progress: rewrite.Progress | None = None, engine=None, dry_run: bool = False,
+            replacing: tuple | None = None) -> ConvertReport:
     """Convert the dataset at `src` to version `to` (v3.0, or v2.1 for a v3.0 input) into `out`; `engine`
     (`lerodoc.run.engine`) runs the file jobs on a cluster. `dry_run` returns the report with the plan
-    (`rewrite.Plan.to_json`), writing nothing."""
+    (`rewrite.Plan.to_json`), writing nothing. `replacing`: `out` is a dataset an --in-place edit read
+    (`Dataset.meta_seen` of it), swapped for the converted tree only while its meta/ is still that
+    (`ops.derive` converts its v2.x edits so)."""
     started = time.perf_counter()
     ds = Dataset.open(src)
     to = to or ("v2.1" if ds.version == "v3.0" else "v3.0")
@@ -65,8 +68,9 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
                              video_files=sum(len(ds.video_files(k)) for k in ds.info.video_keys), bytes_in=0,
                              bytes_out=0, unchanged=True,
                              seconds=round(time.perf_counter() - started, 3))
+    own = replacing is not None
     if not dry_run:   # before any work: an -o on the input, or taken, stops here
-        check_output(out, (ds.root,), force=force)
+        check_output(out, (ds.root,), force=force or own, own=own)
     ds.require_complete()
     if not ds.episodes:
         raise LerodocError("dataset has no episodes", file=ds.root / INFO_PATH)
@@ -89,7 +93,7 @@ def convert(src: Path, out: Path, *, to: str | None = None, workers: int = 1, fo
         report.video_files = len(plan.video_files)
         report.seconds = round(time.perf_counter() - started, 3)
         return report
-    with staged_output(out, force=force, inputs=(ds.root,), keep=(ds,)) as tmp:
+    with staged_output(out, force=force or own, inputs=(ds.root,), keep=(ds,), seen=replacing, own=own) as tmp:
         result = rewrite.execute(plan, tmp, workers=workers, progress=progress, engine=engine)
         episodes = result.episodes
         stats = _stats(tmp, ds, episodes, workers, report) if to == "v3.0" else None

@@ -28,8 +28,10 @@ from lerodoc.files import new_file
 from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_digests, conform, read_parquet, read_schema, write_groups
-from lerodoc.promote.staging import scratch_beside, staged_edit
+from lerodoc.promote.staging import output_target, scratch_beside, staged_edit
 from lerodoc.promote.links import link_or_copy
+from lerodoc.ops import rewrite
+from lerodoc.ops.convert import convert
 from lerodoc.ops.stats import dataset_quantiles
 from lerodoc.tables.stats import EpisodeStacks, SpilledStack, dataset_stats, table_stacks
 from lerodoc.conventions import INFO_PATH
@@ -142,7 +144,7 @@ def plan(ds: Dataset, transform: Transform, features: dict, moved: dict[str, str
     ds.require_complete(files=not moved)
     if ds.version == "v2.0":
         raise LerodocError("v2.0 datasets are read-only here", file=ds.root / INFO_PATH,
-                           hint="convert it first: lerodoc convert DATASET -o OUT --to v2.1")
+                           hint="convert it first: lerodoc convert DATASET -o OUT")
     module = formats.module(ds.version)
     by_file = ds.row_spans()
     base = read_schema(ds.path(ds.episodes[0].data_file), ds.episodes[0].index)
@@ -168,7 +170,31 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
     to leave them out (a dropped camera's); every other file is kept as it is. `renamed` maps old feature
     names to new ones, so that their stats (dataset and per-episode) follow; `dropped` names the features (and
     cameras) the user asked to leave out: any other one missing from the output is refused (staging). `plan` is
-    what this writes."""
+    what this writes. A v2.x dataset's edit is written as v3.0 (`as_written`)."""
+    return as_written(ds, out, in_place=in_place, force=force, workers=workers, edit=lambda target, **place:
+                      _derive(ds, target, transform, features, workers=workers, moved=moved, renamed=renamed,
+                              dropped=dropped, **place))
+
+
+def as_written(ds: Dataset, out: Path | None, *, in_place: bool, force: bool, workers: int, edit) -> Path:
+    """Run `edit(target, in_place=, force=)`, an edit that keeps `ds`'s file layout, so that what it leaves is
+    v3.0 (`rewrite.WRITES`, the version LeRobotDataset 0.6.1 loads): a v3.0 dataset's edit is written as asked; a
+    v2.x one's is written to a scratch folder beside the output, then converted (`ops.convert`: rows checksummed,
+    videos by stream copy) into `out`, or, with `in_place`, swapped in for `ds` while its meta/ is still the one
+    read. Returns the output's path."""
+    if ds.version == rewrite.WRITES:
+        return edit(out, in_place=in_place, force=force)
+    target = output_target(ds.root, out, in_place)
+    seen = ds.meta_seen if in_place else None
+    with scratch_beside(target) as scratch:
+        staged = edit(scratch / "edited", in_place=False, force=False)
+        convert(staged, target, to=rewrite.WRITES, workers=workers, force=force, replacing=seen)
+    return Path(target).absolute()
+
+
+def _derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, *, in_place: bool = False,
+            force: bool = False, workers: int = 1, moved: dict[str, str | None] | None = None,
+            renamed: dict[str, str] | None = None, dropped: set[str] = frozenset()) -> Path:
     planned = plan(ds, transform, features, moved)
     module = formats.module(ds.version)
     renamed = renamed or {}

@@ -83,7 +83,7 @@ def download_episodes(repo: str, episodes: Selection, out: Path, *, revision: st
         if fresh:   # nothing to resume: a selection the dataset does not hold leaves nothing behind
             shutil.rmtree(cache, ignore_errors=True)
         raise
-    version = ds.version if ds.version in rewrite.TARGETS else "v2.1"
+    version = rewrite.WRITES
     report = DownloadReport(repo, revision, str(out), version, chosen)
     done = merge([ds], out, episodes={0: episodes}, to=version, force=force, progress=progress)
     report.frames, report.tasks = done.frames, done.tasks

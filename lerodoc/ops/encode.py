@@ -38,7 +38,7 @@ from lerodoc.formats.jsonl import write_json
 from lerodoc.formats.paths import inside
 from lerodoc.media.frames import decode_frames, keyframe_gap, probe as probe_video
 from lerodoc.ops import rewrite
-from lerodoc.ops.derive import derive
+from lerodoc.ops.derive import as_written, derive
 from lerodoc.ops.features import FeatureEdit
 from lerodoc.run.parallel import pmap
 from lerodoc.promote.staging import output_target, scratch_beside, staged_edit
@@ -354,23 +354,27 @@ def reencode_videos(ds: Dataset, out: Path | None, report: EncodeReport, asked: 
     if dry_run or not jobs:   # nothing to re-encode is a success that says so, and writes nothing
         return
     changed = {rel for rel, _ in jobs}
-    with staged_edit(ds.root, out, in_place=in_place, force=force, rewrite=changed | {INFO_PATH},
-                     seen=ds.meta_seen) as tmp:
-        work = [replace(job, out=str(inside(tmp, rel, field="video_path"))) for rel, job in jobs]
-        tick = progress("encoding", len(work)) if progress else None
-        results = pmap(reencode_file, work, workers=workers, progress=tick)
-        raw = read_json(ds.root / INFO_PATH)
-        for key, settings in plans.items():
-            if any(job.key == key for job in work):
-                first = next(job.out for job in work if job.key == key)
-                raw["features"][key]["info"] = {**(raw["features"][key].get("info") or {}),
-                                                   **video_info(Path(first), settings)}
-        write_json(tmp / INFO_PATH, raw)
+    results = []
+
+    def write(target: Path | None, in_place: bool, force: bool) -> Path:   # in the dataset's own layout
+        with staged_edit(ds.root, target, in_place=in_place, force=force, rewrite=changed | {INFO_PATH},
+                         seen=ds.meta_seen) as tmp:
+            work = [replace(job, out=str(inside(tmp, rel, field="video_path"))) for rel, job in jobs]
+            tick = progress("encoding", len(work)) if progress else None
+            results.extend(pmap(reencode_file, work, workers=workers, progress=tick))
+            raw = read_json(ds.root / INFO_PATH)
+            for key, settings in plans.items():
+                if any(job.key == key for job in work):
+                    first = next(job.out for job in work if job.key == key)
+                    raw["features"][key]["info"] = {**(raw["features"][key].get("info") or {}),
+                                                       **video_info(Path(first), settings)}
+            write_json(tmp / INFO_PATH, raw)
+        return Path(ds.root if in_place else target).absolute()
+    report.output = str(as_written(ds, out, in_place=in_place, force=force, workers=workers, edit=write))
     by_file = dict(zip([rel for rel, _ in jobs], results))
     for entry in report.files:
         if entry["file"] in by_file:
             entry["psnr_db"] = by_file[entry["file"]]["psnr_db"]
-    report.output = str(Path(ds.root if in_place else out).absolute())
 
 
 # ---------------------------------------------------------------- the command

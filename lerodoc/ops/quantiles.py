@@ -24,6 +24,7 @@ from lerodoc.formats.info import ACTION_FEATURES, INDEX_FEATURES, STATE_FEATURES
 from lerodoc.formats.jsonl import write_text
 from lerodoc.formats.model import update_stats
 from lerodoc.promote.staging import check_output, in_place_root, staged_edit, staged_meta
+from lerodoc.ops.derive import as_written
 from lerodoc.ops.stats import StatsStream, dataset_quantiles, exact_stats
 from lerodoc.tables.stats import channel_flags, dataset_stats, merge_dataset_stats
 from lerodoc.conventions import INFO_PATH
@@ -167,13 +168,21 @@ def quantiles(src: Path, out: Path | None = None, *, in_place: bool = False, fea
         update_stats(ds.episodes, per_episode)
         stats = finish()
     rewrite = module.stats_files(ds.root)
-    staged = (staged_meta(ds.root, rewrite, seen=ds.meta_seen) if in_place
-              else staged_edit(ds.root, out, force=force, rewrite=rewrite, opened=ds))
-    with staged as tmp:
-        if stream is None:
-            module.write_stats(tmp, ds.info, ds.episodes, stats)
-        else:
-            module.write_stats(tmp, ds.info, ds.episodes, finish, stream=stream)
+
+    def write(staged) -> None:
+        with staged as tmp:
+            if stream is None:
+                module.write_stats(tmp, ds.info, ds.episodes, stats)
+            else:
+                module.write_stats(tmp, ds.info, ds.episodes, finish, stream=stream)
+
+    def copy(target: Path, in_place: bool, force: bool) -> Path:   # -o: a copy, v3.0 whatever the input's version
+        write(staged_edit(ds.root, target, force=force, rewrite=rewrite, opened=ds))
+        return Path(target).absolute()
+    if in_place:   # the stats files of the dataset itself, in its own version
+        write(staged_meta(ds.root, rewrite, seen=ds.meta_seen))
+    else:
+        as_written(ds, out, in_place=False, force=force, workers=workers, edit=copy)
     if norm_stats is not None:
         write_text(Path(openpi_path), json.dumps(norm_stats, indent=2) + "\n")
         report.openpi_norm_stats = str(openpi_path)

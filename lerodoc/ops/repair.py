@@ -362,7 +362,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
     schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds)[0])
     caps = info.whole_file_caps()
-    to = "v2.1" if ds.version == "v2.0" else ds.version
+    to = rewrite.WRITES
     plan = rewrite.plan(picks, info, tasks, to, schema, caps_mb=caps, retime=True, workers=workers,
                         stats=not replaced)
     if dry_run:

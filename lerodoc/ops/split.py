@@ -17,7 +17,6 @@ from lerodoc import access
 from lerodoc.dataset import Dataset
 from lerodoc.errors import UsageError
 from lerodoc.ops import rewrite
-from lerodoc.ops.delete import output_version
 from lerodoc.ops.merge import MergeReport, merge
 from lerodoc.selection import Selection, items, parse
 from lerodoc.promote.staging import SPLIT_MARK, check_output, staged_output
@@ -159,7 +158,7 @@ def split(src: Path, out: Path, *, fractions: Mapping[str, float] | None = None,
     shown = ds.root if access.is_remote(ds.root) else Path(src).absolute()   # a hub dataset by its URL
     report = SplitReport(dataset=str(shown), output=str(Path(out).absolute()), parts=parts,
                          left_out=[e for e in numbers if e not in used])
-    to = to or output_version(src)
+    to = to or rewrite.WRITES
 
     def run(root: Path, plan_only: bool) -> None:
         last = list(parts)[-1] if parts else None
