@@ -89,3 +89,19 @@ def test_to_v21_still_writes_v21_when_asked(tmp_path):
     fixture = make_dataset(tmp_path / "v21", version="v2.1", episodes=2, lengths=[8, 9], cameras=(CAMERA,))
     run_cli("delete", fixture.root, "--episodes", "0", "-o", tmp_path / "out", "--to", "v2.1")
     assert version(tmp_path / "out") == "v2.1"
+
+
+def test_a_v20_dataset_written_as_v30_validates_clean(tmp_path):
+    """v2.0's stats.json has no count, which v3.0's checks and lerobot's stats aggregation need: the format layer
+    gives each feature's stats the dataset's frame count (formats.v20.read), so that a camera's stats, which no
+    command recomputes without decoding, reach the v3.0 output whole."""
+    fixture = make_dataset(tmp_path / "v20", version="v2.0", episodes=2, lengths=[8, 9], cameras=(CAMERA,))
+    assert "count" not in json.loads((fixture.root / "meta/stats.json").read_text())[CAMERA]
+    for name, argv in [("convert", ["convert"]), ("quantiles", ["quantiles"]),
+                       ("encode", ["encode", "--reencode", "--gop", "4"])]:
+        out = tmp_path / name
+        run_cli(argv[0], fixture.root, *argv[1:], "-o", out)
+        assert version(out) == "v3.0"
+        assert json.loads((out / "meta/stats.json").read_text())[CAMERA]["count"] == [17], name
+        proc = run_cli("validate", out, "--json", check=False)
+        assert proc.returncode == 0 and json.loads(proc.stdout)["errors"] == 0, (name, proc.stdout[-1500:])

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from lerodoc.formats import v21
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import stats_to_json, write_json
+from lerodoc.formats.model import episode_column
 
 VERSION = "v2.0"
 EPISODES_PATH = v21.EPISODES_PATH
@@ -20,7 +23,15 @@ EPISODE_STATS_META = v21.EPISODE_STATS_META   # named where per-episode stats fa
 
 
 def read(root: Path, info: Info):
-    return v21.read(root, info, episode_stats=False)
+    """v2.1's read without per-episode stats. v2.0's stats.json holds no count (v2.1 added it, and v3.0's checks and
+    lerobot's stats aggregation need it): each feature's stats lacking one are given the count of frames they
+    summarise, the dataset's (its episodes' lengths summed), so that what is written from them carries it."""
+    episodes, tasks, stats = v21.read(root, info, episode_stats=False)
+    if stats:
+        frames = np.array([episode_column(episodes, "length").sum()], dtype=np.int64)
+        stats = {feature: by_stat if "count" in by_stat or not isinstance(by_stat, dict) else
+                 {**by_stat, "count": frames} for feature, by_stat in stats.items()}
+    return episodes, tasks, stats
 
 
 def stats_files(root: Path) -> set[str]:
