@@ -1,6 +1,7 @@
 """Delete episodes: `merge` of one source with `--exclude`, under the name users look for.
 
-The output is v3.0 unless told (`rewrite.WRITES`: LeRobotDataset 0.6.1 loads no other); rows are renumbered, videos reused or cut by stream copy, stats recomputed exactly (all by `ops.merge`).
+The output is v3.0 unless told (`rewrite.WRITES`: LeRobotDataset 0.6.1 loads no other); rows are renumbered, videos
+reused or cut by stream copy, stats recomputed exactly (all by `ops.merge`).
 """
 
 from __future__ import annotations
