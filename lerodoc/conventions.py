@@ -6,3 +6,4 @@ format, media or table code.
 
 INFO_PATH = "meta/info.json"   # what makes a folder a LeRobot dataset, in every version
 TOLERANCE_S = 1e-4             # lerobot's default tolerance_s: a query time must find a frame closer than this
+WRITES = "v3.0"                # what every writing command writes unless told: lerobot 0.6.1's, the one it loads

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lerodoc import __version__
-from lerodoc.conventions import INFO_PATH
+from lerodoc.conventions import INFO_PATH, WRITES
 from lerodoc.errors import LerodocError
 from lerodoc.hub_errors import HubError, hub_errors, offline, reach_hub
 
@@ -162,6 +162,7 @@ class Fetched:
     verified: str
     train: str
     findings: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -214,6 +215,9 @@ def fetch_dataset(repo: str, *, revision: str | None = None, output: Path | None
         report = validate(root)
         fetched.findings = [f.to_json() for f in report.findings]
         fetched.verified = f"validate: {report.errors} errors, {report.warnings} warnings"
+        if report.version not in (None, WRITES):   # the hub's snapshot as published: said, not rewritten
+            fetched.notes.append(f"{report.version}: LeRobotDataset 0.6.1 loads v3.0 only; lerodoc's commands read "
+                                 f"it as it is, and `lerodoc convert {root} -o OUT` writes the v3.0 lerobot loads")
     return fetched
 
 

@@ -86,6 +86,7 @@ def test_download_dataset_cut_mid_file_resumes_by_range_and_validates(tmp_path, 
     assert [r.headers.get("range") for r in gets] == [None, f"bytes={DOWNLOAD_CHUNK_SIZE}-"]
     assert visible(tmp_path / "out") == source
     assert report["path"] == str(tmp_path / "out") and report["verified"] == "validate: 0 errors, 0 warnings"
+    assert report["notes"] == []   # v3.0: nothing to say
     assert validate(tmp_path / "out").errors == 0
 
 
@@ -114,6 +115,11 @@ def test_interrupted_download_fetches_only_what_is_missing(tmp_path, hub, env):
     root = Path(json.loads(second.stdout)["path"])
     assert root == target
     assert visible(root) == source and validate(root).errors == 0
+    # the hub's v2.1 snapshot as published, and said so: LeRobotDataset 0.6.1 loads v3.0 only
+    note, = json.loads(second.stdout)["notes"]
+    assert note.startswith("v2.1: LeRobotDataset 0.6.1 loads v3.0 only") and f"lerodoc convert {root} -o OUT" in note
+    third = cli(env, "download", "dataset", "lab/ds")
+    assert third.returncode == 0 and "LeRobotDataset 0.6.1 loads v3.0 only" in " ".join(third.stderr.split())
 
 
 def test_assets_download_verify_and_are_found_offline(tmp_path, hub, env):

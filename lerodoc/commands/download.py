@@ -49,6 +49,8 @@ def _show(fetched: Fetched, json: bool) -> None:
     if not json:
         render.out().print(f"{fetched.kind} {fetched.repo} ({fetched.source}) at {fetched.path}\n"
                            f"{fetched.verified}\ntrain with: {fetched.train}", soft_wrap=True)
+        for text in fetched.notes:
+            render.note(text)
     if code:
         raise typer.Exit(int(code))
 

@@ -30,11 +30,10 @@ from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_digests, conform, read_parquet, read_schema, write_groups
 from lerodoc.promote.staging import output_target, scratch_beside, staged_edit
 from lerodoc.promote.links import link_or_copy
-from lerodoc.ops import rewrite
 from lerodoc.ops.convert import convert
 from lerodoc.ops.stats import dataset_quantiles
 from lerodoc.tables.stats import EpisodeStacks, SpilledStack, dataset_stats, table_stacks
-from lerodoc.conventions import INFO_PATH
+from lerodoc.conventions import INFO_PATH, WRITES
 
 
 class Transform(Protocol):
@@ -178,17 +177,17 @@ def derive(ds: Dataset, out: Path | None, transform: Transform, features: dict, 
 
 def as_written(ds: Dataset, out: Path | None, *, in_place: bool, force: bool, workers: int, edit) -> Path:
     """Run `edit(target, in_place=, force=)`, an edit that keeps `ds`'s file layout, so that what it leaves is
-    v3.0 (`rewrite.WRITES`, the version LeRobotDataset 0.6.1 loads): a v3.0 dataset's edit is written as asked; a
+    v3.0 (`conventions.WRITES`, the version LeRobotDataset 0.6.1 loads): a v3.0 dataset's edit is written as asked; a
     v2.x one's is written to a scratch folder beside the output, then converted (`ops.convert`: rows checksummed,
     videos by stream copy) into `out`, or, with `in_place`, swapped in for `ds` while its meta/ is still the one
     read. Returns the output's path."""
-    if ds.version == rewrite.WRITES:
+    if ds.version == WRITES:
         return edit(out, in_place=in_place, force=force)
     target = output_target(ds.root, out, in_place)
     seen = ds.meta_seen if in_place else None
     with scratch_beside(target) as scratch:
         staged = edit(scratch / "edited", in_place=False, force=False)
-        convert(staged, target, to=rewrite.WRITES, workers=workers, force=force, replacing=seen)
+        convert(staged, target, to=WRITES, workers=workers, force=force, replacing=seen)
     return Path(target).absolute()
 
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lerodoc import access
+from lerodoc.conventions import WRITES
 from lerodoc.dataset import Dataset
 from lerodoc.errors import UsageError
 from lerodoc.hub_errors import reach_hub
@@ -83,7 +84,7 @@ def download_episodes(repo: str, episodes: Selection, out: Path, *, revision: st
         if fresh:   # nothing to resume: a selection the dataset does not hold leaves nothing behind
             shutil.rmtree(cache, ignore_errors=True)
         raise
-    version = rewrite.WRITES
+    version = WRITES
     report = DownloadReport(repo, revision, str(out), version, chosen)
     done = merge([ds], out, episodes={0: episodes}, to=version, force=force, progress=progress)
     report.frames, report.tasks = done.frames, done.tasks

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from lerodoc import access, formats
+from lerodoc.conventions import WRITES
 from lerodoc.budget import give_back
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
@@ -362,7 +363,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
     schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds)[0])
     caps = info.whole_file_caps()
-    to = rewrite.WRITES
+    to = WRITES
     plan = rewrite.plan(picks, info, tasks, to, schema, caps_mb=caps, retime=True, workers=workers,
                         stats=not replaced)
     if dry_run:

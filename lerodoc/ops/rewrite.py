@@ -42,7 +42,6 @@ if TYPE_CHECKING:   # lerodoc.media.video (PyAV) is imported where clips are han
     from lerodoc.media import video
 
 TARGETS = ("v2.1", "v3.0")
-WRITES = "v3.0"   # the version an edit writes unless told: the one lerobot 0.6.1 writes and loads
 MB = 1 << 20
 PER_JOB = 16   # -> v2.1: episode clips cut per worker task
 Progress = Callable[[str, int], Callable[[int], None]]

@@ -14,6 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from lerodoc import access
+from lerodoc.conventions import WRITES
 from lerodoc.dataset import Dataset
 from lerodoc.errors import UsageError
 from lerodoc.ops import rewrite
@@ -158,7 +159,7 @@ def split(src: Path, out: Path, *, fractions: Mapping[str, float] | None = None,
     shown = ds.root if access.is_remote(ds.root) else Path(src).absolute()   # a hub dataset by its URL
     report = SplitReport(dataset=str(shown), output=str(Path(out).absolute()), parts=parts,
                          left_out=[e for e in numbers if e not in used])
-    to = to or rewrite.WRITES
+    to = to or WRITES
 
     def run(root: Path, plan_only: bool) -> None:
         last = list(parts)[-1] if parts else None
