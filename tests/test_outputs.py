@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,18 @@ def test_an_empty_folder_is_taken_over_without_force(area, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "empty" / "meta/info.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
+def test_an_output_folder_is_as_mkdir_makes_one_and_in_place_keeps_the_datasets_mode(tmp_path):
+    """The staging folder is private (mkdtemp: 0o700) while it is written; promoted, it takes what mkdir gives a new
+    folder (0o777 less the umask), or, in place, the dataset folder's own mode: others who read the dataset before
+    still can (`staging.folder_mode`)."""
+    fixture = make_dataset(tmp_path / "ds", version="v3.0", episodes=3, lengths=[6, 7, 8], cameras=())
+    umask = os.umask(0o022)
+    os.umask(umask)
+    run_cli("delete", fixture.root, "--episodes", "0", "-o", tmp_path / "out")
+    assert stat.S_IMODE(os.stat(tmp_path / "out").st_mode) == 0o777 & ~umask
+    os.chmod(fixture.root, 0o750)
+    run_cli("delete", fixture.root, "--episodes", "0", "--in-place")
+    assert stat.S_IMODE(os.stat(fixture.root).st_mode) == 0o750
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

@@ -313,6 +313,21 @@ def _written(tmp: Path) -> Dataset | None:
     return ds if ds is not None and ds.meta_seen == confined.meta_state(tmp) else None
 
 
+def folder_mode(out: Path) -> int:
+    """The permissions a promoted output folder takes: those of the folder it replaces (an --in-place rewrite keeps
+    its dataset's), else those mkdir gives a new folder (0o777 less the umask). mkdtemp makes the staging folder
+    0o700, private while it is written; promoted so, nobody else could read the dataset."""
+    try:
+        held = os.lstat(out)
+    except FileNotFoundError:
+        held = None
+    if held is not None and stat.S_ISDIR(held.st_mode):
+        return stat.S_IMODE(held.st_mode)
+    umask = os.umask(0o022)   # read it the only way POSIX offers, and put it back
+    os.umask(umask)
+    return 0o777 & ~umask
+
+
 @one_writer
 @contextmanager
 def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropped: set[str] = frozenset(),
@@ -344,6 +359,7 @@ def staged_output(out: Path, *, force: bool = False, inputs=(), keep=None, dropp
                          renamed=renamed)
         check_output(out, inputs, force=force, own=own)   # the swap verifies what it swaps: what took `out`'s
         require_unchanged(out, seen)                       # place meanwhile is held to the same rule
+        os.chmod(tmp, folder_mode(out))
         if os.path.lexists(out):
             exchange(tmp, out)   # one atomic step: `out` is the new tree, `tmp` holds the old one (or the file or
             _remove(tmp)         # link --force replaced, which is unlinked, never followed)
