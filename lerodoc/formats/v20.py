@@ -29,8 +29,8 @@ def read(root: Path, info: Info):
     episodes, tasks, stats = v21.read(root, info, episode_stats=False)
     if stats:
         frames = np.array([episode_column(episodes, "length").sum()], dtype=np.int64)
-        stats = {feature: by_stat if "count" in by_stat or not isinstance(by_stat, dict) else
-                 {**by_stat, "count": frames} for feature, by_stat in stats.items()}
+        stats = {feature: by_stat if "count" in by_stat else {**by_stat, "count": frames}
+                 for feature, by_stat in stats.items()}
     return episodes, tasks, stats
 
 
