@@ -63,3 +63,30 @@ def test_generated_nested_names_are_flat_after_convert(tmp_path):
     assert features["observation.images.wrist"]["names"] == ["height", "width", "channels"]
     assert fixable(out) == []
 
+
+
+def test_delete_split_and_merge_write_camera_names_as_convert_does(tmp_path):
+    """delete, split and merge (one rewrite, `ops.merge.reconcile`) write a camera's names as convert does: before,
+    they kept a v3.0 input's ['height', 'width', 'channel'] (LAY018, a warning) and missing names (LAY019, an error
+    lerobot 0.6.1's policy features meet at names[2]), which repair then had to fix."""
+    src = tmp_path / "cams"
+    make_dataset(src, version="v3.0", episodes=4, lengths=[12, 15, 11, 9], height=32, width=48)
+    info_path = src / "meta/info.json"
+    info = json.loads(info_path.read_text())
+    info["features"]["observation.images.top"]["names"] = ["height", "width", "channel"]   # LAY018
+    info["features"]["observation.images.wrist"]["names"] = None                           # LAY019
+    info_path.write_text(json.dumps(info, indent=4))
+    found = {f["code"] for f in json.loads(run_cli("validate", src, "--json", check=False).stdout)["findings"]}
+    assert {"LAY018", "LAY019"} <= found
+
+    report = json.loads(run_cli("delete", src, "-o", tmp_path / "deleted", "--episodes", "0", "--json").stdout)
+    notes = " ".join(report["reconciled"])
+    assert "LAY018" in notes and "LAY019" in notes, report["reconciled"]
+    run_cli("split", src, "-o", tmp_path / "parts", "--into", "a=0.5,b=0.5")
+    run_cli("merge", tmp_path / "parts" / "a", tmp_path / "parts" / "b", "-o", tmp_path / "merged")
+    outputs = [tmp_path / "deleted", tmp_path / "parts" / "a", tmp_path / "parts" / "b", tmp_path / "merged"]
+    for out in outputs:
+        features = json.loads((out / "meta/info.json").read_text())["features"]
+        for camera in ("observation.images.top", "observation.images.wrist"):
+            assert features[camera]["names"] == ["height", "width", "channels"], (out, camera)
+        assert fixable(out) == [], out

@@ -19,7 +19,7 @@ from lerodoc.budget import give_back
 from lerodoc.formats import v30
 from lerodoc.dataset import Dataset, Thrift, read_rows
 from lerodoc.errors import LerodocError, UsageError
-from lerodoc.formats.info import Info, canonical_feature, codec_name, flat_names
+from lerodoc.formats.info import Info, codec_name, flat_names
 from lerodoc.formats.model import stats_normal, stats_row, stats_stack
 from lerodoc.formats.stats import normalise_stats
 from lerodoc.ops import rewrite
@@ -191,10 +191,11 @@ def reconcile(datasets: list[Dataset], labels: list[str]) -> tuple[Info, list[st
             if a != b:
                 notes.append(f"features.{name}: {labels[i]} differs only in representation "
                              f"({', '.join(sorted(_differing_keys(a, b)))}); unified")
-    info = replace(base.info, features={n: canonical_feature(spec) for n, spec in base.info.features.items()},
-                   extra=dict(base.info.extra))
-    if info.features != base.info.features:
-        notes.append("features written in canonical form: flat names, canonical codec names")
+    # written as convert writes them (`rewrite.canonical_features`): flat names, canonical codec names, and a camera's
+    # names [height, width, channels] where lerobot 0.6.1 reads names[2] (LAY018, LAY019: delete and split too)
+    features, changes = rewrite.canonical_features(base.info.features)
+    info = replace(base.info, features=features, extra=dict(base.info.extra))
+    notes += [f"written in canonical form: {line}" for line in changes]
     return info, notes
 
 
