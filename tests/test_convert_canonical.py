@@ -67,13 +67,14 @@ def test_generated_nested_names_are_flat_after_convert(tmp_path):
 
 def test_delete_split_and_merge_write_camera_names_as_convert_does(tmp_path):
     """delete, split and merge (one rewrite, `ops.merge.reconcile`) write a camera's names as convert does: before,
-    they kept a v3.0 input's ['height', 'width', 'channel'] (LAY018, a warning) and missing names (LAY019, an error
-    lerobot 0.6.1's policy features meet at names[2]), which repair then had to fix."""
+    they kept a v3.0 input's channels-first names (LAY018, a warning) and missing names (LAY019, an error lerobot
+    0.6.1's policy features meet at names[2]), which repair then had to fix."""
     src = tmp_path / "cams"
     make_dataset(src, version="v3.0", episodes=4, lengths=[12, 15, 11, 9], height=32, width=48)
     info_path = src / "meta/info.json"
     info = json.loads(info_path.read_text())
-    info["features"]["observation.images.top"]["names"] = ["height", "width", "channel"]   # LAY018
+    # channels first (LAY018): written [height, width, channels] with its shape reordered to match
+    info["features"]["observation.images.top"].update(names=["channels", "height", "width"], shape=[3, 32, 48])
     info["features"]["observation.images.wrist"]["names"] = None                           # LAY019
     info_path.write_text(json.dumps(info, indent=4))
     found = {f["code"] for f in json.loads(run_cli("validate", src, "--json", check=False).stdout)["findings"]}
@@ -89,4 +90,5 @@ def test_delete_split_and_merge_write_camera_names_as_convert_does(tmp_path):
         features = json.loads((out / "meta/info.json").read_text())["features"]
         for camera in ("observation.images.top", "observation.images.wrist"):
             assert features[camera]["names"] == ["height", "width", "channels"], (out, camera)
+            assert features[camera]["shape"] == [32, 48, 3], (out, camera)
         assert fixable(out) == [], out

@@ -3,6 +3,7 @@ result loads in lerobot 0.6.1 with its frames aligned."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 
@@ -13,6 +14,7 @@ from lerodoc.checks.common import ERROR
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
 from lerodoc.ops.repair import repair
+from lerodoc.ops.rewrite import channels_last
 from tests.fixtures.defects_data import BASES, DEFECTS
 from tests.fixtures.factory import make_dataset
 from tests.helpers import expect_from_fixture, rows_by_episode, run_cli
@@ -183,3 +185,26 @@ def test_repair_without_cameras_v21_stale_stats_come_out_exact(tmp_path):
     report = repair(root, tmp_path / "out")
     assert [(s["of"], s["family"]) for s in report.skipped] == [("input", "stats"), ("output", "stats")]
     assert [f.code for f in validate(tmp_path / "out").findings] == []
+
+
+def test_a_channels_first_camera_is_written_channels_last(tmp_path):
+    """A camera declared channels first ([3, H, W] named [channels, height, width], LAY018) gets the names lerobot
+    0.6.1 writes and its shape in their order, [H, W, 3]. Before, repair renamed it and took the camera's channels
+    from the old shape's last axis: [32, 48, 48], a camera of 48 channels whose stats were then dropped (STA016);
+    renaming alone would make lerobot 0.6.1 (which reads names[2] == 'channels' as channels last) take the image
+    for one of 48 channels."""
+    src = tmp_path / "channels_first"
+    make_dataset(src, version="v3.0", episodes=3, lengths=[12, 15, 11], height=32, width=48)
+    info_path = src / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    info["features"]["observation.images.top"].update(shape=[3, 32, 48], names=["channels", "height", "width"])
+    info_path.write_text(json.dumps(info, indent=4))
+    out = tmp_path / "repaired"
+    repair(src, out)
+    camera = json.loads((out / "meta" / "info.json").read_text())["features"]["observation.images.top"]
+    assert (camera["shape"], camera["names"]) == ([32, 48, 3], ["height", "width", "channels"])
+    ctx = open_context(out)
+    assert run_checks(ctx) == [], run_checks(ctx)
+    # names that do not name each axis once leave the shape as it is (taken as channels last)
+    assert channels_last(["h", "w", "c"], [32, 48, 3]) is None
+    assert channels_last(["channels", "height", "width"], [3, 480, 640]) == [480, 640, 3]

@@ -918,12 +918,29 @@ def verify(root: Path, to: str, expected: Planned) -> None:
 CAMERA_NAMES = ["height", "width", "channels"]   # lerobot's names of a camera's [H, W, C] shape (LAY018)
 
 
+AXES = {"height": 0, "width": 1, "channel": 2, "channels": 2}   # a camera's axis names, to their place in [H, W, C]
+
+
+def channels_last(names, shape: list) -> list | None:
+    """A camera's shape as [height, width, channels] where its names name each axis once, in any order
+    (channels first: [3, 480, 640] named [channels, height, width]); None where they do not. lerobot 0.6.1 reads a
+    camera as channels last when names[2] is 'channel(s)', else as channels first: renaming a channels-first
+    shape without reordering it would make a [3, 480, 640] image one of 640 channels."""
+    places = [AXES.get(n) if isinstance(n, str) else None for n in names] if isinstance(names, list) else []
+    if len(shape) != 3 or len(places) != 3 or sorted(p for p in places if p is not None) != [0, 1, 2]:
+        return None
+    out = [0, 0, 0]
+    for place, size in zip(places, shape):
+        out[place] = size
+    return out
+
+
 def canonical_features(features: dict) -> tuple[dict, list[str]]:
-    """`features` as validate wants them, in names and spellings only (what convert writes on the way; repair's
-    rule too): numeric names flat (LAY016), codec names canonical, a camera's names [height, width, channels]
-    where its names are missing (LAY019) or already say height, width, then its channel axis ('channel',
-    LAY018). Names in another order (channels first) describe another shape and stay as they are. Returns the
-    features and one line per change."""
+    """`features` as validate wants them, in names and spellings only (what convert, merge, delete and split write
+    on the way; repair's rule too): numeric names flat (LAY016), codec names canonical, a camera's names [height,
+    width, channels] where its names are missing (LAY019), already say height, width, then its channel axis
+    ('channel', LAY018), or name each axis once in another order (channels first, LAY018: its shape reordered to
+    match, `channels_last`). Returns the features and one line per change."""
     out, changes = {}, []
     for name, spec in features.items():
         fixed = canonical_feature(spec)
@@ -932,12 +949,18 @@ def canonical_features(features: dict) -> tuple[dict, list[str]]:
         if (spec.get("info") or {}).get("video.codec") != (fixed.get("info") or {}).get("video.codec"):
             changes.append(f"{name}: codec {spec['info'].get('video.codec')!r} written as "
                            f"{fixed['info']['video.codec']!r}")
-        names = fixed.get("names")
-        if fixed["dtype"] in ("video", "image") and len(fixed.get("shape") or []) == 3 and names != CAMERA_NAMES \
-                and (names is None or (isinstance(names, list) and len(names) == 3 and names[:2] == CAMERA_NAMES[:2])):
-            fixed["names"] = list(CAMERA_NAMES)
-            changes.append(f"{name}: camera names {names!r} written as {CAMERA_NAMES!r} "
-                           f"({'LAY019' if names is None else 'LAY018'})")
+        names, shape = fixed.get("names"), list(fixed.get("shape") or [])
+        if fixed["dtype"] in ("video", "image") and len(shape) == 3 and names != CAMERA_NAMES:
+            reordered = channels_last(names, shape)
+            if reordered is not None and reordered != shape:
+                fixed["names"], fixed["shape"] = list(CAMERA_NAMES), reordered
+                changes.append(f"{name}: camera names {names!r} and shape {shape} written as {CAMERA_NAMES!r} "
+                               f"and {reordered} (LAY018)")
+            elif names is None or reordered is not None or \
+                    (isinstance(names, list) and len(names) == 3 and names[:2] == CAMERA_NAMES[:2]):
+                fixed["names"] = list(CAMERA_NAMES)
+                changes.append(f"{name}: camera names {names!r} written as {CAMERA_NAMES!r} "
+                               f"({'LAY019' if names is None else 'LAY018'})")
         out[name] = fixed
     return out, changes
 
