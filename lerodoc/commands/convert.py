@@ -34,7 +34,8 @@ def convert(
     per episode (a clip that does not start on a keyframe is re-encoded, and the report says so).
     The output is written beside its final name and appears only after every episode verified.
     What repair would fix in names is fixed on the way (nested names made flat, camera names [height, width,
-    channels], a channels-first camera's shape reordered to match), and v3.0 stats the source left without q01..q99 get exact ones; a line says each.
+    channels], a channels-first camera's shape reordered to match), and v3.0 stats the source left without
+    q01..q99 get exact ones; a line says each.
     A dataset that already is the --to version is left as it is (exit 0, "unchanged" in --json).
 
     Example: lerodoc convert data/pusht_v21 -o data/pusht_v30 --to v3.0
