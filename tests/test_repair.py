@@ -208,3 +208,6 @@ def test_a_channels_first_camera_is_written_channels_last(tmp_path):
     # names that do not name each axis once leave the shape as it is (taken as channels last)
     assert channels_last(["h", "w", "c"], [32, 48, 3]) is None
     assert channels_last(["channels", "height", "width"], [3, 480, 640]) == [480, 640, 3]
+    # a video whose shape already leads with the height and width its info says keeps it (its names are wrong)
+    assert channels_last(["width", "height", "channels"], [480, 640, 3], (480, 640)) == [480, 640, 3]
+    assert channels_last(["width", "height", "channels"], [640, 480, 3], (480, 640)) == [480, 640, 3]

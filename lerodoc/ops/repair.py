@@ -247,7 +247,8 @@ def _canonical_features(ds: Dataset, episodes: list[Episode]) -> dict:
     for name, spec in ds.info.features.items():
         spec = canonical_feature(spec)
         if spec["dtype"] in ("video", "image") and len(spec.get("names") or []) == 3:
-            spec["shape"] = rewrite.channels_last(spec["names"], spec["shape"]) or spec["shape"]
+            spec["shape"] = rewrite.channels_last(spec["names"], spec["shape"], rewrite.video_frame(spec)) \
+                or spec["shape"]
             spec["names"] = CAMERA_NAMES
         if spec["dtype"] == "video" and episodes and name in episodes[0].videos \
                 and ds.path(episodes[0].videos[name].file).is_file():

@@ -921,18 +921,28 @@ CAMERA_NAMES = ["height", "width", "channels"]   # lerobot's names of a camera's
 AXES = {"height": 0, "width": 1, "channel": 2, "channels": 2}   # a camera's axis names, to their place in [H, W, C]
 
 
-def channels_last(names, shape: list) -> list | None:
+def channels_last(names, shape: list, frame: tuple | None = None) -> list | None:
     """A camera's shape as [height, width, channels] where its names name each axis once, in any order
     (channels first: [3, 480, 640] named [channels, height, width]); None where they do not. lerobot 0.6.1 reads a
     camera as channels last when names[2] is 'channel(s)', else as channels first: renaming a channels-first
-    shape without reordering it would make a [3, 480, 640] image one of 640 channels."""
+    shape without reordering it would make a [3, 480, 640] image one of 640 channels. `frame`: a video's (height,
+    width) as its info says; a shape that already leads with them stays as it is (the names are what is wrong)."""
     places = [AXES.get(n) if isinstance(n, str) else None for n in names] if isinstance(names, list) else []
     if len(shape) != 3 or len(places) != 3 or sorted(p for p in places if p is not None) != [0, 1, 2]:
         return None
     out = [0, 0, 0]
     for place, size in zip(places, shape):
         out[place] = size
+    if frame is not None and out[:2] != list(frame) and list(shape[:2]) == list(frame):
+        return list(shape)
     return out
+
+
+def video_frame(spec: dict) -> tuple[int, int] | None:
+    """A video feature's (height, width) as its info says, when it says both as integers; else None."""
+    info = spec.get("info") if isinstance(spec.get("info"), dict) else {}
+    height, width = info.get("video.height"), info.get("video.width")
+    return (height, width) if all(isinstance(v, int) and not isinstance(v, bool) for v in (height, width)) else None
 
 
 def canonical_features(features: dict) -> tuple[dict, list[str]]:
@@ -951,7 +961,7 @@ def canonical_features(features: dict) -> tuple[dict, list[str]]:
                            f"{fixed['info']['video.codec']!r}")
         names, shape = fixed.get("names"), list(fixed.get("shape") or [])
         if fixed["dtype"] in ("video", "image") and len(shape) == 3 and names != CAMERA_NAMES:
-            reordered = channels_last(names, shape)
+            reordered = channels_last(names, shape, video_frame(fixed))
             if reordered is not None and reordered != shape:
                 fixed["names"], fixed["shape"] = list(CAMERA_NAMES), reordered
                 changes.append(f"{name}: camera names {names!r} and shape {shape} written as {CAMERA_NAMES!r} "
