@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures.factory import make_dataset
 from tests.helpers import require, run_cli
 
@@ -92,3 +94,30 @@ def test_delete_split_and_merge_write_camera_names_as_convert_does(tmp_path):
             assert features[camera]["names"] == ["height", "width", "channels"], (out, camera)
             assert features[camera]["shape"] == [32, 48, 3], (out, camera)
         assert fixable(out) == [], out
+
+
+@pytest.mark.parametrize("names", [["rgb"], ["height", "width"], {"axes": ["height", "width", "channels"]},
+                                   [["height", "width", "channels"]]])
+def test_camera_names_lerobot_cannot_read_are_an_error_that_convert_and_repair_fix(tmp_path, names):
+    """lerobot 0.6.1's policy features read a camera's names[2]: names of fewer than 3, a dict or a nested list
+    raise there (IndexError, KeyError), as null names do. validate calls them LAY019 (an error; they were LAY018, a
+    warning), and convert, delete and repair write [height, width, channels]: before, repair left them as they were
+    though LAY018's hint said it would write [height, width, channels]."""
+    src = tmp_path / "named"
+    make_dataset(src, version="v3.0", episodes=3, lengths=[12, 15, 11], height=32, width=48)
+    info_path = src / "meta/info.json"
+    info = json.loads(info_path.read_text())
+    info["features"]["observation.images.top"]["names"] = names
+    info_path.write_text(json.dumps(info, indent=4))
+    report = json.loads(run_cli("validate", src, "--json", check=False).stdout)
+    assert [(f["code"], f["severity"]) for f in report["findings"]] == [("LAY019", "error")], report["findings"]
+
+    run_cli("repair", src, "-o", tmp_path / "repaired")
+    run_cli("convert", src, "-o", tmp_path / "v21", "--to", "v2.1")
+    run_cli("delete", src, "-o", tmp_path / "deleted", "--episodes", "0")
+    for out in (tmp_path / "repaired", tmp_path / "v21", tmp_path / "deleted"):
+        camera = json.loads((out / "meta/info.json").read_text())["features"]["observation.images.top"]
+        assert (camera["names"], camera["shape"]) == (["height", "width", "channels"], [32, 48, 3]), out
+        report = json.loads(run_cli("validate", out, "--json", check=False).stdout)
+        assert report["errors"] == 0 and not [f for f in report["findings"] if f["code"] in ("LAY018", "LAY019")], \
+            (out, report["findings"])

@@ -17,7 +17,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.promote.staging import leftovers
 from lerodoc.formats import v21, v30
 from lerodoc.formats.hf import schema_problems
-from lerodoc.formats.info import INDEX_FEATURES
+from lerodoc.formats.info import CAMERA_NAMES, INDEX_FEATURES, unreadable_names
 from lerodoc.formats.jsonl import parse
 from lerodoc.formats.paths import UnsafePath
 from lerodoc.formats.model import Episode
@@ -52,7 +52,7 @@ CODES = {
                "give one name per channel", False),
     "LAY018": (WARNING, "camera names are not [height, width, channels]",
                "lerodoc repair writes [\"height\", \"width\", \"channels\"]", True),
-    "LAY019": (ERROR, "camera names are missing (lerobot's policy features index names[2])",
+    "LAY019": (ERROR, "camera names are missing or fewer than 3 (lerobot's policy features index names[2])",
                "lerodoc repair writes [\"height\", \"width\", \"channels\"]", True),
     "LAY020": (WARNING, "a feature's own fps differs from info.json fps",
                "lerodoc repair unifies the fps fields", True),
@@ -233,9 +233,12 @@ def _names_findings(name: str, spec: dict, fps: int) -> list[Finding]:
     where = dict(file=INFO_PATH, feature=name)
     names, shape, out = spec.get("names"), spec["shape"], []
     if spec["dtype"] in ("image", "video"):
-        if names is None:
-            out.append(_finding("LAY019", f"camera {name!r} has names null", **where))
-        elif names != ["height", "width", "channels"]:
+        if unreadable_names(names):
+            flat = isinstance(names, list) and not any(isinstance(n, (list, dict)) for n in names)
+            shown = "null" if names is None else repr(names) if flat else _outline(names)
+            out.append(_finding("LAY019", f"camera {name!r} has names {shown}: lerobot 0.6.1 reads names[2] to "
+                                          "tell channels last from first", **where))
+        elif names != CAMERA_NAMES:
             out.append(_finding("LAY018", f"camera {name!r} has names {names!r}", **where))
     elif isinstance(names, dict) or (isinstance(names, list) and any(isinstance(n, (list, dict)) for n in names)):
         out.append(_finding("LAY016", f"feature {name!r} has nested names ({_outline(names)}), not a flat list",

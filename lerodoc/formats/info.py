@@ -251,6 +251,15 @@ def codec_name(name) -> str | None:
     return CODEC_ALIASES.get(name, name)
 
 
+CAMERA_NAMES = ["height", "width", "channels"]   # lerobot's names of a camera's [H, W, C] shape (LAY018)
+
+
+def unreadable_names(names) -> bool:
+    """Whether lerobot 0.6.1's policy features cannot read a camera's names: they read names[2] (an IndexError,
+    KeyError or TypeError where names are null, a dict, or a list of fewer than 3: LAY019)."""
+    return not isinstance(names, list) or len(names) < 3
+
+
 def canonical_feature(spec: dict) -> dict:
     """A feature spec with flat `names` (numeric features) and a canonical codec name (videos)."""
     spec = {**spec}

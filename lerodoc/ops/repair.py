@@ -29,7 +29,7 @@ from lerodoc.formats.model import (Episode, StatsRow, VideoSpan, shared_stats, s
 from lerodoc.formats.stats import StatsTable
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
-from lerodoc.formats.info import canonical_feature
+from lerodoc.formats.info import CAMERA_NAMES, canonical_feature
 from lerodoc.formats.jsonl import stats_from_json, stats_to_json
 from lerodoc.formats.stats import normalise_stats, stat_size
 from lerodoc.promote.kept import undeclared_cameras
@@ -39,8 +39,6 @@ from lerodoc.tables.parquet_io import column_matrix, read_parquet
 from lerodoc.promote.staging import output_target, staged_output
 from lerodoc.ops.stats import StatsStream, dataset_quantiles, exact_stats
 from lerodoc.tables.stats import dataset_stats
-
-CAMERA_NAMES = ["height", "width", "channels"]
 
 
 @dataclass
@@ -246,9 +244,8 @@ def _canonical_features(ds: Dataset, episodes: list[Episode]) -> dict:
     out = {}
     for name, spec in ds.info.features.items():
         spec = canonical_feature(spec)
-        if spec["dtype"] in ("video", "image") and len(spec.get("names") or []) == 3:
-            spec["shape"] = rewrite.channels_last(spec["names"], spec["shape"], rewrite.video_frame(spec)) \
-                or spec["shape"]
+        if spec["dtype"] in ("video", "image") and len(spec["shape"]) == 3:   # LAY018, LAY019
+            spec["shape"] = rewrite.camera_shape(spec.get("names"), spec["shape"], rewrite.video_frame(spec))
             spec["names"] = CAMERA_NAMES
         if spec["dtype"] == "video" and episodes and name in episodes[0].videos \
                 and ds.path(episodes[0].videos[name].file).is_file():

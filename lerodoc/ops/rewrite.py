@@ -33,7 +33,7 @@ from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix, conform, from_numpy, is_list_type,
                                        iter_batches, numpy_dtype, open_parquet, read_parquet, read_schema)
-from lerodoc.formats.info import canonical_feature
+from lerodoc.formats.info import CAMERA_NAMES, canonical_feature, unreadable_names
 from lerodoc.promote.links import link_or_copy
 from lerodoc.promote import kept, staging
 from lerodoc.tables.stats import EpisodeStacks, table_stacks
@@ -915,9 +915,6 @@ def verify(root: Path, to: str, expected: Planned) -> None:
     staging.written(root, opened)
 
 
-CAMERA_NAMES = ["height", "width", "channels"]   # lerobot's names of a camera's [H, W, C] shape (LAY018)
-
-
 AXES = {"height": 0, "width": 1, "channel": 2, "channels": 2}   # a camera's axis names, to their place in [H, W, C]
 
 
@@ -938,6 +935,26 @@ def channels_last(names, shape: list, frame: tuple | None = None) -> list | None
     return out
 
 
+def camera_shape(names, shape: list, frame: tuple | None = None) -> list:
+    """A camera's 3-d shape as [height, width, channels]: by its names where they name each axis (`channels_last`),
+    else by its video's (height, width) where its info says them (a shape led by them is kept, one that ends with
+    them is channels first), else by its small axis (at most 4 values: channels last kept, channels first
+    moved last); a shape none of these tells stays as it is."""
+    by_names = channels_last(names, shape, frame)
+    if by_names is not None or len(shape) != 3:
+        return by_names if by_names is not None else list(shape)
+    if frame is not None:
+        if list(shape[:2]) == list(frame):
+            return list(shape)
+        if list(shape[1:]) == list(frame):
+            return [shape[1], shape[2], shape[0]]
+    if 0 < shape[2] <= 4:
+        return list(shape)
+    if 0 < shape[0] <= 4:
+        return [shape[1], shape[2], shape[0]]
+    return list(shape)
+
+
 def video_frame(spec: dict) -> tuple[int, int] | None:
     """A video feature's (height, width) as its info says, when it says both as integers; else None."""
     info = spec.get("info") if isinstance(spec.get("info"), dict) else {}
@@ -948,9 +965,10 @@ def video_frame(spec: dict) -> tuple[int, int] | None:
 def canonical_features(features: dict) -> tuple[dict, list[str]]:
     """`features` as validate wants them, in names and spellings only (what convert, merge, delete and split write
     on the way; repair's rule too): numeric names flat (LAY016), codec names canonical, a camera's names [height,
-    width, channels] where its names are missing (LAY019), already say height, width, then its channel axis
-    ('channel', LAY018), or name each axis once in another order (channels first, LAY018: its shape reordered to
-    match, `channels_last`). Returns the features and one line per change."""
+    width, channels] where lerobot cannot read them (null, a dict, fewer than 3: LAY019), where they already say
+    height, width, then its channel axis ('channel', LAY018), or where they name each axis once in another order
+    (channels first, LAY018); its shape reordered to match (`camera_shape`). Other names of 3 or more (['h', 'w',
+    'c']) stay for repair, which takes them as channels last. Returns the features and one line per change."""
     out, changes = {}, []
     for name, spec in features.items():
         fixed = canonical_feature(spec)
@@ -961,16 +979,14 @@ def canonical_features(features: dict) -> tuple[dict, list[str]]:
                            f"{fixed['info']['video.codec']!r}")
         names, shape = fixed.get("names"), list(fixed.get("shape") or [])
         if fixed["dtype"] in ("video", "image") and len(shape) == 3 and names != CAMERA_NAMES:
-            reordered = channels_last(names, shape, video_frame(fixed))
-            if reordered is not None and reordered != shape:
-                fixed["names"], fixed["shape"] = list(CAMERA_NAMES), reordered
-                changes.append(f"{name}: camera names {names!r} and shape {shape} written as {CAMERA_NAMES!r} "
-                               f"and {reordered} (LAY018)")
-            elif names is None or reordered is not None or \
-                    (isinstance(names, list) and len(names) == 3 and names[:2] == CAMERA_NAMES[:2]):
-                fixed["names"] = list(CAMERA_NAMES)
-                changes.append(f"{name}: camera names {names!r} written as {CAMERA_NAMES!r} "
-                               f"({'LAY019' if names is None else 'LAY018'})")
+            frame = video_frame(fixed)
+            named = channels_last(names, shape, frame) is not None
+            if named or unreadable_names(names) or names[:2] == CAMERA_NAMES[:2]:
+                code = "LAY019" if unreadable_names(names) else "LAY018"
+                fixed["names"], fixed["shape"] = list(CAMERA_NAMES), camera_shape(names, shape, frame)
+                moved = f" and shape {shape}" if fixed["shape"] != shape else ""
+                written = f" and {fixed['shape']}" if moved else ""
+                changes.append(f"{name}: camera names {names!r}{moved} written as {CAMERA_NAMES!r}{written} ({code})")
         out[name] = fixed
     return out, changes
 
