@@ -13,8 +13,8 @@ from lerodoc.checks import open_context, run_checks
 from lerodoc.checks.common import ERROR
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
+from lerodoc.formats.info import channels_last
 from lerodoc.ops.repair import repair
-from lerodoc.ops.rewrite import channels_last
 from tests.fixtures.defects_data import BASES, DEFECTS
 from tests.fixtures.factory import make_dataset
 from tests.helpers import expect_from_fixture, rows_by_episode, run_cli

@@ -234,13 +234,12 @@ def _names_findings(name: str, spec: dict, fps: int) -> list[Finding]:
     names, shape, out = spec.get("names"), spec["shape"], []
     if spec["dtype"] in ("image", "video"):
         if unreadable_names(names):
-            flat = isinstance(names, list) and not any(isinstance(n, (list, dict)) for n in names)
-            shown = "null" if names is None else repr(names) if flat else _outline(names)
+            shown = "null" if names is None else _outline(names) if _nested(names) else repr(names)
             out.append(_finding("LAY019", f"camera {name!r} has names {shown}: lerobot 0.6.1 reads names[2] to "
                                           "tell channels last from first", **where))
         elif names != CAMERA_NAMES:
             out.append(_finding("LAY018", f"camera {name!r} has names {names!r}", **where))
-    elif isinstance(names, dict) or (isinstance(names, list) and any(isinstance(n, (list, dict)) for n in names)):
+    elif _nested(names):
         out.append(_finding("LAY016", f"feature {name!r} has nested names ({_outline(names)}), not a flat list",
                             **where))
     elif names is not None and not (isinstance(names, list) and (len(shape) > 1 or len(names) == shape[0])):
@@ -249,6 +248,11 @@ def _names_findings(name: str, spec: dict, fps: int) -> list[Finding]:
     if own_fps is not None and own_fps != fps:
         out.append(_finding("LAY020", f"feature {name!r} has fps {own_fps!r}, info.json fps is {fps}", **where))
     return out
+
+
+def _nested(names: object) -> bool:
+    """Names as a dict, or a list holding lists or dicts (not one flat list of names)."""
+    return isinstance(names, dict) or isinstance(names, list) and any(isinstance(n, (list, dict)) for n in names)
 
 
 def _outline(names: object) -> str:

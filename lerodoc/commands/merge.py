@@ -38,9 +38,9 @@ def merge(
     Inputs may be v2.0, v2.1 or v3.0, mixed. Differences of representation (names nested or flat,
     codec spelled libsvtav1 or av1, list storage, stats shapes) are unified and listed, and camera names are
     written [height, width, channels] as convert writes them; real conflicts (fps, features, shapes, dtypes,
-    codecs) stop before anything is written. Dataset stats are
-    recomputed from the merged rows (quantiles exact). A single source with --exclude deletes episodes; a
-    source that loses episodes keeps only the tasks its kept episodes use.
+    codecs) stop before anything is written. Dataset stats are recomputed from the merged rows (quantiles exact).
+    A single source with --exclude deletes episodes; a source that loses episodes keeps only the tasks its kept
+    episodes use.
 
     Example: lerodoc merge data/day1 data/day2 -o data/both --exclude data/day2:4
     """

@@ -260,6 +260,55 @@ def unreadable_names(names) -> bool:
     return not isinstance(names, list) or len(names) < 3
 
 
+AXES = {"height": 0, "width": 1, "channel": 2, "channels": 2}   # a camera's axis names, to their place in [H, W, C]
+
+
+def channels_last(names, shape: list, frame: tuple | None = None) -> list | None:
+    """A camera's shape as [height, width, channels] where its names name each axis once, in any order
+    (channels first: [3, 480, 640] named [channels, height, width]); None where they do not. lerobot 0.6.1 reads a
+    camera as channels last when names[2] is 'channel(s)', else as channels first: renaming a channels-first
+    shape without reordering it would make a [3, 480, 640] image one of 640 channels. `frame`: a video's (height,
+    width) as its info says; a shape that already leads with them stays as it is (the names are what is wrong)."""
+    places = [AXES.get(n) if isinstance(n, str) else None for n in names] if isinstance(names, list) else []
+    if len(shape) != 3 or len(places) != 3 or sorted(p for p in places if p is not None) != [0, 1, 2]:
+        return None
+    out = [0, 0, 0]
+    for place, size in zip(places, shape):
+        out[place] = size
+    if frame is not None and out[:2] != list(frame) and list(shape[:2]) == list(frame):
+        return list(shape)
+    return out
+
+
+def camera_shape(names, shape: list, frame: tuple | None = None) -> list:
+    """A camera's 3-d shape as [height, width, channels]: by its names where they name each axis (`channels_last`),
+    else by its video's (height, width) where its info says them (a shape led by them is kept, one that ends with
+    them is channels first), else by its small axis (at most 4 values: channels last kept, channels first
+    moved last); a shape none of these tells stays as it is."""
+    by_names = channels_last(names, shape, frame)
+    if by_names is not None:
+        return by_names
+    if len(shape) != 3:
+        return list(shape)
+    if frame is not None:
+        if list(shape[:2]) == list(frame):
+            return list(shape)
+        if list(shape[1:]) == list(frame):
+            return [shape[1], shape[2], shape[0]]
+    if 0 < shape[2] <= 4:
+        return list(shape)
+    if 0 < shape[0] <= 4:
+        return [shape[1], shape[2], shape[0]]
+    return list(shape)
+
+
+def video_frame(spec: dict) -> tuple[int, int] | None:
+    """A video feature's (height, width) as its info says, when it says both as integers; else None."""
+    info = spec.get("info") if isinstance(spec.get("info"), dict) else {}
+    height, width = info.get("video.height"), info.get("video.width")
+    return (height, width) if all(isinstance(v, int) and not isinstance(v, bool) for v in (height, width)) else None
+
+
 def canonical_feature(spec: dict) -> dict:
     """A feature spec with flat `names` (numeric features) and a canonical codec name (videos)."""
     spec = {**spec}

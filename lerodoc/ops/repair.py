@@ -29,7 +29,7 @@ from lerodoc.formats.model import (Episode, StatsRow, VideoSpan, shared_stats, s
 from lerodoc.formats.stats import StatsTable
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
-from lerodoc.formats.info import CAMERA_NAMES, canonical_feature
+from lerodoc.formats.info import CAMERA_NAMES, camera_shape, video_frame
 from lerodoc.formats.jsonl import stats_from_json, stats_to_json
 from lerodoc.formats.stats import normalise_stats, stat_size
 from lerodoc.promote.kept import undeclared_cameras
@@ -239,21 +239,20 @@ def restore_cameras(ds: Dataset) -> list[str]:
 
 
 def _canonical_features(ds: Dataset, episodes: list[Episode]) -> dict:
-    """Features with flat names, canonical codec names, camera names (height, width, channels), and each
-    camera's codec, pixel format and size as its first video file says."""
-    out = {}
-    for name, spec in ds.info.features.items():
-        spec = canonical_feature(spec)
-        if spec["dtype"] in ("video", "image") and len(spec["shape"]) == 3:   # LAY018, LAY019
-            spec["shape"] = rewrite.camera_shape(spec.get("names"), spec["shape"], rewrite.video_frame(spec))
-            spec["names"] = CAMERA_NAMES
+    """The features as convert writes them (`rewrite.canonical_features`: flat names, canonical codec names, camera
+    names [height, width, channels] with the shape put channels last), the camera names it leaves (['h', 'w', 'c'])
+    taken as channels last too; and each camera's codec, pixel format and size as its first video file says."""
+    out, _ = rewrite.canonical_features(ds.info.features)
+    for name, spec in out.items():
+        if spec["dtype"] in ("video", "image") and spec.get("names") != CAMERA_NAMES:   # LAY018 names convert leaves
+            spec["shape"] = camera_shape(spec.get("names"), spec["shape"], video_frame(spec))
+            spec["names"] = list(CAMERA_NAMES)
         if spec["dtype"] == "video" and episodes and name in episodes[0].videos \
                 and ds.path(episodes[0].videos[name].file).is_file():
             probe = frames.probe(ds.path(episodes[0].videos[name].file))
             spec["shape"] = [probe.height, probe.width, spec["shape"][2] if len(spec["shape"]) == 3 else 3]
             spec["info"] = {**(spec.get("info") or {}), "video.codec": probe.codec, "video.pix_fmt": probe.pix_fmt,
                             "video.height": probe.height, "video.width": probe.width}
-        out[name] = spec
     return out
 
 

@@ -33,7 +33,8 @@ from lerodoc.formats.paths import inside
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import (RowGroups, column_digests, column_matrix, conform, from_numpy, is_list_type,
                                        iter_batches, numpy_dtype, open_parquet, read_parquet, read_schema)
-from lerodoc.formats.info import CAMERA_NAMES, canonical_feature, unreadable_names
+from lerodoc.formats.info import (CAMERA_NAMES, camera_shape, canonical_feature, channels_last, unreadable_names,
+                                  video_frame)
 from lerodoc.promote.links import link_or_copy
 from lerodoc.promote import kept, staging
 from lerodoc.tables.stats import EpisodeStacks, table_stacks
@@ -913,53 +914,6 @@ def verify(root: Path, to: str, expected: Planned) -> None:
         raise VerificationError("written metadata does not describe the planned episodes", file=root)
     kept.trim_to_held(opened)
     staging.written(root, opened)
-
-
-AXES = {"height": 0, "width": 1, "channel": 2, "channels": 2}   # a camera's axis names, to their place in [H, W, C]
-
-
-def channels_last(names, shape: list, frame: tuple | None = None) -> list | None:
-    """A camera's shape as [height, width, channels] where its names name each axis once, in any order
-    (channels first: [3, 480, 640] named [channels, height, width]); None where they do not. lerobot 0.6.1 reads a
-    camera as channels last when names[2] is 'channel(s)', else as channels first: renaming a channels-first
-    shape without reordering it would make a [3, 480, 640] image one of 640 channels. `frame`: a video's (height,
-    width) as its info says; a shape that already leads with them stays as it is (the names are what is wrong)."""
-    places = [AXES.get(n) if isinstance(n, str) else None for n in names] if isinstance(names, list) else []
-    if len(shape) != 3 or len(places) != 3 or sorted(p for p in places if p is not None) != [0, 1, 2]:
-        return None
-    out = [0, 0, 0]
-    for place, size in zip(places, shape):
-        out[place] = size
-    if frame is not None and out[:2] != list(frame) and list(shape[:2]) == list(frame):
-        return list(shape)
-    return out
-
-
-def camera_shape(names, shape: list, frame: tuple | None = None) -> list:
-    """A camera's 3-d shape as [height, width, channels]: by its names where they name each axis (`channels_last`),
-    else by its video's (height, width) where its info says them (a shape led by them is kept, one that ends with
-    them is channels first), else by its small axis (at most 4 values: channels last kept, channels first
-    moved last); a shape none of these tells stays as it is."""
-    by_names = channels_last(names, shape, frame)
-    if by_names is not None or len(shape) != 3:
-        return by_names if by_names is not None else list(shape)
-    if frame is not None:
-        if list(shape[:2]) == list(frame):
-            return list(shape)
-        if list(shape[1:]) == list(frame):
-            return [shape[1], shape[2], shape[0]]
-    if 0 < shape[2] <= 4:
-        return list(shape)
-    if 0 < shape[0] <= 4:
-        return [shape[1], shape[2], shape[0]]
-    return list(shape)
-
-
-def video_frame(spec: dict) -> tuple[int, int] | None:
-    """A video feature's (height, width) as its info says, when it says both as integers; else None."""
-    info = spec.get("info") if isinstance(spec.get("info"), dict) else {}
-    height, width = info.get("video.height"), info.get("video.width")
-    return (height, width) if all(isinstance(v, int) and not isinstance(v, bool) for v in (height, width)) else None
 
 
 def canonical_features(features: dict) -> tuple[dict, list[str]]:
