@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -44,10 +45,30 @@ def importable(module: str) -> bool:
         return False
 
 
-def run_cli(*args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`python -m lerodoc ARGS` in a subprocess, as a user runs it (`env` is added to the environment)."""
-    proc = subprocess.run([sys.executable, "-m", "lerodoc", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+CLI_TIMEOUT = 600   # seconds: the longest run_cli (a tiny training run) takes about 25 s on two cores
+
+
+def run_cli(*args: str, check: bool = True, env: dict[str, str] | None = None,
+            timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess:
+    """`python -m lerodoc ARGS` in a subprocess, as a user runs it (`env` is added to the environment).
+
+    A run past `timeout` s fails the test with every thread's stack of the run: it is sent SIGABRT, which the
+    faulthandler it starts with (PYTHONFAULTHANDLER) answers by printing them, before it ends."""
+    command = [sys.executable, "-m", "lerodoc", *map(str, args)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}) as running:
+        try:
+            stdout, stderr = running.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            running.send_signal(signal.SIGABRT)
+            try:
+                stderr = running.communicate(timeout=60)[1]
+            except subprocess.TimeoutExpired as late:   # a child of the run holds its pipes: what came so far
+                running.kill()
+                stderr = (late.stderr or b"").decode(errors="replace")
+            raise AssertionError(f"lerodoc {' '.join(map(str, args))} ran past {timeout} s; its stacks:\n"
+                                 f"{stderr[-8000:]}") from None
+    proc = subprocess.CompletedProcess(command, running.returncode, stdout, stderr)
     if check and proc.returncode != 0:
         raise AssertionError(f"lerodoc {' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stderr}")
     return proc
