@@ -65,7 +65,7 @@ def run_cli(*args: str, check: bool = True, env: dict[str, str] | None = None,
                 stderr = running.communicate(timeout=60)[1]
             except subprocess.TimeoutExpired as late:   # a child of the run holds its pipes: what came so far
                 running.kill()
-                stderr = (late.stderr or b"").decode(errors="replace")
+                stderr = late.stderr.decode(errors="replace") if isinstance(late.stderr, bytes) else late.stderr or ""
             raise AssertionError(f"lerodoc {' '.join(map(str, args))} ran past {timeout} s; its stacks:\n"
                                  f"{stderr[-8000:]}") from None
     proc = subprocess.CompletedProcess(command, running.returncode, stdout, stderr)
