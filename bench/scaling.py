@@ -115,6 +115,7 @@ def worker(spec: dict) -> None:
     experiment(settings.pop("experiment", False), settings.pop("inductor", {}))
     from lerodoc.pi05 import train as T
     from lerodoc.pi05.data import DataSpec
+    from lerodoc.pi05.feed import step_batches
     from lerodoc.pi05.metrics import peak_flops
     from lerodoc.pi05.model import flops_per_sample
 
@@ -134,7 +135,7 @@ def worker(spec: dict) -> None:
     flops = flops_per_sample(setup.config, run.data.max_token_len, len(run.data.cameras))
     peak = peak_flops(procs.device)
     total = spec["warmup"] + spec["steps"] + (spec["profile_steps"] if spec["profile"] else 0)
-    stream = iter(T.loader(setup, 0, total))
+    stream = step_batches(setup, 0, total)
     log = T.Metrics(Path(spec["work"]), procs, run, run.batch_per_device * procs.world, flops, peak)
     Path(spec["work"]).mkdir(parents=True, exist_ok=True)
 

@@ -189,12 +189,13 @@ def first_batch(dataset: Path, tokenizer: Path, tmp: Path) -> tuple[dict, object
     """lerodoc's step-0 batch of a tiny run (as `lerodoc train pi05 --batch-per-device 4 --seed 0` makes it),
     as model inputs, and the run's setup."""
     from lerodoc.pi05.data import DataSpec
-    from lerodoc.pi05.train import RunConfig, loader, prepare, to_device
+    from lerodoc.pi05.feed import step_batches, to_device
+    from lerodoc.pi05.train import RunConfig, prepare
     data = DataSpec(action_key="action", state_key="observation.state", cameras=(), action_horizon=0,
                     image_size=0, state_in_prompt=True, max_token_len=0)
     setup = prepare(RunConfig(dataset=str(dataset), output=str(tmp / "unused"), tokenizer=str(tokenizer),
                               preset="tiny", batch_per_device=4, workers=0, data=data), resume=False, writes=False)
-    batch = to_device(next(iter(loader(setup, 0, 1))), torch.device("cpu"))
+    batch = to_device(next(step_batches(setup, 0, 1)), torch.device("cpu"))
     return batch, setup
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.fixtures.factory import make_dataset
 from tests.fixtures.tokenizer import train_tokenizer
-from tests.helpers import importable, require, run_cli
+from tests.helpers import importable, require, run_cli, run_here
 
 require(importable("torch") and importable("sentencepiece"), "lerodoc's train extra is not installed")
 
@@ -157,6 +157,28 @@ def test_missing_tokenizer_file_is_named(dataset, tmp_path):
     proc = run_cli("train", "pi05", dataset, "-o", tmp_path / "run", "--tokenizer", tmp_path / "nope.model",
                    *COMMON, check=False)
     assert proc.returncode == 3 and "Traceback" not in proc.stderr
+
+
+def test_a_data_worker_that_hangs_stops_the_run_naming_the_step(dataset, tokenizer, tmp_path, monkeypatch):
+    """A data worker that never gives a batch (as one stuck in a decoder would) ends the run after feed.BATCH_WAIT
+    with exit 3, naming the step and the way on; before, the run waited without a word for ever."""
+    import torch
+    from lerodoc.pi05 import data, feed
+    made = data._Batches.__iter__
+
+    def stuck(self):   # in the forked worker only: the training process itself reads as before
+        if torch.utils.data.get_worker_info() is not None:
+            time.sleep(3600)
+        yield from made(self)
+    monkeypatch.setattr(data._Batches, "__iter__", stuck)
+    monkeypatch.setattr(feed, "BATCH_WAIT", 2)
+    started = time.monotonic()
+    proc = run_here("train", "pi05", dataset, "-o", tmp_path / "run", "--tokenizer", tokenizer, *COMMON,
+                    "--steps", "2")
+    assert proc.returncode == 3, proc.stderr
+    text = " ".join(proc.stderr.split())
+    assert "no batch for step 0 came from the 1 data worker(s) in 2 s" in text and "--workers 0" in text, text
+    assert "Traceback" not in text and time.monotonic() - started < 120
 
 
 def test_offline_without_tokenizer_fails_without_waiting_naming_the_download(dataset, tmp_path):

@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
 
 from lerodoc.dataset import Dataset
+from lerodoc.errors import LerodocError
 from lerodoc.pi05.config import RunConfig
 from lerodoc.pi05.data import Frames, Tokenizer, TrainingBatches
 from lerodoc.pi05.distributed import Processes
@@ -40,6 +42,11 @@ def batches_of(setup: Setup, start: int, stop: int, batch_per_device: int | None
                            rows=setup.train_rows)
 
 
+# seconds a step waits for its batch from the data workers before the run stops: a batch takes well under a second,
+# and a worker that hangs (a decoder stuck on a damaged file) would otherwise hold the run without a word for ever
+BATCH_WAIT = 600
+
+
 def loader(setup: Setup, start: int, stop: int, batch_per_device: int | None = None) -> torch.utils.data.DataLoader:
     run, procs = setup.run, setup.procs
     batches = batches_of(setup, start, stop, batch_per_device)
@@ -49,7 +56,27 @@ def loader(setup: Setup, start: int, stop: int, batch_per_device: int | None = N
                                        pin_memory=procs.device.type == "cuda",
                                        prefetch_factor=4 if workers else None, persistent_workers=False,
                                        multiprocessing_context="fork" if workers else None,
-                                       worker_init_fn=_Pin(cpus) if cpus else None)
+                                       worker_init_fn=_Pin(cpus) if cpus else None,
+                                       timeout=BATCH_WAIT if workers else 0)
+
+
+def step_batches(setup: Setup, start: int, stop: int, batch_per_device: int | None = None) -> Iterator[dict]:
+    """The batches of steps `start`..`stop` (`loader`'s), one a step; a LerodocError naming the step when the data
+    workers give none within BATCH_WAIT s."""
+    stream = iter(loader(setup, start, stop, batch_per_device))
+    for step in range(start, stop):
+        try:
+            batch = next(stream)
+        except RuntimeError as exc:
+            # torch's DataLoader says so in these words (its `_get_data`), with no exception type of its own
+            if not str(exc).startswith("DataLoader timed out"):
+                raise
+            raise LerodocError(f"no batch for step {step} came from the {setup.run.workers} data worker(s) in "
+                               f"{BATCH_WAIT} s; the run stopped there",
+                               hint="run again with --workers 0, which decodes in the training process (Ctrl-C "
+                                    "with LERODOC_DEBUG=1 then shows where a decoder is stuck): with --resume where "
+                                    "a checkpoint was saved, else into a new -o folder") from None
+        yield batch
 
 
 def rank_cpus(procs: Processes) -> list[int] | None:

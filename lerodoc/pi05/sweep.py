@@ -10,7 +10,7 @@ import torch
 
 from lerodoc.pi05.config import RunConfig
 from lerodoc.pi05.distributed import shutdown
-from lerodoc.pi05.feed import loader
+from lerodoc.pi05.feed import step_batches
 from lerodoc.pi05.metrics import peak_flops
 from lerodoc.pi05.model import flops_per_sample
 from lerodoc.pi05.train import build, prepare, train_step
@@ -39,7 +39,7 @@ def _sweep(run: RunConfig, batches: list[int], steps: int, warmup: int) -> list[
             torch.cuda.reset_peak_memory_stats(procs.device)
         times, waits = [], []
         try:
-            stream = iter(loader(setup, 0, warmup + steps, batch_per_device=batch_size))
+            stream = step_batches(setup, 0, warmup + steps, batch_per_device=batch_size)
             for i in range(warmup + steps):
                 started = time.perf_counter()
                 batch = next(stream)

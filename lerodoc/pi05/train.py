@@ -35,7 +35,7 @@ from lerodoc.pi05 import checkpoint, preflight, runs
 from lerodoc.pi05.config import CURVE_OPTIONS, RunConfig
 from lerodoc.pi05.data import DataSpec, Tokenizer, held_out_rows, load_frames, longest_prompt
 from lerodoc.pi05.distributed import Processes, all_sum, parallelise, shutdown, start_processes
-from lerodoc.pi05.feed import Setup, batches_of, loader, to_device
+from lerodoc.pi05.feed import Setup, batches_of, step_batches, to_device
 from lerodoc.pi05.float8 import check_float8
 from lerodoc.pi05.metrics import Metrics, peak_flops
 from lerodoc.pi05.model import PI05, PI05Config, flops_per_sample
@@ -326,7 +326,7 @@ def _train(run: RunConfig, resume: bool, progress: bool) -> dict:
                          f"steps {start}..{run.steps}")
     log = Metrics(output, procs, run, G, flops, peak_flops(procs.device))
     tracker = Tracker.open(output, run, procs.main)
-    batches = iter(loader(setup, start, run.steps))
+    batches = step_batches(setup, start, run.steps)
     held_out = batches_of(setup, 0, 0).held_out(setup.val_rows) if setup.val_rows is not None else None
     with progress_line(progress and procs.main, start, run.steps) as tick:
         for step in range(start, run.steps):
