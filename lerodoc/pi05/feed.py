@@ -73,9 +73,9 @@ def step_batches(setup: Setup, start: int, stop: int, batch_per_device: int | No
                 raise
             raise LerodocError(f"no batch for step {step} came from the {setup.run.workers} data worker(s) in "
                                f"{BATCH_WAIT} s; the run stopped there",
-                               hint="run again with --workers 0, which decodes in the training process (Ctrl-C "
-                                    "with LERODOC_DEBUG=1 then shows where a decoder is stuck): with --resume where "
-                                    "a checkpoint was saved, else into a new -o folder") from None
+                               hint="run again: with --resume where a checkpoint was saved, else into a new -o "
+                                    "folder; where it stops again, lerodoc validate --deep decodes the first and "
+                                    "last frame of each episode's videos") from None
         yield batch
 
 
