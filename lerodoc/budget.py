@@ -63,14 +63,19 @@ def human(size: int) -> str:
     return f"{size} bytes"
 
 
+class BudgetExceeded(LerodocError):
+    """What `check` raises: a read the memory budget does not allow (not a defect of the file: raising the budget
+    lets a trusted one be read)."""
+
+
 def check(need: int, what: str, *, file: object, field: str | None = None, episode: int | None = None) -> None:
     """The rule: `need` bytes (what reading `field` of `file` would allocate, worked out from the file's own
     claims before anything is allocated) must fit the memory budget; else a LerodocError naming the file and
     field. `what` says what would take them ("decoding column 'x'")."""
     limit = memory_budget()
     if need > limit:
-        raise LerodocError(f"{what} would take about {human(need)}, over the memory budget of {human(limit)}",
-                           file=file, field=field, episode=episode, hint=HINT)
+        raise BudgetExceeded(f"{what} would take about {human(need)}, over the memory budget of {human(limit)}",
+                             file=file, field=field, episode=episode, hint=HINT)
 
 
 def held(fd: int) -> int:

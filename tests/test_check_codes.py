@@ -269,6 +269,23 @@ def episode_stats_line_missing(root):
 
 
 @case("v3.0")
+def episode_stats_column_of_text(root):
+    """Episode 1's action count is text: the episodes file's stats cannot be read as numbers (before, validate
+    stopped with exit 3)."""
+    name = "stats/action/count"
+    edit_parquet(root / V30_EPISODES, lambda t: replace_column(t, name, pa.array(
+        [["x"] if i == 1 else [str(row[0])] for i, row in enumerate(t.column(name).to_pylist())],
+        pa.list_(pa.string()))))
+    return [Planted("STA003", file=V30_EPISODES)]
+
+
+@case("v2.1")
+def episode_stats_line_of_text(root):
+    edit_jsonl(root / "meta/episodes_stats.jsonl", lambda rows: rows[1]["stats"]["action"].update(count=["x"]))
+    return [Planted("STA003", file="meta/episodes_stats.jsonl", episode=1)]
+
+
+@case("v3.0")
 def stats_lack_std(root):
     edit_json(root / "meta/stats.json", lambda s: s["action"].pop("std"))
     return [Planted("STA014", file="meta/stats.json", feature="action")]

@@ -14,6 +14,7 @@ from lerodoc import access
 from lerodoc.checks.common import Context, Finding
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
+from lerodoc.formats.model import StatsUnreadable, forget_stats
 
 FAMILIES = ("layout", "indices", "timestamps", "videos", "stats", "tasks")
 Family = Callable[[Context], list[Finding]]
@@ -41,7 +42,20 @@ def open_context(root: Path, dataset: Dataset | None = None, **options) -> Conte
 
 
 def run_checks(ctx: Context, families: tuple[str, ...] = FAMILIES) -> list[Finding]:
-    """Every family's findings, in family order."""
+    """Every family's findings, in family order. A table of per-episode stats that cannot be read
+    (`StatsUnreadable`, met by whichever family reads it first) is a finding of its own (STA003, after the rest),
+    and the families run again with its episodes holding no stats (`forget_stats`: the dataset's own episodes)."""
+    lost: list[Finding] = []
+    while True:
+        try:
+            return _run(ctx, families) + lost
+        except StatsUnreadable as exc:
+            if ctx.dataset is None or not forget_stats(ctx.dataset.episodes, exc.file):
+                raise
+            lost.append(importlib.import_module("lerodoc.checks.stats").unreadable(ctx, exc))
+
+
+def _run(ctx: Context, families: tuple[str, ...]) -> list[Finding]:
     findings: list[Finding] = []
     # the videos family opens files only with ctx.videos (else: windows from metadata)
     for k, name in enumerate(families):

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from lerodoc.checks.common import (ERROR, WARNING, Context, Finding, data_files, episode_columns, episode_meta_files,
-                                   finding_factory, numeric_features, valid_spec)
+                                   finding_factory, numeric_features, relative, valid_spec)
 from lerodoc.checks.indices import placement
 from lerodoc.dataset import Dataset
 from lerodoc.tables.stats import Stats
@@ -38,6 +38,9 @@ CODES = {
                "lerodoc quantiles (or repair) writes stats.json from the data", True),
     "STA002": (ERROR, "v2.1 episodes lack an entry in meta/episodes_stats.jsonl",
                "lerodoc quantiles (or repair) recomputes per-episode stats", True),
+    "STA003": (ERROR, "a file of per-episode stats cannot be read as numbers (a stats column of text, a count that "
+                      "is no whole number, undecodable pages, a malformed episodes_stats.jsonl line); its episodes are "
+                      "checked as holding no stats", "lerodoc repair recomputes the stats", True),
     "STA010": (ERROR, "a stats value is NaN or infinite", "lerodoc repair recomputes the stats", True),
     "STA011": (ERROR, "a feature's stats are a count=0 placeholder (aggregation divides by zero)",
                "lerodoc repair removes the placeholder", True),
@@ -125,6 +128,13 @@ class Source:
 BLOCK = 1 << 16   # at most this many episodes (metadata order) whose stated and recomputed stats the family holds at
                   # once (issue 37): whole episodes metadata files where they fit, each file's stats let go after
                   # its last block
+
+
+def unreadable(ctx: Context, error: LerodocError) -> Finding:
+    """STA003 for a table of per-episode stats that could not be read (`formats.model.StatsUnreadable`)."""
+    where = f"{error.field}: " if error.field else ""
+    return _finding("STA003", f"per-episode stats cannot be read: {where}{error.message}",
+                    file=relative(ctx.root, error.file), episode=error.episode)
 
 
 def check(ctx: Context) -> list[Finding]:

@@ -122,6 +122,34 @@ def episode_column(episodes: list[Episode], name: str) -> np.ndarray:
     return np.fromiter((getattr(ep, name) for ep in episodes), dtype=np.int64, count=len(episodes))
 
 
+STATS_FIX = "lerodoc repair recomputes the stats"
+
+
+class StatsUnreadable(LerodocError):
+    """A table of per-episode stats (v3.0's `stats/...` columns of one episodes metadata file, v2.x's
+    episodes_stats.jsonl) whose values cannot be read as the numbers they must be: named by its `file`, which is
+    its holder's `path`. Every command that needs the values stops on it; validate names it (STA003) and checks
+    the episodes as holding no stats (`forget_stats`), and repair recomputes what it held."""
+
+    @classmethod
+    def of(cls, exc: LerodocError, file: object) -> StatsUnreadable:
+        """`exc` (what the reader said) as this error of `file`, with the fix."""
+        return cls(exc.message, file=exc.file or file, episode=exc.episode, field=exc.field, hint=STATS_FIX)
+
+
+def forget_stats(episodes: list[Episode], file: str) -> int:
+    """Give each episode whose stats are an unread row of the table read from `file` (`StatsUnreadable.file`: its
+    holder's `path`) no stats instead: what cannot be read is not held. How many episodes that was."""
+    empty, forgotten = None, 0
+    for position, ep in enumerate(episodes):
+        row = stats_row(ep)
+        if row is not None and str(getattr(row.holder, "path", "")) == file:
+            empty = empty or StatsTable({}, len(episodes))
+            ep.stats = StatsRow(empty, position)
+            forgotten += 1
+    return forgotten
+
+
 def stats_row(ep: Episode) -> StatsRow | None:
     """The episode's stats as an unread table row, or None once they are a dict (read, set or changed)."""
     value = getattr(ep, "_stats", None)

@@ -18,7 +18,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import (PARSED_PER_BYTE, PARSED_PER_LINE, line_runs, parse_lines, read_json, read_jsonl,
                                    stats_from_json, stats_to_json, write_json, write_jsonl)
-from lerodoc.formats.model import NO_VIDEOS, Episode, StatsRow, VideoSpan
+from lerodoc.formats.model import NO_VIDEOS, Episode, StatsRow, StatsUnreadable, VideoSpan
 from lerodoc.formats.stats import StatsTable
 
 VERSION = "v2.1"
@@ -161,11 +161,19 @@ class EpisodeStats:
 
     def __init__(self, root: Path, indices: np.ndarray):
         self.root, self.indices, self._table = root, indices, None
+        self.path = root / EPISODES_STATS_PATH
 
     @property
     def table(self) -> StatsTable:
+        """The stats; a file whose lines cannot be read as stats is a StatsUnreadable naming it (a read past the
+        memory budget stays what it is)."""
         if self._table is None:
-            self._table = _aligned(read_episode_stats(self.root), self.indices)
+            try:
+                self._table = _aligned(read_episode_stats(self.root), self.indices)
+            except budget.BudgetExceeded:
+                raise
+            except LerodocError as exc:
+                raise StatsUnreadable.of(exc, self.path) from None
         return self._table
 
 

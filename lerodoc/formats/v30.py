@@ -22,14 +22,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lerodoc.budget import BudgetExceeded
 from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import parse, read_json, replace_file, stats_from_json, stats_to_json, write_json
-from lerodoc.formats.model import NO_VIDEOS, Episode, StatsRow, VideoSpan, column_order, stats_columns
+from lerodoc.formats.model import (NO_VIDEOS, STATS_FIX, Episode, StatsRow, StatsUnreadable, VideoSpan, column_order,
+                                   stats_columns)
 from lerodoc.formats.stats import StatsTable
-from lerodoc.tables.parquet_io import (arrow_array, null_free, open_parquet, read_parquet, read_schema, regular_rows,
-                                      to_numpy)
+from lerodoc.tables.parquet_io import (arrow_array, is_list_type, list_values, null_free, open_parquet, read_parquet,
+                                      read_schema, regular_rows, to_numpy)
 
 VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -125,13 +127,19 @@ def _read_table(path: Path, info: Info, stats: bool = True) -> pa.Table:
     return read_parquet(path, columns=lambda c: c in used or stats and c.startswith("stats/"))
 
 
-def _stats_table(table: pa.Table, path: Path) -> StatsTable:
-    """`_episode_stats` of one episodes metadata file's table; malformed stats columns are a LerodocError naming it."""
+def _stats_table(path: Path) -> StatsTable:
+    """`_episode_stats` of one episodes metadata file's `stats/...` columns. Columns that cannot be read as numbers
+    (or a file whose stats pages cannot be decoded) are a StatsUnreadable naming the file; a read past the memory
+    budget stays what it is."""
     try:
-        return _episode_stats(table)
+        return _episode_stats(read_parquet(path, columns=lambda c: c.startswith("stats/")))
+    except BudgetExceeded:
+        raise
+    except LerodocError as exc:
+        raise StatsUnreadable.of(exc, path) from None
     except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
-        raise LerodocError(f"stats columns are malformed ({type(exc).__name__}: {exc})", file=path,
-                           hint="lerodoc validate lists what is wrong") from None
+        raise StatsUnreadable(f"stats columns are malformed ({type(exc).__name__}: {exc})", file=path,
+                              hint=STATS_FIX) from None
 
 
 class StatsColumns:
@@ -156,7 +164,7 @@ class StatsColumns:
     @property
     def table(self) -> StatsTable:
         if self._table is None:
-            self._table = _stats_table(read_parquet(self.path, columns=lambda c: c.startswith("stats/")), self.path)
+            self._table = _stats_table(self.path)
         return self._table
 
     def release(self) -> None:
@@ -256,6 +264,8 @@ def _episode_stats(table: pa.Table) -> StatsTable:
             continue
         feature, name = column[len("stats/"):].rsplit("/", 1)
         dtype = np.int64 if name == "count" else np.float64
+        if name == "count":
+            _whole_counts(table.column(column), column)
         regular = regular_rows(table.column(column), dtype)   # the common case, without Python lists
         if regular is not None:
             columns[feature, name] = regular.reshape(len(regular), -1) if name == "count" or regular.ndim == 1 \
@@ -266,12 +276,35 @@ def _episode_stats(table: pa.Table) -> StatsTable:
             rows = list(np.array(values, dtype=dtype).reshape(len(values), -1) if name == "count"
                         else np.array(values, dtype=dtype))
         except (ValueError, TypeError):   # ragged or missing values: convert one by one
-            rows = [None if v is None else np.asarray(v, dtype=dtype) for v in values]
+            rows = [None if v is None else _numbers(v, dtype, column, row) for row, v in enumerate(values)]
         columns[feature, name] = [None if v is None else np.atleast_1d(v) for v in rows]
     by_feature: dict[str, list] = {}   # feature by feature, as an episode's dict lists them
     for (feature, name), values in columns.items():
         by_feature.setdefault(feature, []).append(((feature, name), values))
     return StatsTable({key: values for pairs in by_feature.values() for key, values in pairs}, table.num_rows)
+
+
+def _numbers(value, dtype, column: str, row: int) -> np.ndarray:
+    """One row's stat as numbers; a ValueError naming the column and row where it holds none (text, say)."""
+    try:
+        return np.asarray(value, dtype=dtype)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{column} row {row}: {exc}") from None
+
+
+def _whole_counts(column: pa.ChunkedArray, name: str) -> None:
+    """A count stored as floats must hold whole numbers (a ValueError naming the first row that does not): NaN
+    or 2.5 frames cast to an integer would become a number nobody wrote."""
+    values = column.combine_chunks()
+    while is_list_type(values.type):
+        values = list_values(values)
+    if not pa.types.is_floating(values.type):
+        return
+    numbers = np.array([v for v in values.to_pylist() if v is not None], dtype=np.float64) if values.null_count \
+        else to_numpy(values).astype(np.float64)   # a null is a missing count, which the checks name apart
+    wrong = ~((numbers == np.round(numbers)) & (np.abs(numbers) < 2.0 ** 63))   # NaN, inf, 2.5 or past int64
+    if wrong.any():
+        raise ValueError(f"{name} holds {numbers[wrong][0].item()!r}, where a count is a whole number of frames")
 
 
 def stats_held(root: Path) -> dict[str, set[str]] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -23,9 +24,10 @@ from lerodoc.conventions import WRITES
 from lerodoc.budget import give_back
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
+from lerodoc.checks.common import relative as in_dataset
 from lerodoc.dataset import Dataset
-from lerodoc.formats.model import (Episode, StatsRow, VideoSpan, shared_stats, stats_clean, stats_named,
-                                   stats_row, stats_stack, update_stats)
+from lerodoc.formats.model import (Episode, StatsRow, StatsUnreadable, VideoSpan, forget_stats, shared_stats,
+                                   stats_clean, stats_named, stats_row, stats_stack, update_stats)
 from lerodoc.formats.stats import StatsTable
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
@@ -300,6 +302,36 @@ def _retime_changes(retimed: list[dict]) -> list[str]:
             "tolerance_s)" for files in _retimed_files(retimed)]
 
 
+def _forgetting(root: Path, episodes: list[Episode], work: Callable[[], object]) -> tuple[object, list[str]]:
+    """`work()`, where it meets a table of the episodes' stats that cannot be read (`StatsUnreadable`), again with
+    that table forgotten (`forget_stats`): its episodes' numeric stats are recomputed from the rows like every
+    other's, and what else it held (cameras' stats) is left out. Its result, and a change line per such table."""
+    lost = []
+    while True:
+        try:
+            return work(), lost
+        except StatsUnreadable as exc:
+            if not forget_stats(episodes, exc.file):
+                raise
+            lost.append(_unreadable_change(in_dataset(root, exc.file), exc.message))
+
+
+def _clean_episode_stats(episodes: list[Episode], features: dict) -> None:
+    """Clean the episodes' stats (`_clean_stats`) where they need it."""
+    sizes: dict = {}
+    for ep in episodes:
+        row = stats_row(ep)
+        if row is None or not stats_clean(row, features):   # else nothing to clean
+            ep.stats = _clean_stats(ep.stats, features, sizes)
+
+
+def _unreadable_change(file: str | None, why: str) -> str:
+    """The change line of a table of per-episode stats that could not be read (STA003), which repair forgets."""
+    return (f"{file}: per-episode stats could not be read ({why}); its episodes' numeric stats are recomputed from "
+            "the rows, and their other stats (cameras') are left out (stats.json keeps the dataset's, where it "
+            "has them)")
+
+
 def repair(src: Path, out: Path | None = None, *, in_place: bool = False, workers: int = 1,
            force: bool = False, drop_broken: bool = False, dry_run: bool = False) -> RepairReport:
     """Write a repaired copy of `src` to `out` (or swap it in place), and say what changed and what is left;
@@ -320,7 +352,8 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     # Where the input's per-episode stats are all of numeric features (or of features info.json does not declare,
     # which cleaning drops), the output's are all recomputed from its rows: the input's are never read (at a million
     # episodes, reading them to clean them took 4.6 of 70 s)
-    replaced = not {f for f in stats_named(ds.episodes) if f in ds.info.features} - set(ds.info.numeric_keys)
+    named, unread = _forgetting(ds.root, ds.episodes, lambda: stats_named(ds.episodes))
+    replaced = not {f for f in named if f in ds.info.features} - set(ds.info.numeric_keys)
     if not replaced:
         ds.weigh_stats()   # past the stats budget, the stats tables are read a file at a time from here on
     report = RepairReport(dataset=str(ds.root), output=None, before=_counts(before.findings))
@@ -330,7 +363,9 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
                       for s in before.skipped]
     restored = restore_cameras(ds)
     episodes, report.changes, lost = reconstruct(ds, drop_broken)
-    report.changes[:0] = restored
+    # tables of per-episode stats validate could not read, and forgot (`checks.run_checks`)
+    report.changes[:0] = restored + [_unreadable_change(f.file, f.message.split(": ", 1)[-1])
+                                     for f in before.findings if f.code == "STA003"] + unread
     kept = {ep.index for ep in episodes}
     report.left_out = [ep.index for ep in ds.episodes if ep.index not in kept]
     if lost and in_place:
@@ -353,11 +388,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
         for i, ep in enumerate(episodes):
             ep.stats = StatsRow(empty, i)
     else:
-        sizes: dict = {}
-        for ep in episodes:
-            row = stats_row(ep)
-            if row is None or not stats_clean(row, info.features):   # else nothing to clean
-                ep.stats = _clean_stats(ep.stats, info.features, sizes)
+        report.changes += _forgetting(ds.root, episodes, lambda: _clean_episode_stats(episodes, info.features))[1]
     picks = [rewrite.Pick(ds, ep, task_map) for ep in episodes]
     schema = schema_for(info.features, info.data_keys, rewrite.target_schema(ds)[0])
     caps = info.whole_file_caps()

@@ -14,7 +14,7 @@ from pathlib import Path
 from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, VerificationError
-from lerodoc.formats.model import stats_features
+from lerodoc.formats.model import StatsUnreadable, stats_features
 from lerodoc.tables.parquet_io import read_schema
 from lerodoc.conventions import INFO_PATH
 
@@ -28,7 +28,10 @@ def undeclared_cameras(ds: Dataset) -> dict[str, list[str]]:
                  for path in sorted(ds.root.glob(formats.module(ds.version).EPISODES_GLOB))
                  for c in read_schema(path).names if c.startswith("videos/") and c.endswith("/chunk_index")}
     else:
-        named = stats_features(ds.episodes) | set(ds.stats or {})
+        try:
+            named = stats_features(ds.episodes) | set(ds.stats or {})
+        except StatsUnreadable:   # per-episode stats that cannot be read name no camera (repair recomputes them)
+            named = set(ds.stats or {})
     named -= set(ds.info.features)
     out: dict[str, list[str]] = {}
     if named:
