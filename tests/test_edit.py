@@ -406,7 +406,7 @@ def test_split_reads_its_sources_stats_table_once_for_every_part(tmp_path, monke
     from lerodoc.ops.split import split
     root = make_dataset(tmp_path / "ds", version="v3.0", episodes=9, lengths=6, cameras=()).root
     real, reads = v30._stats_table, []
-    monkeypatch.setattr(v30, "_stats_table", lambda table, path: reads.append(path) or real(table, path))
+    monkeypatch.setattr(v30, "_stats_table", lambda path: reads.append(path) or real(path))
     split(root, tmp_path / "parts", fractions={"a": 0.4, "b": 0.3, "c": 0.3})
     assert len(reads) == 1
     assert sum(len(Dataset.open(tmp_path / "parts" / name).episodes) for name in ("a", "b", "c")) == 9
@@ -428,7 +428,7 @@ def test_repair_asks_a_transient_stats_table_whether_it_is_clean_in_one_read(tmp
     from lerodoc.formats.model import stats_clean, stats_row
     root = make_dataset(tmp_path / "ds", version="v3.0", episodes=5, lengths=4, cameras=()).root
     real, reads = v30._stats_table, []
-    monkeypatch.setattr(v30, "_stats_table", lambda table, path: reads.append(path) or real(table, path))
+    monkeypatch.setattr(v30, "_stats_table", lambda path: reads.append(path) or real(path))
     ds = Dataset.open(root)
     row = stats_row(ds.episodes[0])
     row.holder.transient = True
