@@ -144,7 +144,8 @@ def forget_stats(episodes: list[Episode], file: str) -> int:
     for position, ep in enumerate(episodes):
         row = stats_row(ep)
         if row is not None and str(getattr(row.holder, "path", "")) == file:
-            empty = empty or StatsTable({}, len(episodes))
+            if empty is None:
+                empty = StatsTable({}, len(episodes))
             ep.stats = StatsRow(empty, position)
             forgotten += 1
     return forgotten
