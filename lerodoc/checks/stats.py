@@ -130,11 +130,14 @@ BLOCK = 1 << 16   # at most this many episodes (metadata order) whose stated and
                   # its last block
 
 
+UNREADABLE = "per-episode stats cannot be read: "   # STA003's message, before the reader's words (repair quotes them)
+
+
 def unreadable(ctx: Context, error: LerodocError) -> Finding:
     """STA003 for a table of per-episode stats that could not be read (`formats.model.StatsUnreadable`)."""
     where = f"{error.field}: " if error.field else ""
-    return _finding("STA003", f"per-episode stats cannot be read: {where}{error.message}",
-                    file=relative(ctx.root, error.file), episode=error.episode)
+    return _finding("STA003", f"{UNREADABLE}{where}{error.message}", file=relative(ctx.root, error.file),
+                    episode=error.episode)
 
 
 def check(ctx: Context) -> list[Finding]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from lerodoc.budget import give_back
+from lerodoc.budget import BudgetExceeded, give_back
 from lerodoc.errors import LerodocError
 from lerodoc.formats.stats import StatsTable
 from lerodoc.tables.stats import BASIC, EpisodeStacks, Stats, aggregate, basic_columns, stack_partials, stack_stats
@@ -131,10 +132,19 @@ class StatsUnreadable(LerodocError):
     its holder's `path`. Every command that needs the values stops on it; validate names it (STA003) and checks
     the episodes as holding no stats (`forget_stats`), and repair recomputes what it held."""
 
-    @classmethod
-    def of(cls, exc: LerodocError, file: object) -> StatsUnreadable:
-        """`exc` (what the reader said) as this error of `file`, with the fix."""
-        return cls(exc.message, file=exc.file or file, episode=exc.episode, field=exc.field, hint=STATS_FIX)
+
+@contextmanager
+def reading_stats(file: object):
+    """Around the read of a table of per-episode stats from `file`: what the reader refuses (a LerodocError)
+    becomes a StatsUnreadable naming the file, with the fix; a read past the memory budget stays what it is (the
+    file may be fine, and the budget can be raised)."""
+    try:
+        yield
+    except (StatsUnreadable, BudgetExceeded):
+        raise
+    except LerodocError as exc:
+        raise StatsUnreadable(exc.message, file=exc.file or file, episode=exc.episode, field=exc.field,
+                              hint=STATS_FIX) from None
 
 
 def forget_stats(episodes: list[Episode], file: str) -> int:

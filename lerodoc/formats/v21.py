@@ -18,7 +18,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import (PARSED_PER_BYTE, PARSED_PER_LINE, line_runs, parse_lines, read_json, read_jsonl,
                                    stats_from_json, stats_to_json, write_json, write_jsonl)
-from lerodoc.formats.model import NO_VIDEOS, Episode, StatsRow, StatsUnreadable, VideoSpan
+from lerodoc.formats.model import NO_VIDEOS, Episode, StatsRow, VideoSpan, reading_stats
 from lerodoc.formats.stats import StatsTable
 
 VERSION = "v2.1"
@@ -168,12 +168,8 @@ class EpisodeStats:
         """The stats; a file whose lines cannot be read as stats is a StatsUnreadable naming it (a read past the
         memory budget stays what it is)."""
         if self._table is None:
-            try:
+            with reading_stats(self.path):
                 self._table = _aligned(read_episode_stats(self.root), self.indices)
-            except budget.BudgetExceeded:
-                raise
-            except LerodocError as exc:
-                raise StatsUnreadable.of(exc, self.path) from None
         return self._table
 
 

@@ -22,16 +22,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lerodoc.budget import BudgetExceeded
 from lerodoc.conventions import INFO_PATH
 from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import parse, read_json, replace_file, stats_from_json, stats_to_json, write_json
 from lerodoc.formats.model import (NO_VIDEOS, STATS_FIX, Episode, StatsRow, StatsUnreadable, VideoSpan, column_order,
-                                   stats_columns)
+                                   reading_stats, stats_columns)
 from lerodoc.formats.stats import StatsTable
-from lerodoc.tables.parquet_io import (arrow_array, is_list_type, list_values, null_free, open_parquet, read_parquet,
-                                      read_schema, regular_rows, to_numpy)
+from lerodoc.tables.parquet_io import (arrow_array, exact_cast, is_list_type, list_values, null_free, open_parquet,
+                                      read_parquet, read_schema, regular_rows, to_numpy)
 
 VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -131,12 +130,10 @@ def _stats_table(path: Path) -> StatsTable:
     """`_episode_stats` of one episodes metadata file's `stats/...` columns. Columns that cannot be read as numbers
     (or a file whose stats pages cannot be decoded) are a StatsUnreadable naming the file; a read past the memory
     budget stays what it is."""
+    with reading_stats(path):
+        table = read_parquet(path, columns=lambda c: c.startswith("stats/"))
     try:
-        return _episode_stats(read_parquet(path, columns=lambda c: c.startswith("stats/")))
-    except BudgetExceeded:
-        raise
-    except LerodocError as exc:
-        raise StatsUnreadable.of(exc, path) from None
+        return _episode_stats(table)
     except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
         raise StatsUnreadable(f"stats columns are malformed ({type(exc).__name__}: {exc})", file=path,
                               hint=STATS_FIX) from None
@@ -293,8 +290,8 @@ def _numbers(value, dtype, column: str, row: int) -> np.ndarray:
 
 
 def _whole_counts(column: pa.ChunkedArray, name: str) -> None:
-    """A count stored as floats must hold whole numbers (a ValueError naming the first row that does not): NaN
-    or 2.5 frames cast to an integer would become a number nobody wrote."""
+    """A count stored as floats must hold whole numbers (a ValueError naming the first value that does not): NaN
+    or 2.5 frames cast to an integer would become a number nobody wrote (`exact_cast`)."""
     values = column.combine_chunks()
     while is_list_type(values.type):
         values = list_values(values)
@@ -302,7 +299,7 @@ def _whole_counts(column: pa.ChunkedArray, name: str) -> None:
         return
     numbers = np.array([v for v in values.to_pylist() if v is not None], dtype=np.float64) if values.null_count \
         else to_numpy(values).astype(np.float64)   # a null is a missing count, which the checks name apart
-    wrong = ~((numbers == np.round(numbers)) & (np.abs(numbers) < 2.0 ** 63))   # NaN, inf, 2.5 or past int64
+    wrong = ~exact_cast(numbers, np.int64)
     if wrong.any():
         raise ValueError(f"{name} holds {numbers[wrong][0].item()!r}, where a count is a whole number of frames")
 

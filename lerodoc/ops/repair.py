@@ -25,6 +25,7 @@ from lerodoc.budget import give_back
 from lerodoc.media import frames
 from lerodoc.checks.common import ERROR, Finding
 from lerodoc.checks.common import relative as in_dataset
+from lerodoc.checks.stats import UNREADABLE
 from lerodoc.dataset import Dataset
 from lerodoc.formats.model import (Episode, StatsRow, StatsUnreadable, VideoSpan, forget_stats, shared_stats,
                                    stats_clean, stats_named, stats_row, stats_stack, update_stats)
@@ -364,7 +365,7 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
     restored = restore_cameras(ds)
     episodes, report.changes, lost = reconstruct(ds, drop_broken)
     # tables of per-episode stats validate could not read, and forgot (`checks.run_checks`)
-    report.changes[:0] = restored + [_unreadable_change(f.file, f.message.split(": ", 1)[-1])
+    report.changes[:0] = restored + [_unreadable_change(f.file, f.message.removeprefix(UNREADABLE))
                                      for f in before.findings if f.code == "STA003"] + unread
     kept = {ep.index for ep in episodes}
     report.left_out = [ep.index for ep in ds.episodes if ep.index not in kept]
