@@ -9,8 +9,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from lerodoc import api
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
+from lerodoc.formats import v30
 from lerodoc.ops.merge import merge, source_selections
 from tests.fixtures.factory import make_dataset
 from tests.helpers import expect_episodes, rows_by_episode, run_cli
@@ -88,6 +90,26 @@ def test_task_remap_and_pooled_stats_hold_without_lerobot(tmp_path, to):
     for e, (state, task, length) in enumerate(zip(states, tasks, lengths)):
         assert [ds.tasks[t] for t in rows[e]["task_index"]] == [task] * length, e
         np.testing.assert_array_equal(np.array(rows[e]["observation.state"], dtype=np.float32), state)
+
+
+@pytest.mark.parametrize("bare_first", [False, True])
+def test_a_source_without_per_episode_stats_merges_with_one_that_has_quantiles(tmp_path, bare_first):
+    """A source whose episodes hold no stats beside one whose episodes hold quantiles too (lerodoc quantiles -o, as
+    lerobot 0.6.1 records them): the stats the first lacks are computed from its rows. (The merged rows' quantile
+    columns then hold values for some episodes only, and merge stopped with an internal error.)"""
+    a = make_dataset(tmp_path / "a", version="v3.0", dataset_id=1, episodes=4, lengths=[5, 9, 4, 7], cameras=())
+    bare = Dataset.open(a.root)
+    for ep in bare.episodes:
+        ep.stats = {}
+    v30.write_meta(bare.root, bare.info, bare.episodes, bare.tasks, bare.stats)
+    api.quantiles(a.root, tmp_path / "q")
+    assert "q01" in Dataset.open(tmp_path / "q").episodes[0].stats["observation.state"]
+    assert not any(ep.stats for ep in Dataset.open(a.root).episodes)
+    sources = [a.root, tmp_path / "q"] if bare_first else [tmp_path / "q", a.root]
+    merge(sources, tmp_path / "out")
+    assert_stats_from_scratch(tmp_path / "out", [(a, [0, 1, 2, 3]), (a, [0, 1, 2, 3])])
+    for ep in Dataset.open(tmp_path / "out").episodes:
+        assert ep.stats["observation.state"]["count"].tolist() == [ep.length], ep.index
 
 
 def test_v30_inputs_with_a_middle_episode_excluded(tmp_path):

@@ -688,7 +688,7 @@ def _in_place(base: dict, new: dict, updated: np.ndarray) -> bool:
     each row's dict is where the episode-by-episode update puts it (a feature new to a row goes last)."""
     for feature in new:
         masks = [present for (f, _), (_, present) in base.items() if f == feature]
-        if masks and None not in masks and not np.logical_or.reduce(masks)[updated].all():
+        if masks and all(mask is not None for mask in masks) and not np.logical_or.reduce(masks)[updated].all():
             return False
     return True
 
