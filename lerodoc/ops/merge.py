@@ -20,7 +20,7 @@ from lerodoc.formats import v30
 from lerodoc.dataset import Dataset, Thrift, read_rows
 from lerodoc.errors import LerodocError, UsageError
 from lerodoc.formats.info import Info, codec_name, flat_names
-from lerodoc.formats.model import stats_normal, stats_row, stats_stack
+from lerodoc.formats.model import episode_column, normal_rows, number_tasks, stats_stack
 from lerodoc.formats.stats import normalise_stats
 from lerodoc.ops import rewrite
 from lerodoc.ops.stats import dataset_quantiles
@@ -242,38 +242,32 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
     summaries = [SourceSummary(label, str(ds.root), ds.version, len(ds.episodes), ds.total_frames)
                  for label, ds in zip(labels, datasets)]
 
-    tasks: list[str] = []
     picks: list[rewrite.Pick] = []
     reshaped = False
+    task_at: dict[str, int] = {}   # the merged list's task_index of each text
     for i, ds in enumerate(datasets):
         numbers = [ep.index for ep in ds.episodes]
         holder = f"source {labels[i]} ({ds.root})"
         dropped = set(exclude[i].resolve(numbers, "--exclude", holder)) if i in exclude else set()
         only = set(episodes[i].resolve(numbers, "--episodes", holder)) if i in episodes else None
-        kept = [ep for ep in ds.episodes if ep.index not in dropped and (only is None or ep.index in only)]
-        kept_numbers = {ep.index for ep in kept}
+        kept = ds.episodes if not dropped and only is None else \
+            [ep for ep in ds.episodes if ep.index not in dropped and (only is None or ep.index in only)]
+        if len(kept) < len(ds.episodes):
+            kept_numbers = {ep.index for ep in kept}
+            summaries[i].excluded = [n for n in numbers if n not in kept_numbers]
         used = (used_tasks(ds, kept) if len(kept) < len(ds.episodes) and "task_index" in ds.info.features
                 else range(len(ds.tasks)))
-        task_map = []
-        for index, task in enumerate(ds.tasks):
-            if index not in used:
-                task_map.append(-1)   # no kept frame points here (read from the frames themselves)
-                continue
-            if task not in tasks:
-                tasks.append(task)
-            task_map.append(tasks.index(task))
-        task_map = tuple(task_map)   # one a source, shared by its picks and row pieces (not a tuple an episode)
-        for ep in ds.episodes:
-            if ep.index not in kept_numbers:
-                summaries[i].excluded.append(ep.index)
-                continue
-            row = stats_row(ep)
-            if row is None or not stats_normal(row, info.features):   # else nothing to reshape or drop
-                ep.stats, changed = normalise_stats(ep.stats, info.features)
-                reshaped |= changed
-            picks.append(rewrite.Pick(ds, ep, task_map))
-            summaries[i].episodes_out += 1
-            summaries[i].frames_out += ep.length
+        # -1: no kept frame points here (read from the frames themselves). One a source, shared by its picks and row
+        # pieces (not a tuple an episode).
+        task_map = number_tasks(ds.tasks, task_at, used)
+        for position in np.flatnonzero(~normal_rows(kept, info.features)):   # the others: nothing to reshape or drop
+            ep = kept[position]
+            ep.stats, changed = normalise_stats(ep.stats, info.features)
+            reshaped |= changed
+        picks += [rewrite.Pick(ds, ep, task_map) for ep in kept]
+        summaries[i].episodes_out += len(kept)
+        summaries[i].frames_out += int(episode_column(kept, "length").sum())
+    tasks = list(task_at)
     if reshaped:
         notes.append("per-episode stats reshaped to their feature's shape (e.g. (1,1) -> (1,)); count=0 placeholder "
                      "stats dropped")

@@ -27,8 +27,8 @@ from lerodoc.checks.common import ERROR, Finding
 from lerodoc.checks.common import relative as in_dataset
 from lerodoc.checks.stats import UNREADABLE
 from lerodoc.dataset import Dataset
-from lerodoc.formats.model import (Episode, StatsRow, StatsUnreadable, VideoSpan, forget_stats, shared_stats,
-                                   stats_clean, stats_named, stats_row, stats_stack, update_stats)
+from lerodoc.formats.model import (Episode, StatsRow, StatsUnreadable, VideoSpan, forget_stats, number_tasks,
+                                   shared_stats, stats_clean, stats_named, stats_row, stats_stack, update_stats)
 from lerodoc.formats.stats import StatsTable
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
@@ -377,8 +377,9 @@ def repair(src: Path, out: Path | None = None, *, in_place: bool = False, worker
                            hint="restore the files, write the repair to -o OUT, or pass --drop-broken to drop them")
     if not episodes:
         raise LerodocError("no episode has rows in the data files; nothing to repair", file=ds.root)
-    tasks = list(dict.fromkeys(ds.tasks))
-    task_map = tuple(tasks.index(t) for t in ds.tasks)
+    numbering: dict[str, int] = {}
+    task_map = number_tasks(ds.tasks, numbering)
+    tasks = list(numbering)
     if len(tasks) != len(ds.tasks):
         report.changes.append(f"{len(ds.tasks) - len(tasks)} duplicate task texts merged")
     dropped = {key for key in ds.info.video_keys if key not in episodes[0].videos}   # --drop-broken, every file gone

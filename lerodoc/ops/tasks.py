@@ -17,7 +17,7 @@ import pyarrow as pa
 from lerodoc import formats
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError, UsageError
-from lerodoc.formats.model import require_task_rows
+from lerodoc.formats.model import number_tasks, require_task_rows
 from lerodoc.ops.derive import derive
 from lerodoc.promote.staging import output_target
 from lerodoc.tables.parquet_io import column_matrix, from_numpy
@@ -65,8 +65,9 @@ def parse_set(value: str, known: list[str], tasks_file: Path | None = None) -> t
     """`old text=new text` -> (old, new). Either text may hold `=`: the split taken is the one whose left
     side is an existing task."""
     cuts = [i for i, c in enumerate(value) if c == "="]
+    listed = set(known)
     for i in cuts:
-        if value[:i] in known:
+        if value[:i] in listed:
             return value[:i], value[i + 1:]
     if not cuts:
         raise UsageError(f"--set {value!r}: expected 'OLD TEXT=NEW TEXT'")
@@ -87,7 +88,8 @@ def read_mapping(path: Path, known: list[str]) -> dict[str, str]:
         return {old: new for old, new in zip(known, data) if old != new}
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
         raise LerodocError('expected {"old text": "new text", ...} or a list of texts by task_index', file=path)
-    unknown = [k for k in data if k not in known]
+    listed = set(known)
+    unknown = [k for k in data if k not in listed]
     if unknown:
         raise LerodocError(f"no task reads {unknown[0]!r}", file=path)
     return dict(data)
@@ -100,8 +102,9 @@ def plan(ds: Dataset, mapping: dict[str, str]) -> TasksReport:
         if not new.strip():
             raise UsageError(f"task {old!r} would become empty", field="tasks")
     texts = [mapping.get(t, t) for t in ds.tasks]
-    report.tasks = list(dict.fromkeys(texts))
-    report.task_map = [report.tasks.index(t) for t in texts]
+    numbering: dict[str, int] = {}
+    report.task_map = list(number_tasks(texts, numbering))
+    report.tasks = list(numbering)
     for old, new in zip(ds.tasks, texts):
         report.merged.setdefault(new, []).append(old)
     report.merged = {new: olds for new, olds in report.merged.items() if len(olds) > 1}
