@@ -5,6 +5,7 @@ Opening reads metadata only: no frame is decoded and no data parquet is read bey
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import attrgetter
@@ -221,7 +222,7 @@ class Dataset:
         def fits(table) -> bool:
             if not self.stats_bytes and peeking:   # the first table read tells what all of them would hold
                 self._weigh(table, peeking)
-            return table.regular and all(self._stat_fits(name, stat, int(np.prod(column.shape[1:])), sizes)
+            return table.regular and all(self._stat_fits(name, stat, math.prod(column.shape[1:]), sizes)
                                          for (name, stat), column in table.columns.items())
         checked = {key for key, r in holders.items()
                    if (r.holder.peek(fits, self.info.features) if hasattr(r.holder, "peek") else fits(r.table))}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 
 import numpy as np
@@ -27,7 +28,7 @@ def stat_shape(spec: dict, stat: str) -> tuple[int, ...] | None:
 def stat_size(spec: dict, stat: str) -> int | None:
     """How many values a stat of a feature holds (`stat_shape`; None for a camera whose channels nothing tells)."""
     shape = stat_shape(spec, stat)
-    return None if shape is None else int(np.prod(shape))
+    return None if shape is None else math.prod(shape)   # ints: math's, not numpy's (a few us a stat)
 
 
 def is_shaped(spec: dict, stat: str, value: np.ndarray) -> bool:

@@ -761,12 +761,19 @@ def check_files(picks: list[Pick]) -> None:
     """Every data and video file the picks need exists (before anything is written)."""
     seen: set[tuple[int, str]] = set()   # each file once, however many episodes it holds
     for pick in picks:
-        for key, rel in [(None, pick.episode.data_file)] + [(k, s.file) for k, s in pick.episode.videos.items()]:
-            if (id(pick.dataset), rel) in seen:
-                continue
-            if not pick.dataset.path(rel).is_file():
-                raise pick.dataset.missing(pick.episode, key)   # named at the metadata that points there
-            seen.add((id(pick.dataset), rel))
+        ep = pick.episode
+        if (id(pick.dataset), ep.data_file) not in seen:
+            _check_file(pick, None, ep.data_file, seen)
+        for key, span in ep.videos.items():
+            if (id(pick.dataset), span.file) not in seen:
+                _check_file(pick, key, span.file, seen)
+
+
+def _check_file(pick: Pick, key: str | None, rel: str, seen: set[tuple[int, str]]) -> None:
+    """`check_files` of one file: a pick's data file (`key` None) or its `key` camera's video."""
+    if not pick.dataset.path(rel).is_file():
+        raise pick.dataset.missing(pick.episode, key)   # named at the metadata that points there
+    seen.add((id(pick.dataset), rel))
 
 
 def execute(plan_: Plan, tmp: Path, *, workers: int = 1, progress: Progress | None = None, engine=None,
