@@ -4,6 +4,7 @@ text, and took minutes (two sources of 20,000 tasks: 14 s to number them alone).
 
 from __future__ import annotations
 
+import json
 import time
 
 from bench.dataset import numeric_v30
@@ -11,6 +12,7 @@ from lerodoc import api
 from lerodoc.dataset import Dataset
 from lerodoc.formats import v30
 from lerodoc.formats.model import number_tasks
+from tests.helpers import run_cli
 
 TASKS = 60_000
 SECONDS = 8   # each command here: under a second on a 2-core machine; with a scan a text, 21 s (tasks) to 155 s (merge)
@@ -55,4 +57,22 @@ def test_repair_and_tasks_of_sixty_thousand_tasks(tmp_path):
     report, seconds = _timed(lambda: api.tasks(tmp_path / "a", tmp_path / "renamed", changes=[f"{texts[2]}=move"]))
     renamed = Dataset.open(tmp_path / "renamed").tasks
     assert renamed == texts[:2] + texts[3:]   # the renamed text joins "move", which came first
+    assert seconds < SECONDS, f"tasks took {seconds:.1f} s"
+
+
+def test_tasks_command_renaming_every_task_prints_the_edits_not_the_list(tmp_path):
+    """`lerodoc tasks --from` a list renaming every one of 60,000 texts (a translation of the instructions): each old
+    text is found once (the table's "was" column scanned every rename for each task), and a list past
+    commands.tasks.SHOWN is printed as its edited tasks only."""
+    texts = _dataset(tmp_path / "a", "a")
+    renames = [f"{t} (v2)" for t in texts[:-1]] + [texts[-1]]   # the last one kept
+    (tmp_path / "tasks.json").write_text(json.dumps(renames))
+    proc, seconds = _timed(lambda: run_cli("tasks", tmp_path / "a", "-o", tmp_path / "out", "--from",
+                                           tmp_path / "tasks.json"))
+    rows = [line.split(None, 1) for line in proc.stdout.splitlines()]
+    numbered = [int(row[0]) for row in rows if row and row[0].isdigit() and len(row) > 1 and " (v2)" in row[1]]
+    assert numbered == list(range(TASKS - 1))   # every renamed task listed, in order; the one kept is not
+    assert f"{texts[-2]} (v2)  {texts[-2]}" in proc.stdout   # each with the text it was
+    assert "1 other tasks as they were (--json lists every task)" in proc.stdout
+    assert Dataset.open(tmp_path / "out").tasks == renames
     assert seconds < SECONDS, f"tasks took {seconds:.1f} s"

@@ -39,14 +39,23 @@ def tasks(
         show(report, json, dry_run)
 
 
+SHOWN = 40   # tasks listed whole up to this many; past it, only the edited ones (an instruction an episode: 10^5)
+
+
 def show(report, json: bool, dry_run: bool) -> None:
-    """What `lerodoc tasks` prints of `report` (an `ops.tasks.TasksReport`)."""
+    """What `lerodoc tasks` prints of `report` (an `ops.tasks.TasksReport`): the task list, or past SHOWN tasks the
+    edited ones and how many others are left as they were."""
     if json:
         render.print_json({**report.to_json(), "dry_run": dry_run})
         return
-    render.out().print(render.table("tasks", ["task_index", "task", "was"],
-                                  [[i, t, " | ".join(o for o, n in report.renamed.items() if n == t) or "-"]
-                                   for i, t in enumerate(report.tasks)]))
+    was: dict[str, list[str]] = {}   # new text -> the old texts renamed to it, each looked up once
+    for old, new in report.renamed.items():
+        was.setdefault(new, []).append(old)
+    rows = [[i, t, " | ".join(was[t]) if t in was else "-"] for i, t in enumerate(report.tasks)
+            if len(report.tasks) <= SHOWN or t in was]
+    render.out().print(render.table("tasks", ["task_index", "task", "was"], rows))
+    if len(rows) < len(report.tasks):
+        render.out().print(f"{len(report.tasks) - len(rows)} other tasks as they were (--json lists every task)")
     for new, olds in report.merged.items():
         render.out().print(f"merged into {new!r}: {', '.join(repr(o) for o in olds)}")
     render.out().print(f"{len(report.episodes_changed)} episodes name an edited task; "
