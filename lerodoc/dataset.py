@@ -150,8 +150,9 @@ class Dataset:
         if first is None:
             raise self.missing(self.episodes[0])
         schema = read_schema(self.path(first.data_file), first.index)
+        names = set(schema.names)   # a new list at each `schema.names`: asked once, not once a feature
         for name in self.info.data_keys:
-            if name not in schema.names:
+            if name not in names:
                 raise LerodocError(f"declares the feature {name!r}, which {first.data_file} does not hold",
                                    file=info_file, field=f"features.{name}",
                                    hint="lerodoc validate lists the columns; drop the feature from info.json or "

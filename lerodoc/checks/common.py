@@ -123,9 +123,10 @@ def read_data_file(root: Path, path: str, keep: tuple[str, ...] = ()) -> DataFil
         # a hub file: no pre-buffering, which coalesces the wanted column chunks with the feature columns between them
         parquet = pq.ParquetFile(access.source(full), pre_buffer=not access.is_remote(full))
         schema = parquet.schema_arrow
-        columns = [c for c in INDEX_FEATURES if c in schema.names]
+        names = set(schema.names)   # a new list at each `schema.names`: asked once a file, not once a column
+        columns = [c for c in INDEX_FEATURES if c in names]
         groups = list(range(parquet.metadata.num_row_groups))
-        wider = list(dict.fromkeys(columns + [c for c in keep if c in schema.names]))
+        wider = list(dict.fromkeys(columns + [c for c in keep if c in names]))
         if len(wider) > len(columns):
             try:
                 return DataFile(path, schema, read_row_groups(parquet, full, groups, wider))

@@ -878,7 +878,8 @@ def _data_stats(ctx: Context, groups: list[Group] | None = None, block: int | No
         lo, hi = np.searchsorted(files, [at, at + 1]).tolist()
         if not data.ok or lo == hi:   # unread, or no rows placed (its episode_index column is unusable)
             continue
-        columns = [f for f in numeric if f in data.schema.names]
+        names = set(data.schema.names)   # a new list at each `schema.names`: asked once a file
+        columns = [f for f in numeric if f in names]
         result.incomplete |= set(numeric) - set(columns)
         runs = chosen[lo:hi]
         table = kept.pop(path, None)

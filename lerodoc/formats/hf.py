@@ -84,12 +84,12 @@ def schema_problems(features: dict, schema: pa.Schema) -> list[tuple[str, str, s
     """(code, feature, message) for each data column that the `datasets` cast to `features` (what
     LeRobotDataset does on load) would refuse or change; codes are validate's LAY03x. Each message names
     meta/info.json beside the column: the feature it declares and the column disagree, and either may be wrong."""
-    out = []
+    out, names = [], set(schema.names)   # a new list at each `schema.names`: asked once, not once a feature
     for name, spec in features.items():
         if spec.get("dtype") == "video":
             continue
         declared = f"meta/info.json declares dtype {spec.get('dtype')}, shape {spec.get('shape')}"
-        if name not in schema.names:
+        if name not in names:
             out.append(("LAY032", name, f"no column {name!r} ({declared})"))
             continue
         problem = column_problem(spec, schema.field(name).type)

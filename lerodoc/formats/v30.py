@@ -99,12 +99,13 @@ def read_tasks(root: Path) -> list[str]:
 def _logical_columns(schema: pa.Schema) -> dict[str, str]:
     """Logical name -> parquet column. pandas stores a named index under its name and an unnamed one as
     `__index_level_N__`; its schema metadata maps one to the other."""
+    columns = set(schema.names)   # a new list at each `schema.names`: asked once, not once an entry
     names = {c: c for c in schema.names}
     try:
         meta = parse((schema.metadata or {}).get(b"pandas", b"{}"), "its pandas metadata")   # bounded: crafted
         for entry in meta.get("columns") or []:
             field_name, name = entry.get("field_name"), entry.get("name")
-            if field_name in schema.names and isinstance(name, str) and name not in names:
+            if field_name in columns and isinstance(name, str) and name not in names:
                 names[name] = field_name
     except (LerodocError, AttributeError, TypeError):
         pass   # unreadable pandas metadata: the column names are all there is

@@ -64,7 +64,8 @@ def rewrite_file(args: tuple[FileJob, Transform, pa.Schema]) -> tuple[list[int],
     if table.num_rows != source.num_rows:
         raise VerificationError(f"transform changed the row count ({source.num_rows} -> {table.num_rows})",
                                 file=job.src)
-    kept = [c for c in schema.names if c not in transform.changed and c in source.column_names]
+    present = set(source.column_names)   # a new list at each `column_names`: asked once, not once a column
+    kept = [c for c in schema.names if c not in transform.changed and c in present]
     expected = column_digests(table)
     kept_schema = pa.schema([schema.field(c) for c in kept])
     if {c: expected[c] for c in kept} != column_digests(conform(source.select(kept), kept_schema)):

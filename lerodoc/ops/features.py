@@ -29,7 +29,8 @@ class FeatureEdit:
     changed: tuple[str, ...] = ()
 
     def apply(self, table: pa.Table, path: str) -> pa.Table:
-        table = table.drop_columns([c for c in self.drop if c in table.column_names])
+        present = set(table.column_names)   # a new list at each `column_names`: asked once
+        table = table.drop_columns([c for c in self.drop if c in present])
         names = dict(self.rename)
         return table.rename_columns([names.get(c, c) for c in table.column_names])
 

@@ -70,10 +70,11 @@ def list_lengths(args: tuple[str, list[tuple[int, int, int]], list[str]]) -> dic
 def plan(ds: Dataset, columns: list[str] | None, workers: int) -> tuple[Flatten, dict, dict[str, dict]]:
     """What to flatten: (transform, new features, per-column summary); ragged or null lists raise."""
     schema = read_schema(ds.path(ds.episodes[0].data_file), ds.episodes[0].index)   # the footer alone
-    candidates = [n for n in ds.info.data_keys if n in schema.names and _flattenable(schema.field(n).type)]
+    names = set(schema.names)   # a new list at each `schema.names`: asked once
+    candidates = [n for n in ds.info.data_keys if n in names and _flattenable(schema.field(n).type)]
     chosen = candidates if columns is None else list(columns)
     for name in chosen:
-        if name not in schema.names or not is_list_type(schema.field(name).type):
+        if name not in names or not is_list_type(schema.field(name).type):
             raise UsageError(f"{name!r} is not a list column of this dataset (list columns: "
                              f"{', '.join(candidates) or 'none'})", field=name)
     by_file = ds.row_spans(absolute=True)

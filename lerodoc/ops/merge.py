@@ -277,8 +277,9 @@ def merge(sources: list[Path | Dataset], out: Path, *, exclude: Mapping[int, Sel
     schema = targets[0][0]
     normalised = {name: change for _, changes in targets for name, change in changes.items()}
     if any(not s.equals(schema, check_metadata=False) for s, _ in targets[1:]):
+        first = set(schema.names)   # a new list at each `schema.names`: asked once
         differing = sorted({n for s, _ in targets[1:] for n in s.names
-                            if n in schema.names and s.field(n).type != schema.field(n).type})
+                            if n in first and s.field(n).type != schema.field(n).type})
         notes.append(f"parquet column types differ between sources; all rows written with {labels[0]}'s types "
                      f"({', '.join(differing)})")
     caps = info.whole_file_caps()

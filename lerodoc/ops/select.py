@@ -56,7 +56,8 @@ class Select:
             flat = values.ravel()   # numpy's buffer in its own type (pa.array would import pandas)
             built[name] = pa.FixedSizeListArray.from_arrays(arrow_array(flat, pa.from_numpy_dtype(flat.dtype)),
                                                             values.shape[1])
-        table = table.drop_columns([c for c in self.drop if c in table.column_names and c not in built])
+        present = set(table.column_names)   # a new list at each `column_names`: asked once
+        table = table.drop_columns([c for c in self.drop if c in present and c not in built])
         for name, column in built.items():
             table = (table.set_column(table.column_names.index(name), name, column) if name in table.column_names
                      else table.append_column(name, column))

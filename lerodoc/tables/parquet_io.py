@@ -164,6 +164,37 @@ def _leaves_of(meta: pq.FileMetaData, file: pq.ParquetFile | None = None) -> _Le
     footer = _KNOWN.get(file) if file is not None else None
     if footer is not None and footer.leaves is not None:
         return footer.leaves
+    leaves = _schema_leaves(meta)
+    if footer is not None:
+        footer.leaves = leaves
+    elif file is not None:
+        _KNOWN[file] = _Footer(meta, leaves=leaves)
+    return leaves
+
+
+SCHEMAS_HELD = 4   # recent schemas whose _Leaves are kept: a dataset's data files share one or a few
+_SCHEMAS: list[tuple[pq.ParquetSchema, bytes | None, _Leaves]] = []   # most recent first
+_SCHEMAS_LOCK = threading.Lock()
+
+
+def _schema_leaves(meta: pq.FileMetaData) -> _Leaves:
+    """The _Leaves of a footer's schema, worked out once for equal schemas (the same parquet schema and the same
+    stored Arrow schema, which decides the Arrow types): a v2.1 dataset's files, an episode each, share one, and
+    its 310 columns took 4.4 ms a file to work out."""
+    schema, stored = meta.schema, (meta.metadata or {}).get(b"ARROW:schema")
+    with _SCHEMAS_LOCK:
+        for known, known_stored, leaves in _SCHEMAS:
+            if known_stored == stored and known.equals(schema):
+                return leaves
+    leaves = _work_out_leaves(meta)
+    with _SCHEMAS_LOCK:
+        _SCHEMAS.insert(0, (schema, stored, leaves))
+        del _SCHEMAS[SCHEMAS_HELD:]
+    return leaves
+
+
+def _work_out_leaves(meta: pq.FileMetaData) -> _Leaves:
+    """`_schema_leaves` of a schema not seen lately."""
     schema = meta.schema.to_arrow_schema()
     owner, strings = [], set()
     for field in schema:
@@ -178,10 +209,6 @@ def _leaves_of(meta: pq.FileMetaData, file: pq.ParquetFile | None = None) -> _Le
                      [2 * (c.max_definition_level > 0) + 2 * (c.max_repetition_level > 0) for c in columns],
                      [c.path for c in columns], frozenset(strings),
                      frozenset(j for j, c in enumerate(columns) if c.max_repetition_level > 0))
-    if footer is not None:
-        footer.leaves = leaves
-    elif file is not None:
-        _KNOWN[file] = _Footer(meta, leaves=leaves)
     return leaves
 
 
@@ -462,9 +489,9 @@ def _expand(data, schema: pa.Schema, need: int, path: Path | str, episode: int |
     `schema`, the file's own, gives them; the bytes they grew by), once those bytes, added to the `need` of the
     read, are known to fit the memory budget. A column the file itself stores as a dictionary stays one. (Read a
     row group at a time: pyarrow reads no dictionary in a list over several.)"""
-    grown = {}
+    grown, names = {}, set(schema.names)   # a new list at each `schema.names`: asked once
     for i, field in enumerate(data.schema):
-        if field.name in schema.names and schema.field(field.name).type != field.type:
+        if field.name in names and schema.field(field.name).type != field.type:
             grown[field.name] = sum(_expanded_bytes(chunk) for chunk in _chunks(data.column(i)))
     if not grown:
         return data, 0
