@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench.growth import compile_lerodoc, floor_run, lerodoc, median, run
-from bench.results import provenance, write_results
+from bench.growth import compile_lerodoc, lerodoc, paired, save
+from bench.results import provenance
 
 TASKS_BUILD = """
 import sys
@@ -99,25 +98,14 @@ def main() -> None:
     for name, (argv, floor_roots) in commands(roots, out).items():
         if args.only and name not in args.only.split(","):
             continue
-        timed, paired = [], []
-        for _ in range(args.runs):
-            shutil.rmtree(out, ignore_errors=True)
-            paired.append(floor_run(*floor_roots))
-            timed.append(run(argv))
-        result = median(timed)
-        result["floor_paired_seconds"] = [r["seconds"] for r in paired]
-        result["x_floor_paired"] = round(statistics.median(t["seconds"] / f["seconds"]
-                                                           for t, f in zip(timed, paired)), 2)
-        rows[name] = result
+        result = rows[name] = paired(argv, floor_roots, args.runs,
+                                     before=lambda: shutil.rmtree(out, ignore_errors=True))
         print(f"{name:<26} {result['seconds']:8.2f} s {result['peak_mib']:8.1f} MiB "
               f"{result['x_floor_paired']:6.2f}x paired floor (exit {result['exit']})", flush=True)
     summary = {"provenance": provenance(" ".join(["python3 -m bench.breadth", *sys.argv[1:]])), "bytecode": bytecode,
                "tasks_per_source": args.tasks, "features": args.features + 2, "episodes": args.episodes,
                "commands": rows}
-    text = write_results(summary, args.out)
-    print(text if args.out is None else f"written to {args.out}")
-    if args.work is None:
-        shutil.rmtree(work, ignore_errors=True)
+    save(summary, args.out, work if args.work is None else None)
 
 
 if __name__ == "__main__":

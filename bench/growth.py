@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from bench.results import provenance, write_results
 
@@ -56,6 +57,7 @@ ROWS_PER_FILE = (100 << 20) // (4 * sum(DIMS.values()) + 4 + 4 * 8)
 BUILD = """
 import sys
 from pathlib import Path
+from typing import Callable
 from bench.dataset import numeric_v30
 from bench.growth import DIMS, ROWS_PER_FILE
 episodes, frames = int(sys.argv[2]), int(sys.argv[3])
@@ -65,6 +67,7 @@ numeric_v30(Path(sys.argv[1]), episodes * frames, episodes, DIMS, rows_per_file=
 FLOOR = """
 import sys, pyarrow.parquet as pq
 from pathlib import Path
+from typing import Callable
 rows = 0
 for root in map(Path, sys.argv[1:]):
     for path in sorted(root.glob("data/**/*.parquet")) + sorted(root.glob("meta/episodes/**/*.parquet")):
@@ -129,6 +132,31 @@ def floor(*roots: Path) -> dict:
     """The floor of datasets read in one process: FLOOR run FLOOR_RUNS times, the run of median seconds kept (every
     run's seconds listed): one run of ~1 s on a shared machine was seen to move by half its time."""
     return median([floor_run(*roots) for _ in range(FLOOR_RUNS)])
+
+
+def paired(argv: list[str], roots: list[Path], runs: int, env: dict | None = None,
+           before: Callable[[], None] | None = None) -> dict:
+    """`argv` run `runs` times, each right after a run of the floor of `roots` (`floor_run`; `before` called ahead of
+    each pair: an output cleared): the run of median seconds (`median`), the floor's runs' seconds, and the median of
+    the pairs' ratios (`x_floor_paired`)."""
+    timed, floors = [], []
+    for _ in range(runs):
+        if before is not None:
+            before()
+        floors.append(floor_run(*roots))
+        timed.append(run(argv, env))
+    result = median(timed)
+    result["floor_paired_seconds"] = [r["seconds"] for r in floors]
+    result["x_floor_paired"] = round(statistics.median(t["seconds"] / f["seconds"] for t, f in zip(timed, floors)), 2)
+    return result
+
+
+def save(summary: dict, out: Path | None, temporary: Path | None) -> None:
+    """Write the results (`write_results`: to `out`, else printed) and remove the `temporary` work folder."""
+    text = write_results(summary, out)
+    print(text if out is None else f"written to {out}")
+    if temporary is not None:
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def lerodoc(*args) -> list[str]:
@@ -198,16 +226,10 @@ def measure(work: Path, episodes: int, frames: int, v21_up_to: int, only: set[st
         if only is not None and name not in only or name == "split100":
             continue
         target = next((Path(a) for a in argv if str(a).startswith(str(out / "")) and "parts100" not in str(a)), None)
-        timed, paired = [], []
-        for _ in range(runs):
+        def clear(target=target) -> None:
             if target is not None and target.exists():
                 shutil.rmtree(target) if target.is_dir() else target.unlink()
-            paired.append(floor_run(*floor_roots[base]))
-            timed.append(run(argv, V21_ENV if base == "v21" else None))
-        result = median(timed)
-        result["floor_paired_seconds"] = [r["seconds"] for r in paired]
-        result["x_floor_paired"] = round(statistics.median(t["seconds"] / f["seconds"]
-                                                           for t, f in zip(timed, paired)), 2)
+        result = paired(argv, floor_roots[base], runs, V21_ENV if base == "v21" else None, clear)
         result["floor"] = base
         if base == "v21":
             result["env"] = V21_ENV
@@ -275,10 +297,7 @@ def main() -> None:
                "sizes": [measure(work, n, args.frames, args.v21_up_to, only, args.runs) for n in sizes]}
     summary["growth"] = growth(summary["sizes"])
     summary["load_average_at_end"] = os.getloadavg()
-    text = write_results(summary, args.out)
-    print(text if args.out is None else f"written to {args.out}")
-    if args.work is None:
-        shutil.rmtree(work, ignore_errors=True)
+    save(summary, args.out, work if args.work is None else None)
 
 
 if __name__ == "__main__":
