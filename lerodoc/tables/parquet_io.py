@@ -910,7 +910,7 @@ def _strings(values: list, kind: pa.DataType | None) -> pa.Array:
 def column_matrix(column: pa.ChunkedArray | pa.Array, num_rows: int) -> np.ndarray:
     """A scalar or (fixed-size) list column as an (N, D) array. (Array methods, not pyarrow.compute, whose
     import takes a tenth of a second.)"""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    array = _one_array(column)
     if is_list_type(array.type):
         return to_numpy(list_values(array)).reshape(num_rows, -1)
     return to_numpy(array).reshape(num_rows, -1)
