@@ -144,7 +144,8 @@ def numeric_v30(root: Path, frames: int, episodes: int, dims: dict[str, int], fp
     lengths = np.full(episodes, frames // episodes)
     lengths[: frames % episodes] += 1
     scale = {name: np.where(np.arange(d) % 7 == 3, 3000.0, 1.0).astype(np.float32) for name, d in dims.items()}
-    eps, start, file_index = [], 0, 0
+    info = Info(codebase_version="v3.0", fps=fps, features=features, robot_type="synthetic")
+    eps, start, chunk, file_index = [], 0, 0, 0
     while start < episodes:
         stop, rows = start, 0
         while stop < episodes and (rows == 0 or rows + lengths[stop] <= rows_per_file):
@@ -160,14 +161,15 @@ def numeric_v30(root: Path, frames: int, episodes: int, dims: dict[str, int], fp
         data.update(timestamp=pa.array((frame_index / fps).astype(np.float32)), frame_index=pa.array(frame_index),
                     episode_index=pa.array(episode_index), index=pa.array(np.arange(first, first + rows)),
                     task_index=pa.array(np.zeros(rows, dtype=np.int64)))
-        path = root / v30.data_file(0, file_index)
+        name = v30.data_file(chunk, file_index)   # chunks_size files a chunk, as lerobot numbers them
+        path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table(data, schema=schema), path)
         for e in range(start, stop):
             offset = int(lengths[start:e].sum())
-            eps.append(Episode(index=e, length=int(lengths[e]), tasks=["move"], data_file=v30.data_file(0, file_index),
-                               data_row=offset, from_index=first + offset))
-        start, file_index = stop, file_index + 1
-    info = Info(codebase_version="v3.0", fps=fps, features=features, robot_type="synthetic")
+            eps.append(Episode(index=e, length=int(lengths[e]), tasks=["move"], data_file=name, data_row=offset,
+                               from_index=first + offset))
+        start = stop
+        chunk, file_index = v30.next_file(chunk, file_index, info.chunks_size)
     v30.write_meta(root, info, eps, ["move"], None)
     return root
