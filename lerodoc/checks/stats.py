@@ -26,7 +26,8 @@ from lerodoc.budget import give_back
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
-from lerodoc.formats.model import Episode, stats_held, stats_holders, stats_matrices, stats_row
+from lerodoc.formats.model import (Episode, episode_column, stats_held, stats_holders, stats_matrices, stats_row,
+                                   stats_stack)
 from lerodoc.formats.stats import is_placeholder, is_shaped, stat_shape
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
@@ -273,7 +274,8 @@ def _stats_files(ctx: Context) -> list[Finding]:
     if ds.version in ("v2.0", "v3.0") and ds.stats is None:
         return [_finding("STA001", f"{v30.STATS_PATH} does not exist", file=v30.STATS_PATH)]
     if ds.version == "v2.1":
-        lacking = [ep.index for ep in ds.episodes if not ep.stats]
+        held = stats_held(ds.episodes)   # asked of each table, not of a dict made for every episode
+        lacking = episode_column(ds.episodes, "index")[~held].tolist()
         if lacking:
             present = (ctx.root / v21.EPISODES_STATS_PATH).is_file()
             text = (f"{len(lacking)} of {len(ds.episodes)} episodes have no stats line (first: episode {lacking[0]})"
@@ -645,7 +647,9 @@ def _training_stats(ds: Dataset) -> Stats:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return dataset_stats([ep.stats for ep in ds.episodes if ep.stats], previous=ds.stats)
+            held = [ep for ep, has in zip(ds.episodes, stats_held(ds.episodes)) if has]
+            # stacked from the table's columns (`stats_stack`), not from a dict made for every episode
+            return dataset_stats(stats_stack(held) if held else [], previous=ds.stats)
     except (ValueError, TypeError, IndexError, KeyError):
         return dataset_stats([], previous=ds.stats)   # malformed episode stats: reported per episode
 

@@ -29,8 +29,8 @@ from lerodoc.formats.jsonl import parse, read_json, replace_file, stats_from_jso
 from lerodoc.formats.model import (NO_VIDEOS, STATS_FIX, Episode, StatsRow, StatsUnreadable, VideoSpan, column_order,
                                    reading_stats, stats_columns)
 from lerodoc.formats.stats import StatsTable
-from lerodoc.tables.parquet_io import (arrow_array, exact_cast, is_list_type, list_values, null_free, open_parquet,
-                                      read_parquet, read_schema, regular_rows, to_numpy)
+from lerodoc.tables.parquet_io import (arrow_array, exact_cast, footer_schema, is_list_type, list_values, null_free,
+                                      open_parquet, read_parquet, read_schema, regular_rows, to_numpy)
 
 VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
@@ -231,7 +231,7 @@ class StatsColumns:
         value read)."""
         if self._table is not None:
             return {feature for feature, _ in self._table.columns}
-        names = open_parquet(self.path).metadata.schema.to_arrow_schema().names
+        names = footer_schema(open_parquet(self.path).metadata).to_arrow_schema().names
         return {n[len("stats/"):].rsplit("/", 1)[0] for n in names if n.startswith("stats/")}
 
     def full_keys(self) -> list[tuple[str, str]] | None:
@@ -241,7 +241,7 @@ class StatsColumns:
             return self._table.full_keys()
         try:
             meta = open_parquet(self.path).metadata
-            names = [n for n in meta.schema.to_arrow_schema().names if n.startswith("stats/")]
+            names = [n for n in footer_schema(meta).to_arrow_schema().names if n.startswith("stats/")]
             free = null_free(meta)
         except (LerodocError, OSError, pa.ArrowException, ValueError):
             return None
@@ -312,7 +312,7 @@ def stats_held(root: Path) -> dict[str, set[str]] | None:
     held: dict[str, set[str]] | None = None
     for path in sorted(root.glob(EPISODES_GLOB)):
         meta = open_parquet(path).metadata
-        names = [n for n in meta.schema.to_arrow_schema().names if n.startswith("stats/")]
+        names = [n for n in footer_schema(meta).to_arrow_schema().names if n.startswith("stats/")]
         free = null_free(meta)
         if any(n not in free for n in names):
             return None
