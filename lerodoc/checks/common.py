@@ -82,25 +82,29 @@ class DataFile:
     """One referenced data parquet: its schema and bookkeeping columns, or why it could not be read."""
     path: str                        # relative to the root
     schema: pa.Schema | None = None
-    columns: pa.Table | None = None  # the INDEX_FEATURES columns the file has (and, `data_files`, numeric ones kept)
+    columns: pa.Table | None = None  # the INDEX_FEATURES columns the file has
     error: str | None = None         # "missing", or the reader's message
+    # its numeric columns kept for the stats family (`data_files`): (a table joined from a block of consecutive
+    # files, this file's first row in it, its rows)
+    numeric: tuple[pa.Table, int, int] | None = None
 
     def kept(self, names: list[str]) -> pa.Table | None:
         """Columns `names` when this read kept every one of them (`data_files`), else None."""
-        if self.columns is None or not set(names) <= set(self.columns.column_names):
+        if self.numeric is None:
             return None
-        return self.columns.select(names)
+        table, first, rows = self.numeric
+        if not set(names) <= set(table.column_names):
+            return None
+        return table.slice(first, rows).select(names)
 
     def release(self) -> None:
         """Let go of the numeric columns `data_files` kept (the stats family, their one reader, has them): the
         bookkeeping columns stay."""
-        if self.columns is not None:
-            self.columns = self.columns.select([c for c in self.columns.column_names if c in INDEX_FEATURES])
+        self.numeric = None
 
     def keep(self, needed: set[str]) -> None:
-        """Let go of the bookkeeping columns not `needed` by a later family (`checks.run_checks`); numeric columns
-        kept for the stats family stay, with the bookkeeping ones among them, until `release` lets go of them."""
-        if self.columns is not None and set(self.columns.column_names) <= set(INDEX_FEATURES):
+        """Let go of the bookkeeping columns not `needed` by a later family (`checks.run_checks`)."""
+        if self.columns is not None:
             kept = [c for c in self.columns.column_names if c in needed]
             if len(kept) < self.columns.num_columns:
                 self.columns = self.columns.select(kept)
@@ -147,10 +151,14 @@ def _read_data_file(args: tuple[Path, str]) -> DataFile:
 
 
 KEEP_SHARE = 4   # the numeric columns `data_files` keeps for the stats family: at most this share of the memory budget
-# What pyarrow holds for a kept column chunk beside its values (its arrays, type and field objects): measured 0.6 KiB
-# for a flat float column and 2.3 KiB for a list one, read from a file of 10 rows. A v2.1 dataset of 400 one-episode
-# files of 300 features kept 26 KB of values a file and grew 2 MB a file: validate peaked at 1.1 GiB.
+# What pyarrow holds for a column chunk beside its values (its arrays, type and field objects): measured 0.6 KiB for a
+# flat float column and 2.3 KiB for a list one, read from a file of 10 rows. A v2.1 dataset of 400 one-episode files
+# of 300 features kept 26 KB of values a file and grew 2 MB a file, each file's columns held as read: validate peaked
+# at 1.1 GiB. Kept columns are now joined a block of KEPT_BLOCK_FILES files at a time into one table (one chunk a
+# column), and each block is charged KEPT_COLUMN_BYTES a column beside its values.
 KEPT_COLUMN_BYTES = 4096
+KEPT_BLOCK_FILES = 16
+KEPT_JOIN_BYTES = 1 << 20   # a file kept with this many bytes of values or more is held as read (joining copies)
 
 
 def numeric_features(ds: Dataset) -> list[str]:
@@ -170,13 +178,42 @@ def data_files(ctx: Context) -> dict[str, DataFile]:
             files = pmap(_read_data_file, [(ctx.root, p) for p in paths], engine=ctx.engine)
         else:
             keep, room, files = tuple(numeric_features(ctx.dataset)), budget.memory_budget() // KEEP_SHARE, []
+            block: list[tuple[DataFile, pa.Table]] = []
             for path in paths:
-                files.append(read_data_file(ctx.root, path, keep if room > 0 else ()))
-                if files[-1].columns is not None:
-                    room -= files[-1].columns.nbytes + KEPT_COLUMN_BYTES * files[-1].columns.num_columns
+                data = read_data_file(ctx.root, path, keep if room > 0 else ())
+                files.append(data)
+                wide = data.columns
+                if wide is None:
+                    continue
+                data.columns = wide.select([c for c in wide.column_names if c in INDEX_FEATURES])
+                if data.columns.num_columns == wide.num_columns:
+                    continue   # no numeric column kept
+                if block and (wide.nbytes >= KEPT_JOIN_BYTES or not wide.schema.equals(block[0][1].schema)):
+                    _join(block)
+                room -= wide.nbytes + (KEPT_COLUMN_BYTES * wide.num_columns if not block else 0)
+                block.append((data, wide))
+                if len(block) == KEPT_BLOCK_FILES or wide.nbytes >= KEPT_JOIN_BYTES:
+                    _join(block)
+            _join(block)
         _share_schemas(files)
         ctx.cache["data_files"] = dict(zip(paths, files))
     return ctx.cache["data_files"]
+
+
+def _join(block: list[tuple[DataFile, pa.Table]]) -> None:
+    """The numeric columns kept of a block of files (each (file, its columns as read)) joined into one table, a chunk
+    a column, each file given its rows of it (`DataFile.numeric`); the block is emptied."""
+    if not block:
+        return
+    first = 0
+    if len(block) == 1:   # nothing to join: held as read
+        table = block[0][1]
+    else:
+        table = pa.concat_tables([wide.replace_schema_metadata(None) for _, wide in block]).combine_chunks()
+    for data, wide in block:
+        data.numeric = (table, first, wide.num_rows)
+        first += wide.num_rows
+    block.clear()
 
 
 def _share_schemas(files: list[DataFile]) -> None:
