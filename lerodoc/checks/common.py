@@ -188,11 +188,12 @@ def data_files(ctx: Context) -> dict[str, DataFile]:
                 data.columns = wide.select([c for c in wide.column_names if c in INDEX_FEATURES])
                 if data.columns.num_columns == wide.num_columns:
                     continue   # no numeric column kept
-                if block and (wide.nbytes >= KEPT_JOIN_BYTES or not wide.schema.equals(block[0][1].schema)):
+                size = wide.nbytes   # a walk over every column's buffers: asked once
+                if block and (size >= KEPT_JOIN_BYTES or not wide.schema.equals(block[0][1].schema)):
                     _join(block)
-                room -= wide.nbytes + (KEPT_COLUMN_BYTES * wide.num_columns if not block else 0)
+                room -= size + (KEPT_COLUMN_BYTES * wide.num_columns if not block else 0)
                 block.append((data, wide))
-                if len(block) == KEPT_BLOCK_FILES or wide.nbytes >= KEPT_JOIN_BYTES:
+                if len(block) == KEPT_BLOCK_FILES or size >= KEPT_JOIN_BYTES:
                     _join(block)
             _join(block)
         _share_schemas(files)
