@@ -32,6 +32,9 @@ SHOWN_FINDINGS = 100   # per family; the JSON and `lerodoc validate` hold all of
 PLOTS = "lerodoc.report.plots"   # the module that draws the figures, in processes of their own
 DRAWING_PROCESSES = 2  # at most (--workers caps them; 1: none): two histogram grids, the lengths and the time series
 SHOWN_TASKS = 5        # in the summary; the Tasks section lists every one
+PACKED_CHANNELS = 4    # a feature of at most this many channels shares its histogram grid with its small neighbours
+PACKED_PANELS = 32     # panels of such a shared grid, at most
+SERIES_FEATURES = 16   # features whose sampled episodes' time series are drawn, at most (a row of panels each)
 
 
 @dataclass
@@ -101,16 +104,29 @@ def _build(ds: Dataset, out: Path, verdict: Callable[[], ValidateReport], videos
     grids = []
     # One feature's values at a time, let go before the next is read: a million episodes' state and action together
     # are over a gigabyte. Its channel rows, histograms and the sampled episodes' rows are kept.
+    # Features of at most PACKED_CHANNELS channels share grids of up to PACKED_PANELS panels: an exporter that stores
+    # each sensor as its own feature gave 302 grids of two panels, 36 s of drawing.
+    pack: list[tuple[str, list, list[dict]]] = []
     for name in features:
         values = data.read_columns(ds, [name], [], workers=workers, tick=tick, tasks=False).values[name]
         rows = data.channel_rows(ds, {name: values})
         channels.extend(rows)
         series[name] = {ep.index: values[columns.rows(position[id(ep)])].copy() for ep in sampled}
-        grids.append(draw("histograms", name, data.channel_histograms(values), rows))
+        hists = data.channel_histograms(values)
         del values
+        if len(rows) > PACKED_CHANNELS:
+            grids.append((name, draw("histograms", name, hists, rows)))
+            continue
+        if sum(len(r) for _, _, r in pack) + len(rows) > PACKED_PANELS:
+            grids.append(_packed(pack, draw))
+        pack.append((name, hists, rows))
+    if pack:
+        grids.append(_packed(pack, draw))
     per_task = Counter([task for ep in ds.episodes for task in set(ep.tasks)])
     counts = [per_task[task] for task in ds.tasks]
-    shown = draw("time_series", *_series(sampled, columns, series, channels)) if series else None   # the longest
+    plotted = _plotted(list(series), channels)
+    shown = draw("time_series", *_series(sampled, columns, {name: series[name] for name in plotted}, channels)) \
+        if series else None   # the longest
     lengths = draw("episode_lengths", np.diff(columns.starts), ds.info.fps)
     per_task_figure = draw("task_counts", ds.tasks, counts) if len(ds.tasks) > 1 else None
     summary = _summary(ds, counts, int(columns.starts[-1]))
@@ -124,9 +140,10 @@ def _build(ds: Dataset, out: Path, verdict: Callable[[], ValidateReport], videos
                "episodes_with_changes": len({c["episode"] for c in changes})})
     sections = [
         ("summary", "Summary", _summary_html(summary, findings, videos)),
-        ("channels", "Channels", _channels_html(features, [g.result() for g in grids], channels, report.select)),
+        ("channels", "Channels", _channels_html(features, [(alt, g.result()) for alt, g in grids], channels,
+                                                report.select)),
         ("episodes", "Episodes", _episodes_html(ds, sampled, lengths.result(), shown and shown.result(), thumbs,
-                                                videos, tolerance_s)),
+                                                videos, tolerance_s, (len(plotted), len(series)))),
         ("tasks", "Tasks", _tasks_html(ds, counts, changes, per_task_figure and per_task_figure.result())),
     ]
     subtitle = (f"{escape(str(ds.root))} &middot; lerodoc {__version__} &middot; "
@@ -135,6 +152,24 @@ def _build(ds: Dataset, out: Path, verdict: Callable[[], ValidateReport], videos
     write_text(Path(out), page.document(f"{ds.root.name}: lerodoc report", sections, subtitle))
     report.seconds = round(time.perf_counter() - started, 3)
     return report
+
+
+def _packed(pack: list[tuple[str, list, list[dict]]], draw: Callable[..., Future]) -> tuple[str, Future]:
+    """One grid of the small features in `pack` ((name, histograms, channel rows) each), which is emptied: (its alt
+    text, its drawing)."""
+    names = [name for name, _, _ in pack]
+    alt = names[0] if len(names) == 1 else f"{names[0]} to {names[-1]}"
+    grid = draw("histograms", names[0], [h for _, hists, _ in pack for h in hists],
+                [r for _, _, rows in pack for r in rows])
+    pack.clear()
+    return alt, grid
+
+
+def _plotted(features: list[str], rows: list[dict]) -> list[str]:
+    """The features whose time series are drawn, a row of panels each: at most SERIES_FEATURES, those with a flagged
+    channel first, then the others in the features' order (state and action lead it in lerobot's datasets)."""
+    flagged = {r["feature"] for r in rows if r["flags"]}
+    return sorted(features, key=lambda f: f not in flagged)[:SERIES_FEATURES]
 
 
 def _series(sampled, columns, series: dict[str, dict[int, np.ndarray]], rows: list[dict]) -> tuple:
@@ -202,7 +237,7 @@ def _where(finding: dict) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def _channels_html(features: list[str], grids: list[bytes], rows: list[dict], select: str | None) -> str:
+def _channels_html(features: list[str], grids: list[tuple[str, bytes]], rows: list[dict], select: str | None) -> str:
     if not features:
         return "<p class=note>No numeric state or action feature.</p>"
     flagged = [r for r in rows if r["flags"]]
@@ -226,17 +261,20 @@ def _channels_html(features: list[str], grids: list[bytes], rows: list[dict], se
             numeric={1, 3, 4, 5, 6, 7, 8})
     if flagged:
         html += "<h3>Flagged channels</h3>" + channel_table(flagged)
-    for name, grid in zip(features, grids):
+    for name, grid in grids:
         html += page.image(grid, alt=f"{name} histograms")
     html += f"<details><summary>All {len(rows)} channels</summary>{channel_table(rows)}</details>"
     return html
 
 
 def _episodes_html(ds: Dataset, sampled, lengths: bytes, series: bytes | None, thumbs, videos: bool,
-                   tolerance_s: float) -> str:
+                   tolerance_s: float, plotted: tuple[int, int]) -> str:
     html = page.image(lengths, alt="episode lengths")
     if series:
         html += f"<h3>State and action of {len(sampled)} sampled episodes</h3>"
+        if plotted[0] < plotted[1]:
+            html += (f"<p class=note>{plotted[0]} of {plotted[1]} features drawn (those with a flagged channel "
+                     "first); the Channels section has every channel's stats.</p>")
         html += page.image(series, alt="state and action time series")
     if not ds.info.video_keys:
         return html

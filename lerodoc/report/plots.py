@@ -60,12 +60,14 @@ def histograms(feature: str, hists: list[tuple[np.ndarray, np.ndarray] | None], 
 
 
 def histogram_grid(feature: str, hists: list[tuple[np.ndarray, np.ndarray] | None], rows: list[dict]) -> Figure:
-    """One figure of a panel per channel, `COLUMNS` a row: each histogram as a filled step outline scaled to its panel
+    """One figure of a panel per channel, `COLUMNS` a row (the channels of one feature, or where `rows` name several
+    features, the small ones packed together by `report.assemble`, each panel naming its feature's channel): each histogram as a filled step outline scaled to its panel
     (its tallest bin at 95% of the panel's height), the range's ends below, the channel's name above; a flagged panel
     red, with its flags. The panels are drawn on one Axes whose units are the figure's inches (no Axes, axis or tick
     objects per panel: those were nine tenths of a grid's drawing, which grew with the channels: 163 of them for a
     humanoid's state); all outlines are one PolyCollection, all frames another."""
     channels = len(hists)
+    packed = len({row.get("feature") for row in rows}) > 1
     ncols = min(COLUMNS, channels)
     nrows = -(-channels // ncols)
     width, height = 1.9 * ncols, 1.35 * nrows + 0.6
@@ -97,7 +99,10 @@ def histogram_grid(feature: str, hists: list[tuple[np.ndarray, np.ndarray] | Non
             for x, text, align in ((x0, bin_edges[0], "left"), (x0 + panel_w, bin_edges[-1], "right")):
                 tick_lines.append([(x, y0), (x, y0 - 0.03)])
                 ax.text(x, y0 - 0.045, f"{text:.3g}", fontsize=6, ha=align, va="top")
-        label = f"{c}: {shown(row['name'])}" if row["name"] else f"channel {c}"
+        if packed:   # several features' channels: each panel names its own
+            label = shown(row["name"]) if row["name"] else f"{shown(row['feature'])} {row['channel']}"
+        else:
+            label = f"{c}: {shown(row['name'])}" if row["name"] else f"channel {c}"
         ax.text(x0 + panel_w / 2, y0 + panel_h + 0.03, label[:26] + ("\n" + ", ".join(row["flags"]) if flagged else ""),
                 fontsize=7, ha="center", va="bottom", color=FLAG_EDGE if flagged else "black")
     ax.add_collection(PolyCollection(frames, facecolors=faces, edgecolors=edges, linewidths=widths), autolim=False)
@@ -106,6 +111,8 @@ def histogram_grid(feature: str, hists: list[tuple[np.ndarray, np.ndarray] | Non
         ax.add_collection(PolyCollection(polygons, facecolors=colors, edgecolors=colors, linewidths=0.5),
                           autolim=False)
         ax.add_collection(LineCollection(tick_lines, colors="black", linewidths=0.8), autolim=False)
+    if packed:
+        feature = f"{rows[0]['feature']} to {rows[-1]['feature']} ({len({row['feature'] for row in rows})} features)"
     fig.suptitle(f"{shown(feature)}: distribution of each channel over all frames (red: flagged)", fontsize=10)
     return fig
 
