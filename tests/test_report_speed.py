@@ -282,13 +282,15 @@ def test_many_small_features_share_grids_and_the_time_series_shows_a_few(tmp_pat
         drawn.append(list(series))
         return original(sampled, columns, series, rows)
     monkeypatch.setattr(report_module, "_series", spy)
-    dims = {"observation.state": 8, "action": 8, **{f"observation.sensor_{i}": 2 for i in range(40)}}
+    dims = {"observation.sensor_x": 2, "observation.sensor_y": 2, "observation.state": 8, "action": 8,
+            **{f"observation.sensor_{i}": 2 for i in range(40)}}
     root = numeric_v30(tmp_path / "ds", 200, 20, dims)
     report = api.report(root, tmp_path / "report.html")
     html = (tmp_path / "report.html").read_text()
     alts = re.findall(r'alt="([^"]*) histograms"', html)
-    assert alts == ["observation.state", "action", "observation.sensor_0 to observation.sensor_15",
+    assert alts == ["observation.sensor_x to observation.sensor_y", "observation.state", "action",
+                    "observation.sensor_0 to observation.sensor_15",
                     "observation.sensor_16 to observation.sensor_31", "observation.sensor_32 to observation.sensor_39"]
-    assert len(report.channels) == 8 + 8 + 40 * 2
+    assert len(report.channels) == 2 * 2 + 8 + 8 + 40 * 2
     assert drawn == [list(dims)[:report_module.SERIES_FEATURES]]
     assert f"{report_module.SERIES_FEATURES} of {len(dims)} features drawn" in html

@@ -105,7 +105,7 @@ def _build(ds: Dataset, out: Path, verdict: Callable[[], ValidateReport], videos
     # One feature's values at a time, let go before the next is read: a million episodes' state and action together
     # are over a gigabyte. Its channel rows, histograms and the sampled episodes' rows are kept.
     # Features of at most PACKED_CHANNELS channels share grids of up to PACKED_PANELS panels: an exporter that stores
-    # each sensor as its own feature gave 302 grids of two panels, 36 s of drawing.
+    # each sensor as its own feature gave 302 grids of two panels, most of its report's time.
     pack: list[tuple[str, list, list[dict]]] = []
     for name in features:
         values = data.read_columns(ds, [name], [], workers=workers, tick=tick, tasks=False).values[name]
@@ -115,6 +115,8 @@ def _build(ds: Dataset, out: Path, verdict: Callable[[], ValidateReport], videos
         hists = data.channel_histograms(values)
         del values
         if len(rows) > PACKED_CHANNELS:
+            if pack:   # the small features before it first: the grids keep the features' order
+                grids.append(_packed(pack, draw))
             grids.append((name, draw("histograms", name, hists, rows)))
             continue
         if sum(len(r) for _, _, r in pack) + len(rows) > PACKED_PANELS:
