@@ -133,7 +133,8 @@ def read_data_file(root: Path, path: str, keep: tuple[str, ...] = ()) -> DataFil
         wider = list(dict.fromkeys(columns + [c for c in keep if c in names]))
         if len(wider) > len(columns):
             try:
-                return DataFile(path, schema, read_row_groups(parquet, full, groups, wider))
+                table = read_row_groups(parquet, full, groups, wider)
+                return DataFile(path, schema, table.select(columns), numeric=(table, 0, table.num_rows))
             except (LerodocError, OSError, pa.ArrowException, ValueError):
                 pass       # the stats family reads those columns again and names what is wrong with them
         return DataFile(path, schema, read_row_groups(parquet, full, groups, columns))
@@ -182,12 +183,9 @@ def data_files(ctx: Context) -> dict[str, DataFile]:
             for path in paths:
                 data = read_data_file(ctx.root, path, keep if room > 0 else ())
                 files.append(data)
-                wide = data.columns
-                if wide is None:
-                    continue
-                data.columns = wide.select([c for c in wide.column_names if c in INDEX_FEATURES])
-                if data.columns.num_columns == wide.num_columns:
+                if data.numeric is None:
                     continue   # no numeric column kept
+                wide = data.numeric[0]
                 size = wide.nbytes   # a walk over every column's buffers: asked once
                 if block and (size >= KEPT_JOIN_BYTES or not wide.schema.equals(block[0][1].schema)):
                     _join(block)
@@ -203,14 +201,13 @@ def data_files(ctx: Context) -> dict[str, DataFile]:
 
 def _join(block: list[tuple[DataFile, pa.Table]]) -> None:
     """The numeric columns kept of a block of files (each (file, its columns as read)) joined into one table, a chunk
-    a column, each file given its rows of it (`DataFile.numeric`); the block is emptied."""
-    if not block:
+    a column, each file given its rows of it (`DataFile.numeric`); the block is emptied. A block of one file keeps
+    its columns as read."""
+    if len(block) < 2:
+        block.clear()
         return
     first = 0
-    if len(block) == 1:   # nothing to join: held as read
-        table = block[0][1]
-    else:
-        table = pa.concat_tables([wide.replace_schema_metadata(None) for _, wide in block]).combine_chunks()
+    table = pa.concat_tables([wide.replace_schema_metadata(None) for _, wide in block]).combine_chunks()
     for data, wide in block:
         data.numeric = (table, first, wide.num_rows)
         first += wide.num_rows

@@ -168,10 +168,12 @@ def _packed(pack: list[tuple[str, list, list[dict]]], draw: Callable[..., Future
 
 
 def _plotted(features: list[str], rows: list[dict]) -> list[str]:
-    """The features whose time series are drawn, a row of panels each: at most SERIES_FEATURES, those with a flagged
-    channel first, then the others in the features' order (state and action lead it in lerobot's datasets)."""
+    """The features whose time series are drawn, a row of panels each, in the features' order: at most
+    SERIES_FEATURES, chosen those with a flagged channel first, then the others in order (state and action lead it in
+    lerobot's datasets)."""
     flagged = {r["feature"] for r in rows if r["flags"]}
-    return sorted(features, key=lambda f: f not in flagged)[:SERIES_FEATURES]
+    chosen = set(sorted(features, key=lambda f: f not in flagged)[:SERIES_FEATURES])
+    return [f for f in features if f in chosen]
 
 
 def _series(sampled, columns, series: dict[str, dict[int, np.ndarray]], rows: list[dict]) -> tuple:

@@ -61,11 +61,12 @@ def histograms(feature: str, hists: list[tuple[np.ndarray, np.ndarray] | None], 
 
 def histogram_grid(feature: str, hists: list[tuple[np.ndarray, np.ndarray] | None], rows: list[dict]) -> Figure:
     """One figure of a panel per channel, `COLUMNS` a row (the channels of one feature, or where `rows` name several
-    features, the small ones packed together by `report.assemble`, each panel naming its feature's channel): each histogram as a filled step outline scaled to its panel
-    (its tallest bin at 95% of the panel's height), the range's ends below, the channel's name above; a flagged panel
-    red, with its flags. The panels are drawn on one Axes whose units are the figure's inches (no Axes, axis or tick
-    objects per panel: those were nine tenths of a grid's drawing, which grew with the channels: 163 of them for a
-    humanoid's state); all outlines are one PolyCollection, all frames another."""
+    features, the small ones packed together by `report.assemble`, each panel naming its feature's channel): each
+    histogram as a filled step outline scaled to its panel (its tallest bin at 95% of the panel's height), the
+    range's ends below, the channel's name above; a flagged panel red, with its flags. The panels are drawn on one
+    Axes whose units are the figure's inches (no Axes, axis or tick objects per panel: those were nine tenths of a
+    grid's drawing, which grew with the channels: 163 of them for a humanoid's state); all outlines are one
+    PolyCollection, all frames another."""
     channels = len(hists)
     packed = len({row.get("feature") for row in rows}) > 1
     ncols = min(COLUMNS, channels)
