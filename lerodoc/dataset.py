@@ -103,7 +103,7 @@ class Dataset:
 
     @property
     def total_frames(self) -> int:
-        return sum(ep.length for ep in self.episodes)
+        return sum(map(attrgetter("length"), self.episodes))   # no Python frame an episode
 
     def require_complete(self, *, files: bool = True, dropping: frozenset[str] = frozenset()) -> None:
         """Refuse to rewrite a dataset whose info.json counts more episodes, frames or tasks than its metadata

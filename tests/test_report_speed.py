@@ -15,8 +15,9 @@ its figures are drawn the way the plain ones would be.
 - a histogram grid is one Axes whatever its channels, one outline a channel, flagged ones red;
 - an episode of far more frames than pixels is drawn from `m4`, whose points hold each run's ends, extremes and
   gaps; one of fewer frames from every row;
-- a feature's values (every frame of it) are let go before the next feature's are read: a million episodes' state
-  and action together are over a gigabyte.
+- features are read in batches of at most READ_TOGETHER bytes of values (a larger feature alone), and a batch's
+  values are let go before the next batch is read: a million episodes' state and action together are over a
+  gigabyte, and 302 small features read one at a time read every file 302 times.
 """
 
 from __future__ import annotations
@@ -250,22 +251,43 @@ def test_read_columns_copies_each_file_into_place_of_the_type_concatenate_gives(
     np.testing.assert_array_equal(columns.values["action"], action)
 
 
-def test_report_holds_one_features_values_at_a_time(tmp_path, monkeypatch):
+@pytest.mark.parametrize("together", ["one feature", "every feature"])
+def test_report_holds_one_batch_of_features_values_at_a_time(tmp_path, monkeypatch, together):
+    """Features are read in batches of at most READ_TOGETHER bytes of values, and a batch's values are let go before
+    the next batch is read: with room for one feature's values, one feature a read; with the default, this small
+    dataset's features in one read (one pass over its files, where 302 features read one at a time read each file
+    302 times)."""
     root = _dataset(tmp_path / "ds", 6, per_file=4)
     real, features, held = data.read_columns, [], []
+    channel_features = data.channel_features(Dataset.open(root))
+    assert len(channel_features) >= 2
+    one_feature = 60 * 16 * np.dtype(np.float32).itemsize   # 6 episodes of 10 frames, 16 float32 channels
+    if together == "one feature":
+        monkeypatch.setattr(report_module, "READ_TOGETHER", one_feature)
+    assert report_module.READ_TOGETHER >= one_feature * len(channel_features) or together == "one feature"
 
     def read_columns(ds, wanted, *args, **kwargs):
-        assert [ref() for ref in held if ref() is not None] == [], "a feature's values outlived their turn"
+        assert [ref() for ref in held if ref() is not None] == [], "a batch's values outlived their turn"
         columns = real(ds, wanted, *args, **kwargs)
         features.append(list(wanted))
+        assert sum(v.nbytes for v in columns.values.values()) <= report_module.READ_TOGETHER
         held.extend(weakref.ref(values) for values in columns.values.values())
         return columns
     monkeypatch.setattr(data, "read_columns", read_columns)
     report = report_module.build(root, tmp_path / "report.html")
-    channel_features = data.channel_features(Dataset.open(root))
-    assert len(channel_features) >= 2
-    assert features == [[]] + [[name] for name in channel_features]   # task_index and timestamps, then each feature
+    batches = [[name] for name in channel_features] if together == "one feature" else [channel_features]
+    assert features == [[]] + batches   # task_index and timestamps, then the batches
     assert [r["feature"] for r in report.channels] == [name for name in channel_features for _ in range(16)]
+
+
+def test_a_feature_larger_than_a_batch_is_read_alone():
+    specs = {"a": {"dtype": "float32", "shape": [2]}, "b": {"dtype": "float64", "shape": [2]},
+             "c": {"dtype": "float32", "shape": [1000]}, "d": {"dtype": "float32", "shape": [2]},
+             "e": {"dtype": "float32", "shape": [2]}}
+    frames = report_module.READ_TOGETHER // 1000   # c alone is 4x the limit; a, b, d and e together far less
+    assert report_module._batches(list(specs), specs, frames) == [["a", "b"], ["c"], ["d", "e"]]
+    assert report_module._batches(list(specs), specs, 0) == [list(specs)]
+    assert report_module._batches([], specs, frames) == []
 
 
 def test_many_small_features_share_grids_and_the_time_series_shows_a_few(tmp_path, monkeypatch):
