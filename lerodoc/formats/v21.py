@@ -18,7 +18,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats.info import Info
 from lerodoc.formats.jsonl import (PARSED_PER_BYTE, PARSED_PER_LINE, line_runs, parse_lines, read_json, read_jsonl,
                                    stats_from_json, stats_to_json, write_json, write_jsonl)
-from lerodoc.formats.model import NO_VIDEOS, Episode, StatsRow, VideoSpan, reading_stats
+from lerodoc.formats.model import NO_VIDEOS, Episode, StatsRow, VideoSpan, reading_stats, stats_columns
 from lerodoc.formats.stats import StatsTable
 
 VERSION = "v2.1"
@@ -241,6 +241,17 @@ def write_meta(root: Path, info: Info, episodes: list[Episode], tasks: list[str]
     write_stats(root, info, episodes, stats)
 
 
+def _json_rows(columns: dict[tuple[str, str], tuple[np.ndarray, np.ndarray | None]], n: int) -> list[dict]:
+    """The episodes' stats as `stats_to_json` gives each one's dict, from `stats_columns`: a column's rows listed
+    at once, no dict of arrays made for an episode and listed again (400 episodes of 302 features: 3.9 s)."""
+    rows: list[dict] = [{} for _ in range(n)]
+    for (feature, stat), (values, present) in columns.items():
+        listed = values.tolist()
+        for i in range(n) if present is None else np.flatnonzero(present).tolist():
+            rows[i].setdefault(feature, {})[stat] = listed[i]
+    return rows
+
+
 def stats_files(root: Path) -> set[str]:
     """The files `write_stats` replaces."""
     return {EPISODES_STATS_PATH, STATS_PATH}
@@ -248,7 +259,9 @@ def stats_files(root: Path) -> set[str]:
 
 def write_stats(root: Path, info: Info, episodes: list[Episode], stats: dict | None) -> None:
     """Write episodes_stats.jsonl and, when given, dataset stats.json (v2.1 readers aggregate the former)."""
-    write_jsonl(root / EPISODES_STATS_PATH, [{"episode_index": e.index, "stats": stats_to_json(e.stats)}
-                                             for e in episodes])
+    columns = stats_columns(episodes)
+    rows = map(stats_to_json, (e.stats for e in episodes)) if columns is None else _json_rows(columns, len(episodes))
+    write_jsonl(root / EPISODES_STATS_PATH,
+                [{"episode_index": e.index, "stats": row} for e, row in zip(episodes, rows)])
     if stats is not None:
         write_json(root / STATS_PATH, stats_to_json(stats))
