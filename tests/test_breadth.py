@@ -96,3 +96,26 @@ def test_undeclared_cameras_read_no_stats_without_an_undeclared_video_folder(tmp
         assert "per-episode stats" in str(exc)
     else:
         raise AssertionError("an mp4 file in an undeclared folder must have the stats read")
+
+
+def test_the_load_check_names_every_file_of_a_schema_it_asks_once(tmp_path, monkeypatch):
+    """promote.load.problems asks schema_problems once for files of one schema in a row (400 files of 302
+    features: 1.1 s), and still names each file, and a file of another schema gets its own answer."""
+    import pyarrow.parquet as pq
+    from lerodoc.formats import hf
+    from lerodoc.promote import load
+    root = make_dataset(tmp_path / "ds", version="v2.1", episodes=4, lengths=5, cameras=()).root
+    files = sorted(root.glob("data/*/*.parquet"))
+    for path in files[:3]:   # a column info.json does not declare: LAY038 in each
+        table = pq.read_table(path)
+        pq.write_table(table.append_column("extra", table.column("index")), path)
+    asked, real = [], hf.schema_problems
+
+    def schema_problems(features, schema):
+        asked.append(schema)
+        return real(features, schema)
+    monkeypatch.setattr(load, "schema_problems", schema_problems)
+    found = load.problems(root)
+    assert [p.split(":")[0] for p in found] == [str(f.relative_to(root)) for f in files[:3]]
+    assert all("LAY038" in p for p in found)
+    assert len(asked) == 2   # the three files of one schema, then the untouched one

@@ -26,14 +26,17 @@ def problems(root: Path) -> list[str]:
     info = read_json(root / INFO_PATH)
     features = info.get("features") or {}
     problems = []
+    last: tuple[pa.Schema, list] | None = None   # files of one schema in a row (a v2.1 output's): asked once
     for path in [root / rel for rel in access.files(root, "data", ".parquet")]:
         try:
             schema = pq.read_schema(access.source(path))
         except (OSError, pa.ArrowException) as exc:
             problems.append(f"{path.relative_to(root)}: cannot be read ({exc})")
             continue
-        problems += [f"{path.relative_to(root)}: {code} {text}" for code, _, text in schema_problems(features, schema)
-                     if code not in CAST_ON_LOAD]
+        if last is None or not schema.equals(last[0], check_metadata=True):
+            last = schema, [(code, text) for code, _, text in schema_problems(features, schema)
+                            if code not in CAST_ON_LOAD]
+        problems += [f"{path.relative_to(root)}: {code} {text}" for code, text in last[1]]
     fps = info.get("fps")
     videos = ([root / rel for rel in access.files(root, "videos", ".mp4")] if isinstance(fps, (int, float)) and fps > 0
               else [])
