@@ -2,7 +2,8 @@
 keeps the numeric columns the stats family recomputes, while they fit its share of the memory budget.
 
 - what validate finds is the same whether the columns were kept or read again, on datasets with defects the stats
-  family finds (a NaN, stats that disagree with the data, an episode split across files);
+  family finds (a NaN, stats that disagree with the data, an episode split across files), and whether the files
+  were read one at a time or in threads;
 - when kept, the stats family reads no data file itself; past the share, it reads the files not kept;
 - a file whose numeric columns cannot be read within the budget while its bookkeeping columns can is read as
   before: the bookkeeping families see it, and the stats family names it (STA052).
@@ -53,9 +54,13 @@ def _split_v30(root):
     return root
 
 
-def _validate(root, monkeypatch, share: int) -> tuple[list[tuple], list[str]]:
-    """Every family's findings with KEEP_SHARE `share`, and the names of the data files the stats family read itself."""
+def _validate(root, monkeypatch, share: int, threads: int = 1) -> tuple[list[tuple], list[str]]:
+    """Every family's findings with KEEP_SHARE `share`, and the names of the data files the stats family read itself.
+    One file read at a time unless `threads` says otherwise: which files are kept is then the rule's alone, not also
+    what the files read ahead were charged."""
     monkeypatch.setattr(common, "KEEP_SHARE", share)
+    monkeypatch.setattr(common, "READ_THREADS", threads)
+    monkeypatch.setattr(common, "default_workers", lambda: 4)
     reads = []
     original = stats_family.read_parquet
     monkeypatch.setattr(stats_family, "read_parquet", lambda *a, **k: reads.append(a[0].name) or original(*a, **k))
@@ -74,6 +79,21 @@ def test_kept_columns_find_what_a_second_read_finds(tmp_path, monkeypatch, make)
     if make is _defective:
         codes = {(code, episode) for code, _, episode, *_ in kept}
         assert {("STA050", 1), ("STA040", 3)} <= codes, kept
+
+
+@pytest.mark.parametrize("make", [_defective, _split_v30])
+def test_files_read_in_threads_find_what_one_at_a_time_finds(tmp_path, monkeypatch, make):
+    """data_files reads READ_THREADS files at once, each asked to keep its columns as it is handed to a thread (the
+    room less the bytes on disk of the files not yet taken): the same findings, and the same files kept from run to
+    run."""
+    root = make(tmp_path / "ds")
+    first = pq.read_table(sorted(root.glob("data/*/*.parquet"))[0])
+    alone, _ = _validate(root, monkeypatch, KEEP_NONE)
+    share = common.budget.memory_budget() // (2 * first.nbytes)   # room for about two files
+    runs = [_validate(root, monkeypatch, share, threads=3) for _ in range(3)]
+    assert all(found == alone for found, _ in runs)
+    assert runs[0][1] == runs[1][1] == runs[2][1]
+    assert 0 < len(runs[0][1]) < len(list(root.glob("data/*/*.parquet")))   # some kept, some read again
 
 
 def test_past_the_share_the_files_not_kept_are_read_again(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +20,7 @@ from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import DTYPES, INDEX_FEATURES
 from lerodoc.conventions import TOLERANCE_S
-from lerodoc.run.parallel import pmap
+from lerodoc.run.parallel import default_workers, in_order, pmap
 from lerodoc.tables.parquet_io import Unreadable, column_matrix, open_parquet, read_row_groups
 
 ERROR, WARNING = "error", "warning"
@@ -146,11 +146,12 @@ def read_data_file(root: Path, path: str, keep: tuple[str, ...] = ()) -> DataFil
         return DataFile(path, error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
 
-def _read_data_file(args: tuple[Path, str]) -> DataFile:
-    """Worker: `read_data_file` of one (root, path)."""
+def _read_data_file(args: tuple[Path, str] | tuple[Path, str, tuple[str, ...]]) -> DataFile:
+    """Worker: `read_data_file` of one (root, path[, keep])."""
     return read_data_file(*args)
 
 
+READ_THREADS = 4   # data files `data_files` reads at once, at most
 KEEP_SHARE = 4   # the numeric columns `data_files` keeps for the stats family: at most this share of the memory budget
 # What pyarrow holds for a column chunk beside its values (its arrays, type and field objects): measured 0.6 KiB for a
 # flat float column and 2.3 KiB for a list one, read from a file of 10 rows. A v2.1 dataset of 400 one-episode files
@@ -171,8 +172,9 @@ def data_files(ctx: Context) -> dict[str, DataFile]:
     """Every referenced data file in global row order (sorted paths), read once per context.
 
     When the stats family will recompute the stats here (no engine), each file's numeric columns are read in the
-    same pass and kept, while what is kept stays within 1/KEEP_SHARE of the memory budget: the files the stats family
-    would read again are then read once. Past that, the remaining files are read for their bookkeeping alone."""
+    same pass and kept while what is kept is within 1/KEEP_SHARE of the memory budget (READ_THREADS files are read at
+    once, those not yet taken charged their bytes on disk meanwhile): the files the stats family would read again are
+    then read once. Past that, the remaining files are read for their bookkeeping alone."""
     if "data_files" not in ctx.cache:
         paths = sorted(ctx.dataset.data_files())
         if ctx.engine is not None or not ctx.stats:
@@ -180,9 +182,23 @@ def data_files(ctx: Context) -> dict[str, DataFile]:
         else:
             keep, room, files = tuple(numeric_features(ctx.dataset)), budget.memory_budget() // KEEP_SHARE, []
             block: list[tuple[DataFile, pa.Table]] = []
-            for path in paths:
-                data = read_data_file(ctx.root, path, keep if room > 0 else ())
+
+            ahead: list[int] = []   # the on-disk bytes of each file asked to keep, not yet taken: charged meanwhile
+
+            def asked() -> Iterator[tuple[Path, str, tuple[str, ...]]]:
+                """Each file with what it keeps, decided as it is handed to a thread (in this one, in order: the
+                same files are kept whatever the threads' timing)."""
+                for path in paths:
+                    wanted = keep if room - sum(ahead) > 0 else ()
+                    ahead.append(_disk_bytes(ctx.root / path) if wanted else 0)
+                    yield ctx.root, path, wanted
+            # READ_THREADS files at a time (pyarrow decodes without the GIL, beside the page walk and footers in
+            # Python: 400 files of 302 features, 6.4-8.6 s in one thread, 4.4-5.6 s in two), taken in order
+            threads = min(default_workers(), READ_THREADS)
+            for data in in_order(_read_data_file, asked(), threads=threads) if threads > 1 else \
+                    map(_read_data_file, asked()):   # one at a time: each taken before the next is asked
                 files.append(data)
+                ahead.pop(0)
                 if data.numeric is None:
                     continue   # no numeric column kept
                 wide = data.numeric[0]
@@ -197,6 +213,14 @@ def data_files(ctx: Context) -> dict[str, DataFile]:
         _share_schemas(files)
         ctx.cache["data_files"] = dict(zip(paths, files))
     return ctx.cache["data_files"]
+
+
+def _disk_bytes(path: Path) -> int:
+    """A file's size (the link itself for a link, which `read_data_file` refuses; 0 for a missing one)."""
+    try:
+        return path.lstat().st_size
+    except OSError:
+        return 0
 
 
 def _join(block: list[tuple[DataFile, pa.Table]]) -> None:

@@ -26,8 +26,8 @@ from lerodoc.budget import give_back
 from lerodoc.errors import LerodocError
 from lerodoc.formats import v21, v30
 from lerodoc.formats.info import INDEX_FEATURES, flat_names
-from lerodoc.formats.model import (Episode, episode_column, stats_held, stats_holders, stats_matrices, stats_row,
-                                   stats_stack)
+from lerodoc.formats.model import (Episode, episode_column, features_held, stats_held, stats_holders, stats_matrices,
+                                   stats_row, stats_stack)
 from lerodoc.formats.stats import is_placeholder, is_shaped, stat_shape
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
@@ -294,8 +294,14 @@ def _coverage(ctx: Context, sources: list[Source]) -> list[Finding]:
     """Every normalised feature has stats: in stats.json, or (v2.1) in every episode's stats."""
     ds, out = ctx.dataset, []
     checked = [s for s in sources if (s.episode is None) == (ds.version != "v2.1")]
-    for feature in _normalised_features(ds):
-        lacking = [s for s in checked if feature not in s.stats]
+    features = _normalised_features(ds)
+    held = [s.held for s in checked]
+    if all(isinstance(h, Episode) for h in held):   # the episodes' tables asked, no dict made for an episode
+        having = features_held(held, features)
+    else:
+        having = {feature: np.array([feature in s.stats for s in checked], dtype=bool) for feature in features}
+    for feature in features:
+        lacking = [checked[i] for i in np.flatnonzero(~having[feature]).tolist()]
         if lacking:
             first = lacking[0]
             scope = first.file if first.episode is None else \

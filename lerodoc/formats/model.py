@@ -282,6 +282,27 @@ def stats_held(episodes: list[Episode]) -> np.ndarray:
     return out
 
 
+def features_held(episodes: list[Episode], features: list[str]) -> dict[str, np.ndarray]:
+    """feature -> whether each episode's stats hold it (any stat of it), as one boolean array each: an unread row
+    asks its table's columns once per table (`StatsTable.holding`), no dict made for an episode."""
+    out = {feature: np.empty(len(episodes), dtype=bool) for feature in features}
+    read, unread = _unread_rows(episodes)
+    for i in read:
+        stats = episodes[i].stats
+        for feature in features:
+            out[feature][i] = feature in stats
+    for row, where, positions in unread:
+        table, keys = row.table, {}
+        for key in table.columns:
+            keys.setdefault(key[0], []).append(key)
+        for feature in features:
+            held = np.zeros(table.rows, dtype=bool)
+            for key in keys.get(feature, ()):
+                held |= table.holding(key)
+            out[feature][where] = held[positions]
+    return out
+
+
 def _holding(row: StatsRow) -> np.ndarray:
     """Which rows of a row's table hold stats: from its holder where the holder keeps that across letting its table
     go (`formats.v30.StatsColumns.with_stats`), else from the table."""

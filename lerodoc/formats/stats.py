@@ -103,7 +103,7 @@ class StatsTable:
 
     def held_by(self, rows: np.ndarray) -> list[tuple[str, str]]:
         """The (feature, stat) columns that hold a value in any of `rows`."""
-        return [key for key in self.columns if self._holding(key)[rows].any()]
+        return [key for key in self.columns if self.holding(key)[rows].any()]
 
     def has_stats(self, i: int) -> bool:
         return any(self.held(key, i) for key in self.columns)
@@ -113,10 +113,10 @@ class StatsTable:
         """`has_stats` of every row, as one boolean array."""
         out = np.zeros(self.rows, dtype=bool)
         for key in self.columns:
-            out |= self._holding(key)
+            out |= self.holding(key)
         return out
 
-    def _holding(self, key: tuple[str, str]) -> np.ndarray:
+    def holding(self, key: tuple[str, str]) -> np.ndarray:
         """Which rows hold a value of the column `key`, as one boolean array."""
         column, present = self.columns[key], self.present.get(key)
         if present is not None:
