@@ -8,8 +8,8 @@ bench.growth grows the episodes; this grows the other two axes a real collection
   and `tasks --set` of one. The floor: pyarrow reading the same files (their data, episodes and tasks parquet).
 - features: a v3.0 dataset of `--episodes` episodes of 10 rows with `--features` numeric features of 2 channels
   beside a 8-dim state and action (per-episode stats from `lerodoc quantiles`), and its v2.1 form (a parquet file an
-  episode, each holding every feature's column). Timed: validate of each form, convert v3.0 -> v2.1 and back. The
-  floor: pyarrow reading the form the command reads.
+  episode, each holding every feature's column). Timed: validate and report (no videos) of each form, convert v3.0
+  -> v2.1 and back. The floor: pyarrow reading the form the command reads.
 
 Each command runs as a user runs it (a fresh `python -m lerodoc`), right after a run of its floor; its ratio is the
 median over the `--runs` pairs (`x_floor_paired`), as bench.growth pairs them. lerodoc's modules are compiled to
@@ -76,6 +76,8 @@ def commands(roots: dict[str, Path], out: Path) -> dict[str, tuple[list[str], li
                                     [roots["v30"]]),
         "features_convert_to_v30": (lerodoc("convert", roots["v21"], "-o", out / "to_v30", "--to", "v3.0"),
                                     [roots["v21"]]),
+        "features_report_v30": (lerodoc("report", roots["v30"], "-o", out / "report_v30.html"), [roots["v30"]]),
+        "features_report_v21": (lerodoc("report", roots["v21"], "-o", out / "report_v21.html"), [roots["v21"]]),
     }
 
 
