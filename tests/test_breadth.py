@@ -4,8 +4,8 @@ the files times the features rather than with the bytes:
 - a write to v2.1 (a parquet file an episode) from one source file is split over the workers: its cost is per
   output file (a writer, a footer, a read-back and digests each), and one job per source file ran it on one core
   (400 files of 302 features: 23 s in one process), with the same bytes whatever the workers;
-- v2.1's episodes_stats.jsonl is written from the stats' columns, each column listed once, with the lines the
-  per-episode dicts give (a row without a stat leaves it out);
+- v2.1's episodes_stats.jsonl is written from the stats' columns, each column listed once, a block of episodes at a
+  time, with the lines the per-episode dicts give (a row without a stat leaves it out);
 - promotion's check for cameras info.json does not declare reads no per-episode stats when no mp4 file lies in an
   undeclared folder (reading back a 302-feature v2.1 output's stats file took 2.5 s of a convert).
 """
@@ -16,6 +16,7 @@ import filecmp
 import json
 
 import numpy as np
+import pytest
 
 from lerodoc.dataset import Dataset
 from lerodoc.formats import v21
@@ -58,7 +59,9 @@ def _lines(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_episodes_stats_written_from_columns_are_the_episodes_dicts(tmp_path):
+@pytest.mark.parametrize("block", [2, 4096])   # episodes made into lines at a time: a part of them, or all
+def test_episodes_stats_written_from_columns_are_the_episodes_dicts(tmp_path, monkeypatch, block):
+    monkeypatch.setattr(v21, "JSON_ROWS", block)
     present = np.array([True, False, True])
     table = StatsTable({("a", "min"): np.arange(6.0).reshape(3, 2), ("a", "max"): np.arange(6.0, 12.0).reshape(3, 2),
                         ("a", "count"): np.array([[4], [5], [6]]), ("b", "mean"): np.array([[0.5], [1.5], [2.5]])},

@@ -15,6 +15,7 @@ bound.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -319,8 +320,13 @@ def _kind(value) -> str:
             list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
 
 
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
+    """One JSON object a line, written as `rows` gives them: 20,000 episodes' stats lines were first joined into one
+    string, beside the list of their dicts."""
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    replace_file(path, write)
 
 
 def stats_from_json(raw: dict, source: Path | None = None,
