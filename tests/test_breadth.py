@@ -47,10 +47,13 @@ def test_a_v21_write_from_one_source_file_is_split_over_the_workers(tmp_path, mo
         jobs.append([len(job) for job in made.row_jobs])
         return made
     monkeypatch.setattr(rewrite, "plan", plan)
+    convert(src, tmp_path / "small", to="v2.1", workers=2)   # 9 episodes of a few columns: one job, no pool
+    monkeypatch.setattr(rewrite, "SPLIT_CELLS", 9)             # as if each file were worth a pool's start
     convert(src, tmp_path / "one", to="v2.1", workers=1)
     convert(src, tmp_path / "two", to="v2.1", workers=2)
     convert(src, tmp_path / "three", to="v2.1", workers=3)
-    assert jobs == [[9], [5, 4], [3, 3, 3]]
+    assert jobs == [[9], [9], [5, 4], [3, 3, 3]]
+    _same_tree(tmp_path / "one", tmp_path / "small")
     _same_tree(tmp_path / "one", tmp_path / "two")
     _same_tree(tmp_path / "one", tmp_path / "three")
 
