@@ -1,9 +1,10 @@
 """report's own work at scale (issue 37): what it does per episode is whole-column numpy work, not Python calls, and
 its figures are drawn the way the plain ones would be.
 
-- the Python calls `lerodoc.report.assemble.build` makes in its process (validate, Dataset.open, require_columns and
-  read_rows left out in the thread that runs them: they are other modules' work, and read_rows parses the footer of
-  each row group, one an episode as the factory writes; with workers=2 the figures are drawn in processes of their
+- the Python calls `lerodoc.report.assemble.build` makes in its process (validate, Dataset.open, require_columns,
+  read_rows and validate's data file reads left out in the thread that runs them, validate's reader threads
+  included: they are other modules' work, and they walk the pages of each row group, one an episode as the factory
+  writes; with workers=2 the figures are drawn in processes of their
   own, and the threads that hand them over are plumbing) do not grow with the episode count: 200 and 2,000 episodes
   of one data file make the same calls with the figures drawn elsewhere, and about 100 fewer with them drawn here
   (their ticks follow the data), not some per episode (at 8fe333d, 47,000 calls more: numpy's split of every column into
@@ -33,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from lerodoc.checks import common
 from lerodoc.report import assemble as report_module
 from lerodoc.dataset import Dataset
 from lerodoc.errors import LerodocError
@@ -92,7 +94,7 @@ class _Calls:
 def test_report_makes_no_python_call_per_episode(tmp_path, monkeypatch, workers):
     small, large = _dataset(tmp_path / "small", 200), _dataset(tmp_path / "large", 2000)
     calls = _Calls(monkeypatch, [(report_module, "validate"), (Dataset, "open"), (Dataset, "require_columns"),
-                                 (data, "read_rows")])
+                                 (data, "read_rows"), (common, "read_data_file")])
     report_module.build(small, tmp_path / "warm.html", force=True)     # matplotlib's imports and caches
     few = calls.build(small, tmp_path / "small.html", workers)
     many = calls.build(large, tmp_path / "large.html", workers)

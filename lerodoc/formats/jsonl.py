@@ -323,10 +323,8 @@ def _kind(value) -> str:
 def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
     """One JSON object a line, written as `rows` gives them: 20,000 episodes' stats lines were first joined into one
     string, beside the list of their dicts."""
-    def write(tmp: Path) -> None:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
-    replace_file(path, write)
+    with new_file(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
 
 
 def stats_from_json(raw: dict, source: Path | None = None,
