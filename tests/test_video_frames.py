@@ -105,3 +105,36 @@ def test_the_cursor_gives_the_first_frame_as_ahead_when_none_is_shown_yet(tmp_pa
         assert round(float(cursor.at(0.45).time), 6) == 0.4               # decoded on: the frame shown at 0.45 s
         assert round(float(cursor.ahead.time), 6) == 0.5
         assert round(float(cursor.at(10.0).time), 6) == 5.9 and cursor.ahead is None   # past the end: the last
+
+
+def _scale_first_frame(path, size: int, done) -> None:
+    from lerodoc.pi05.frames import resize_with_pad
+    with open_video(path) as container:
+        frame = next(container.decode(container.streams.video[0]))
+        done.put(resize_with_pad(frame, size).shape)
+
+
+def test_a_forked_worker_scales_frames_after_its_parent_did(tmp_path):
+    """train's DataLoader workers are forked from a process that has scaled frames already (its checks, its first
+    batch). PyAV 18.1.1 (FFmpeg 8.1.3) scales on a pool of threads by default, and a forked process's first scale then
+    waited forever: `lerodoc train pi05` hung at its first batch on a fresh install. Frames are scaled on one thread
+    (`pi05.frames.ONE_THREAD`)."""
+    import multiprocessing
+    import queue
+    path = encoded(tmp_path / "v.mp4")
+    here = multiprocessing.get_context("fork").Queue()
+    _scale_first_frame(path, 24, here)
+    assert here.get(timeout=10) == (24, 24, 3)
+    child = multiprocessing.get_context("fork").Process(target=_scale_first_frame, args=(path, 16, here))
+    child.start()
+    child.join(60)
+    hung = child.is_alive()
+    if hung:
+        child.kill()
+        child.join()
+    assert not hung, "the forked process's scale never returned"
+    assert child.exitcode == 0
+    try:
+        assert here.get(timeout=10) == (16, 16, 3)
+    except queue.Empty:
+        raise AssertionError("the forked process scaled nothing") from None

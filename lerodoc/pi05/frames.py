@@ -20,6 +20,10 @@ from lerodoc.errors import LerodocError
 from lerodoc.media.frames import Cursor, Unreadable, index, open_video
 
 FALLBACK_GAP_S = 1.0
+# Frames are scaled on one thread. From PyAV 17 `reformat` scales on a thread per CPU by default, and PyAV 18.1.1
+# (FFmpeg 8.1.3) leaves that pool's state to a process forked after a frame was scaled: a DataLoader worker's first
+# scale then waits forever (train pi05 hung at its first batch on a fresh install). Before 17 there is no pool.
+ONE_THREAD = {"threads": 1} if int(av.__version__.split(".")[0]) >= 17 else {}
 
 
 def resize_with_pad(frame: av.VideoFrame, size: int) -> np.ndarray:
@@ -27,7 +31,8 @@ def resize_with_pad(frame: av.VideoFrame, size: int) -> np.ndarray:
     resize_with_pad)."""
     scale = size / max(frame.width, frame.height)
     width, height = max(1, round(frame.width * scale)), max(1, round(frame.height * scale))
-    image = frame.reformat(width=width, height=height, format="rgb24", interpolation="BILINEAR").to_ndarray()
+    image = frame.reformat(width=width, height=height, format="rgb24", interpolation="BILINEAR",
+                           **ONE_THREAD).to_ndarray()
     out = np.zeros((size, size, 3), np.uint8)
     top, left = (size - height) // 2, (size - width) // 2
     out[top:top + height, left:left + width] = image
@@ -94,7 +99,7 @@ class FrameReader:
                 if where is not None and exc.episode is None:
                     exc.episode, exc.field = where[i]
                 raise
-            out[i] = resize_with_pad(frame, self.size) if self.size else frame.to_ndarray(format="rgb24")
+            out[i] = resize_with_pad(frame, self.size) if self.size else frame.to_ndarray(format="rgb24", **ONE_THREAD)
         return np.stack(out) if out else np.zeros((0, self.size or 0, self.size or 0, 3), np.uint8)
 
     @staticmethod
