@@ -11,7 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from html import escape
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -112,12 +112,7 @@ def _build(ds: Dataset, out: Path, verdict: Callable[[], ValidateReport], videos
     # Features of at most PACKED_CHANNELS channels share grids of up to PACKED_PANELS panels: an exporter that stores
     # each sensor as its own feature gave 302 grids of two panels, most of its report's time.
     pack: list[tuple[str, list, list[dict]]] = []
-    read: dict[str, np.ndarray] = {}
-    for name in features:
-        if name not in read:
-            read = data.read_columns(ds, next(b for b in batches if name in b), [], workers=workers, tick=tick,
-                                     tasks=False).values
-        values = read.pop(name)
+    for name, values in _feature_values(ds, batches, workers, tick):
         rows = data.channel_rows(ds, {name: values})
         channels.extend(rows)
         series[name] = {ep.index: values[columns.rows(position[id(ep)])].copy() for ep in sampled}
@@ -179,6 +174,15 @@ def _batches(features: list[str], specs: dict, frames: int) -> list[list[str]]:
         batches[-1].append(name)
         held += size
     return batches
+
+
+def _feature_values(ds: Dataset, batches: list[list[str]], workers: int, tick) -> Iterator[tuple[str, np.ndarray]]:
+    """(feature, its values) in the features' order, a batch read at a time, each feature's values handed out and
+    dropped from its batch's."""
+    for batch in batches:
+        read = data.read_columns(ds, batch, [], workers=workers, tick=tick, tasks=False).values
+        for name in batch:
+            yield name, read.pop(name)
 
 
 def _packed(pack: list[tuple[str, list, list[dict]]], draw: Callable[..., Future]) -> tuple[str, Future]:
