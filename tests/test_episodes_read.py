@@ -67,6 +67,26 @@ def test_files_named_per_run_or_per_distinct_pair_are_the_same(tmp_path, monkeyp
     assert sorted(got, key=lambda e: e[0]) == want
 
 
+@pytest.mark.parametrize("named", [1, 1 << 20])
+def test_pairs_a_path_template_names_alike_are_one_file_as_the_row_reading_has_them(tmp_path, monkeypatch, named):
+    """A data_path without {chunk_index} makes two (chunk, file) pairs one path: its episodes' first rows inside it
+    (data_row) count from the first episode listed in that path, as the row-by-row reading counts them."""
+    from tests.fixtures.factory import make_dataset
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=7, lengths=4, episodes_per_file=2).root
+    path = _episodes_file(root)
+    table = pq.read_table(path)
+    column = table.column_names.index("data/chunk_index")
+    pq.write_table(table.set_column(column, "data/chunk_index", pa.array([0, 1, 0, 1, 0, 1, 0], pa.int64())), path)
+    info = json.loads((root / "meta" / "info.json").read_text())
+    info["data_path"] = "data/chunk-000/file-{file_index:03d}.parquet"
+    (root / "meta" / "info.json").write_text(json.dumps(info))
+    monkeypatch.setattr(v30, "RUNS_NAMED", named)
+    fast = _plain(Dataset.open(root))
+    monkeypatch.setattr(v30, "_whole_columns", lambda *args: None)
+    assert fast == _plain(Dataset.open(root))
+    assert [e[4] for e in fast] == [0, 4, 0, 4, 0, 4, 0]
+
+
 def test_a_value_neither_reading_takes_is_named_at_its_row(copy):
     path = _episodes_file(copy)
     table = pq.read_table(path)

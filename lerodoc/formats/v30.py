@@ -361,33 +361,38 @@ def _whole_columns(tables: list[pa.Table], names: list[str], video_keys: list[st
     column = {name: np.concatenate([to_numpy(t.column(name).combine_chunks()) for t in tables]) for name in names}
     tasks = [v for t in tables for v in _task_lists(t)]
 
-    def files(template: str, chunks: np.ndarray, numbers: np.ndarray, **key) -> list[str]:
-        """Each row's file path, one string per distinct (chunk, file) pair. The rows of a file come in runs: a
-        path is made once a run where there are few (np.unique of a million rows' pairs took 0.67 s)."""
+    def files(template: str, chunks: np.ndarray, numbers: np.ndarray, **key) -> tuple[list[str], np.ndarray]:
+        """Each row's file path, one string per distinct path, and each row's path as a number (int64). The rows
+        of a file come in runs: a path is made once a run where there are few (np.unique of a million rows' pairs
+        took 0.67 s)."""
         if not len(chunks):
-            return []
+            return [], np.empty(0, dtype=np.int64)
         runs = np.flatnonzero((chunks[1:] != chunks[:-1]) | (numbers[1:] != numbers[:-1])) + 1
         if len(runs) < RUNS_NAMED:
             starts = np.r_[0, runs]
-            made: dict[tuple[int, int], str] = {}
-            paths = [made.setdefault((c, f), template.format(chunk_index=c, file_index=f, **key))
-                     for c, f in zip(chunks[starts].tolist(), numbers[starts].tolist())]
-            which = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(chunks)]))
+            pairs = zip(chunks[starts].tolist(), numbers[starts].tolist())
+            repeats = np.diff(np.r_[starts, len(chunks)])
         else:
-            pairs, which = np.unique(np.stack([chunks, numbers], axis=1), axis=0, return_inverse=True)
-            paths = [template.format(chunk_index=int(c), file_index=int(f), **key) for c, f in pairs]
-        return [paths[k] for k in which.reshape(-1).tolist()]
-    data = files(data_path, column["data/chunk_index"], column["data/file_index"])
+            unique, inverse = np.unique(np.stack([chunks, numbers], axis=1), axis=0, return_inverse=True)
+            pairs, repeats = unique.tolist(), None
+        named: dict[str, int] = {}   # two pairs a template formats alike are one file
+        codes = np.array([named.setdefault(template.format(chunk_index=c, file_index=f, **key), len(named))
+                          for c, f in pairs], dtype=np.int64)
+        which = np.repeat(codes, repeats) if repeats is not None else codes[inverse.reshape(-1)]
+        paths = list(named)
+        return [paths[k] for k in which.tolist()], which
+    data, data_which = files(data_path, column["data/chunk_index"], column["data/file_index"])
+    # an episode's first row inside its data file: its dataset_from_index past that of the file's first listed
+    starts = column["dataset_from_index"]
+    first = np.unique(data_which, return_index=True)[1]   # every path's number occurs: first[k] is path k's
+    rows = starts - starts[first][data_which]
     spans = [list(map(VideoSpan, files(video_path, column[f"videos/{key}/chunk_index"],
-                                       column[f"videos/{key}/file_index"], video_key=key),
+                                       column[f"videos/{key}/file_index"], video_key=key)[0],
                       column[f"videos/{key}/from_timestamp"].astype(float).tolist(),
                       column[f"videos/{key}/to_timestamp"].astype(float).tolist())) for key in video_keys]
     videos = [dict(zip(video_keys, row)) for row in zip(*spans)] if spans else [NO_VIDEOS] * len(sources)
-    return [Episode(index=index, length=length, tasks=task, data_file=file, data_row=0,
-                    from_index=start, videos=windows, stats=stats, source=source)
-            for index, length, task, file, start, windows, stats, source in zip(
-                column["episode_index"].tolist(), column["length"].tolist(), tasks, data,
-                column["dataset_from_index"].tolist(), videos, row_stats, sources)]
+    return list(map(Episode, column["episode_index"].tolist(), column["length"].tolist(), tasks, data,
+                    rows.tolist(), starts.tolist(), videos, row_stats, sources))
 
 
 RUNS_NAMED = 4096   # runs of one file's rows up to which `_whole_columns` names each run's file, not each distinct pair
@@ -429,7 +434,7 @@ def read(root: Path, info: Info):
         episodes = _whole_columns(tables, names, video_keys, data_path, video_path, row_stats, sources)
     except (KeyError, IndexError, TypeError, ValueError):   # e.g. a path template asking for more: named below
         episodes = None
-    if episodes is None:
+    if episodes is None:   # row by row, each episode's first row inside its data file set after
         episodes = []
         for position, row in enumerate(row for t in tables for row in t.to_pylist()):
             try:
@@ -440,10 +445,10 @@ def read(root: Path, info: Info):
                 because = f" (meta/info.json declares {camera!r} a video feature)" if camera else ""
                 raise LerodocError(f"episodes metadata row {position} lacks or mistypes {exc}{because}",
                                    file=root / sources[position], episode=row.get("episode_index")) from None
-    first_row: dict[str, int] = {}
-    for ep in episodes:
-        first_row.setdefault(ep.data_file, ep.from_index)
-        ep.data_row = ep.from_index - first_row[ep.data_file]
+        first_row: dict[str, int] = {}
+        for ep in episodes:
+            first_row.setdefault(ep.data_file, ep.from_index)
+            ep.data_row = ep.from_index - first_row[ep.data_file]
     stats_path = root / STATS_PATH
     stats = stats_from_json(read_json(stats_path), stats_path) if stats_path.is_file() else None
     return episodes, read_tasks(root), stats

@@ -28,7 +28,7 @@ from lerodoc.checks.common import relative as in_dataset
 from lerodoc.checks.stats import UNREADABLE
 from lerodoc.dataset import Dataset
 from lerodoc.formats.model import (Episode, StatsRow, StatsUnreadable, VideoSpan, forget_stats, number_tasks,
-                                   shared_stats, stats_clean, stats_named, stats_row, stats_stack, update_stats)
+                                   stats_clean, stats_named, stats_row, stats_stack, update_stats)
 from lerodoc.formats.stats import StatsTable
 from lerodoc.errors import LerodocError
 from lerodoc.formats.hf import schema_for
@@ -126,7 +126,7 @@ def reconstruct(ds: Dataset, drop_broken: bool = False) -> tuple[list[Episode], 
         if (file, first, length) != (ep.data_file, ep.data_row, ep.length):
             changes.append(f"episode {ep.index}: rows are in {file} at row {first} ({length} rows); the metadata "
                            f"said {ep.data_file} at row {ep.data_row} ({ep.length} rows)")
-        episodes.append(replace(ep, data_file=file, data_row=first, length=length, stats=shared_stats(ep)))
+        episodes.append(ep.relocated(file, first, length))
     loose = formats.loose_files(ds.root, ".mp4") if ds.info.video_keys else []
     lost: list[tuple[str, str, str, list[int]]] = []      # camera, file, why, episodes: what cannot be fixed
     for key in ds.info.video_keys:
