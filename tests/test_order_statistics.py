@@ -10,10 +10,12 @@ import pytest
 from lerodoc.tables import stats
 
 
+@pytest.mark.parametrize("partition", [0, 1 << 16])   # 0: every segment whose ranks are shared is partitioned
 @pytest.mark.parametrize("exact", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.int16, np.bool_])
-def test_order_statistics_equal_sorting_each_segment(monkeypatch, exact, dtype):
+def test_order_statistics_equal_sorting_each_segment(monkeypatch, exact, dtype, partition):
     monkeypatch.setattr(stats, "EXACT_LENGTHS", 64 if exact else 0)
+    monkeypatch.setattr(stats, "PARTITION_WIDTH", partition)
     rng = np.random.default_rng(0)
     for trial in range(30):
         n = int(rng.integers(1, 30))

@@ -19,6 +19,7 @@ from lerodoc.tables.parquet_io import arrow_array
 from lerodoc.ops.quantiles import quantiles
 from lerodoc.tables.quantiles import quantiles as engine
 from lerodoc.ops.stats import exact_stats
+from lerodoc.tables import stats as stats_module
 from lerodoc.tables.stats import block_stats
 from lerodoc.tables.stats import LEVELS, QUANTILES
 from tests.fixtures.factory import make_dataset
@@ -99,7 +100,10 @@ def test_every_path_gives_the_same_bits(tmp_path, version):
         assert {e: bits(s) for e, s in per_episode.items()} == {e: bits(s) for e, s in reference[1].items()}, name
 
 
-def test_block_stats_are_numpys_bits():
+@pytest.mark.parametrize("partition", [0, 1 << 16])
+def test_block_stats_are_numpys_bits(monkeypatch, partition):
+    """Sorted or partitioned at the ranks (`tables.stats.PARTITION_WIDTH`: 0 partitions these rows of 1001)."""
+    monkeypatch.setattr(stats_module, "PARTITION_WIDTH", partition)
     rng = np.random.default_rng(3)
     block = (rng.standard_normal((7, 1001)) * [[1], [1e3], [1e-3], [1], [5], [1], [1]]).astype(np.float32)
     block[3] = 2.5

@@ -138,7 +138,7 @@ def order_statistics(part: np.ndarray, sizes: np.ndarray, ranks: np.ndarray) -> 
     if len(lengths) == 1 and lengths[0] * len(sizes) == part.shape[1]:   # one length: the segments are rows, no
         # gather (20,000 segments of 10 in 16 channels: 0.022 s against 0.036 s)
         block = part.reshape(channels, len(sizes), int(lengths[0])).copy()
-        block.sort(axis=-1)
+        _order(block, ranks)
         return _pick(block, ranks)
     for k in np.unique(classes):
         chosen = np.flatnonzero(classes == k)
@@ -150,9 +150,24 @@ def order_statistics(part: np.ndarray, sizes: np.ndarray, ranks: np.ndarray) -> 
             block[:, padded] = pad
         else:
             block = part[:, columns]
-        block.sort(axis=-1)
+        _order(block, ranks[chosen])
         out[:, chosen] = _pick(block, ranks[chosen])
     return out
+
+
+PARTITION_WIDTH = 1 << 16   # `_order`: segments longer than this that share their ranks are partitioned, not sorted
+
+
+def _order(block: np.ndarray, ranks: np.ndarray) -> None:
+    """Put each (channels, segments, width) `block` row's values at its (segments, k) `ranks` where a sort puts
+    them. Rows longer than PARTITION_WIDTH that all ask for the same ranks are partitioned at them (numpy's
+    multi-kth introselect, NaN last as in a sort: 3 million float32 in 0.08 s against a sort's 0.20 s); others are
+    sorted. A row at a time, the partition costs more than the sort up to about 30,000 values a row (16 channels of
+    segments of 300 frames: 0.78 s against 0.35 s), and less from about 100,000 (0.39 against 0.48 s)."""
+    if block.shape[-1] > PARTITION_WIDTH and len(ranks) and (ranks == ranks[:1]).all():
+        block.partition(np.unique(ranks[0]), axis=-1)
+    else:
+        block.sort(axis=-1)
 
 
 def _pick(block: np.ndarray, ranks: np.ndarray) -> np.ndarray:
