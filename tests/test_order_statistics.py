@@ -35,8 +35,31 @@ def test_order_statistics_equal_sorting_each_segment(monkeypatch, exact, dtype, 
 
 
 def test_distinct_equals_numpy_unique():
-    """tables.stats.distinct (runs cut to one value, then np.unique) gives np.unique's values, runs or none."""
+    """tables.stats.distinct (runs cut to one value, then sorted and each value kept once) gives np.unique's values,
+    runs or none, NaN once."""
     rng = np.random.default_rng(1)
+    floats = rng.standard_normal(300).round(1)
+    floats[::3] = np.nan
     for values in (np.repeat(rng.integers(0, 50, 200), rng.integers(1, 9, 200)), rng.integers(-5, 5, 300),
-                   np.zeros(0, np.int64), np.array([7]), np.sort(rng.integers(0, 9, 40))):
-        np.testing.assert_array_equal(stats.distinct(values), np.unique(values))
+                   np.zeros(0, np.int64), np.array([7]), np.sort(rng.integers(0, 9, 40)), floats,
+                   np.array([np.nan, np.nan]), np.array([np.inf, np.nan, -np.inf, 1.0, np.nan], np.float32),
+                   rng.integers(0, 3, 50).astype(np.int16)):
+        got, want = stats.distinct(values), np.unique(values)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)   # NaN equal to NaN
+
+
+def test_distinct_of_a_million_distinct_values_sorts_them():
+    """numpy 2.4's np.unique of values alone hashes them (a million distinct int64 in about 0.9 s on a 2-core
+    machine); distinct sorts them (about 0.05 s). Held as time against a sort of the same values, with room for a
+    loaded machine."""
+    import time
+    values = np.random.default_rng(2).integers(0, 1 << 40, 1_000_000)
+    started = time.perf_counter()
+    np.sort(values)
+    sort = time.perf_counter() - started
+    started = time.perf_counter()
+    got = stats.distinct(values)
+    took = time.perf_counter() - started
+    assert len(got) == len(np.unique(values, return_counts=True)[0])
+    assert took < 6 * sort + 0.05, (took, sort)

@@ -31,7 +31,7 @@ from lerodoc.formats.model import (Episode, episode_column, features_held, stats
 from lerodoc.formats.stats import is_placeholder, is_shaped, stat_shape
 from lerodoc.run.parallel import pmap
 from lerodoc.tables.parquet_io import column_matrix, read_parquet
-from lerodoc.tables.stats import (BASIC, EXTREME, NEAR_CONSTANT, aggregate, channel_flags, dataset_stats,
+from lerodoc.tables.stats import (BASIC, EXTREME, NEAR_CONSTANT, aggregate, channel_flags, dataset_stats, distinct,
                                    normalised, spans_order_statistics, spans_stats)
 
 CODES = {
@@ -424,7 +424,7 @@ def _among(sources: list[Source], groups: list[Group], episodes) -> list[Source]
     `sources`: picked through the groups' rows, not by a look at every source."""
     wanted = np.fromiter(episodes, dtype=np.int64, count=len(episodes))
     picked = [g.positions[np.isin(g.episodes, wanted)] for g in groups] if len(wanted) else []
-    at = np.unique(np.concatenate(picked)) if picked else np.zeros(0, dtype=np.int64)
+    at = distinct(np.concatenate(picked)) if picked else np.zeros(0, dtype=np.int64)
     head = sources[:1] if sources and sources[0].episode is None else []
     return head + [sources[i] for i in at.tolist()]
 

@@ -91,7 +91,7 @@ def _data_tasks(ctx: Context) -> list[Finding]:
         good = held & resolves
         used.append(distinct(run[good] * width + own[good].astype(np.int64)))
     # (run, task_index) pairs in use, and whether the run's episode lists the task's text
-    pairs = np.unique(np.concatenate(used))
+    pairs = distinct(np.concatenate(used))
     pair_run, pair_task = pairs // width, pairs % width
     listed = {ep.index: ep.tasks for ep in ds.episodes}
     listing = np.array(sorted(e for e, texts in listed.items() if texts), np.int64)

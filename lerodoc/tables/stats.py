@@ -106,12 +106,18 @@ def _run_moments(part: np.ndarray, sizes: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
-    """np.unique(values) of a 1-d array, its runs of one value cut to one first: a column of rows in episode order
-    (an episode's task, its file) holds few runs, and sorting them is what np.unique costs (10 million rows' in 0.8
-    s)."""
+    """np.unique(values) of a 1-d array, by a sort: its runs of one value cut to one first (a column of rows in
+    episode order, an episode's task or its file, holds few runs, and sorting them is what np.unique costs: 10
+    million rows' in 0.8 s), then sorted and each value kept once, NaN once as np.unique keeps it. numpy 2.4's
+    np.unique of the values alone hashes them instead: a million distinct int64 in 0.9 s, against 0.05 s sorted."""
     if len(values) > 1:
         values = values[np.r_[True, values[1:] != values[:-1]]]
-    return np.unique(values)
+    values = np.sort(values)
+    if len(values) > 1:
+        values = values[np.r_[True, values[1:] != values[:-1]]]
+        if values.dtype.kind in "fc" and np.isnan(values[-1]):   # NaN != NaN: every NaN was kept, sorted last
+            values = values[:int(np.argmax(np.isnan(values))) + 1]
+    return values
 
 
 EXACT_LENGTHS = 64   # order_statistics: up to this many distinct lengths, segments are sorted by exact length
