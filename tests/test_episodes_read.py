@@ -123,6 +123,12 @@ def test_task_lists_are_the_rows_with_one_str_per_text():
     got = _task_lists(pa.table({"tasks": pa.array(rows[3:] + rows[:2], kind)}))
     assert got[1][0] is got[2][0] is got[3][1] and got[1] is got[2] and got[1] is not got[3]
     assert _task_lists(pa.table({"length": [1, 2]})) == [[], []]
+    single = [["pick"], ["place"], ["pick"], ["stack"]]   # a task a row, as lerobot records them
+    for column in (pa.array(single, kind), pa.array(single, kind).slice(1, 3), pa.array(rows, kind).slice(0, 1)):
+        got = _task_lists(pa.table({"tasks": column}))
+        assert got == column.to_pylist()
+    got = _task_lists(pa.table({"tasks": pa.array(single, kind)}))
+    assert got[0] is got[2] and got[0] is not got[1]
 
 
 def test_opening_a_dataset_imports_no_pyarrow_compute(tmp_path):

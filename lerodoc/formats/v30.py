@@ -340,6 +340,10 @@ def _task_lists(table: pa.Table) -> list[list]:
         return [list(v or []) for v in column.to_pylist()]
     shared: dict[str, str] = {}
     texts = [shared.setdefault(text, text) for text in values.to_pylist()]
+    if len(texts) == table.num_rows and (np.diff(offsets) == 1).all():   # a task a row, as lerobot records them:
+        # one list a distinct text, without a slice and a tuple a row
+        alone = {text: [text] for text in shared}
+        return [alone[text] for text in texts]
     ends = (offsets[1:] - offsets[0]).tolist()
     # rows that list the same tasks share one list (nothing changes an episode's list in place): a list per row is
     # 64 bytes an episode, most of them alike
