@@ -87,6 +87,23 @@ def test_pairs_a_path_template_names_alike_are_one_file_as_the_row_reading_has_t
     assert [e[4] for e in fast] == [0, 4, 0, 4, 0, 4, 0]
 
 
+@pytest.mark.parametrize("kind", [pa.int64(), pa.uint64(), pa.uint32()])
+def test_episodes_listed_out_of_row_order_get_the_first_rows_the_row_reading_gives(tmp_path, monkeypatch, kind):
+    """A file's episodes listed out of row order (crafted): each episode's first row inside its data file counts
+    from the first listed, negative where it comes before it, as the row-by-row reading (Python ints) has it, for
+    unsigned dataset_from_index columns too."""
+    from tests.fixtures.factory import make_dataset
+    root = make_dataset(tmp_path / "ds", version="v3.0", episodes=5, lengths=4, episodes_per_file=2).root
+    path = _episodes_file(root)
+    table = pq.read_table(path).take(pa.array([1, 0, 2, 3, 4]))
+    column = table.column_names.index("dataset_from_index")
+    pq.write_table(table.set_column(column, "dataset_from_index", table["dataset_from_index"].cast(kind)), path)
+    fast = _plain(Dataset.open(root))
+    monkeypatch.setattr(v30, "_whole_columns", lambda *args: None)
+    assert fast == _plain(Dataset.open(root))
+    assert [e[4] for e in fast] == [0, -4, 0, 4, 0]
+
+
 def test_a_value_neither_reading_takes_is_named_at_its_row(copy):
     path = _episodes_file(copy)
     table = pq.read_table(path)

@@ -388,6 +388,11 @@ def _whole_columns(tables: list[pa.Table], names: list[str], video_keys: list[st
     data, data_which = files(data_path, column["data/chunk_index"], column["data/file_index"])
     # an episode's first row inside its data file: its dataset_from_index past that of the file's first listed
     starts = column["dataset_from_index"]
+    if starts.dtype.kind == "u":   # as signed, so that a file's episodes listed out of row order get the negative
+        # first rows the row reading gives them (Python ints); past int64, left to it
+        if len(starts) and int(starts.max()) > np.iinfo(np.int64).max:
+            return None
+        starts = starts.astype(np.int64)
     first = np.unique(data_which, return_index=True)[1]   # every path's number occurs: first[k] is path k's
     rows = starts - starts[first][data_which]
     spans = [list(map(VideoSpan, files(video_path, column[f"videos/{key}/chunk_index"],
