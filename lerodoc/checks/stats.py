@@ -1062,8 +1062,10 @@ def _non_finite(values: np.ndarray, columns: list[_Column], column: np.ndarray, 
     columns[column[r]]; `runs`: episodes, first rows, lengths, run numbers); those episodes' stats are not compared.
     Per run, whether it has any."""
     episodes, firsts, lengths, numbers = runs
-    bad = ~np.isfinite(values)
     dirty = np.zeros(len(firsts), dtype=bool)
+    if np.isfinite(values).all():   # the common case, in one pass: 2 ms for 10 million float32, against 19 ms for
+        return dirty                # the rows that hold one
+    bad = ~np.isfinite(values)
     rows = np.flatnonzero(bad.any(axis=1))
     if not len(rows):
         return dirty
