@@ -1294,17 +1294,25 @@ def _agreeing(ds: Dataset, group: Group, data: DataStats, moments: tuple[str, ..
         good &= ~((block >= 0) & ~held)   # brackets for some quantiles only: one by one
         chosen = np.flatnonzero(held)
         near = 2 * spread / QUANTILE_BINS + QUANTILE_SHARE * spread + tol.value_eps * magnitude + 1e-9 * (1 + spread)
+        taken = block[chosen]
+        # each bracket block's share of the chosen episodes: (block, which of them or None for all, their rows in it)
+        shares = [(b, None if len(chosen) == (taken == b).sum() else taken == b, row[chosen][taken == b])
+                  for b in distinct(taken).tolist()]
         for name in quantiles if len(chosen) else ():
             have = stated[name][rows[chosen]]
-            if have.shape[1] != blocks[block[chosen[0]]].bounds.shape[2]:
+            if have.shape[1] != blocks[taken[0]].bounds.shape[2]:
                 good[chosen] = False
                 continue
-            low, high = np.empty_like(have), np.empty_like(have)
-            for b in np.unique(block[chosen]).tolist():
-                mine = block[chosen] == b
+            if shares[0][1] is None:   # one block holds them all (a file's episodes): gathered, not placed
+                b, _, at = shares[0]
                 k, j = len(blocks[b].keys), blocks[b].keys.index(name)
-                low[mine] = blocks[b].bounds[row[chosen][mine], j]
-                high[mine] = blocks[b].bounds[row[chosen][mine], k + j]
+                low, high = blocks[b].bounds[at, j], blocks[b].bounds[at, k + j]
+            else:
+                low, high = np.empty_like(have), np.empty_like(have)
+                for b, mine, at in shares:
+                    k, j = len(blocks[b].keys), blocks[b].keys.index(name)
+                    low[mine] = blocks[b].bounds[at, j]
+                    high[mine] = blocks[b].bounds[at, k + j]
             gap = np.maximum(low - have, have - high)
             good[chosen] &= (gap <= AGREE_MARGIN * near[chosen]).all(axis=1)
     ok[rows] = good
