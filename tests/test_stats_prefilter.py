@@ -110,3 +110,13 @@ def test_prefilter_in_row_chunks_decides_the_same(damaged, monkeypatch):
     assert max(seen) == 5 and len(seen) > len(groups)   # it did cut the groups
     assert _findings(damaged) == fast
     assert whole   # the damaged episodes are among the unsure ones
+
+
+def test_prefilter_over_many_bracket_blocks_decides_the_same(damaged, monkeypatch):
+    """A data file a unit (BATCH_ROWS 1): each file's quantile brackets are a block of their own, and `_agreeing`
+    places each block's share of a group's episodes; the findings are those of one block for them all."""
+    fast = _findings(damaged)
+    monkeypatch.setattr(stats_family, "BATCH_ROWS", 1)
+    blocks = stats_family._data_stats(open_context(damaged)).brackets["observation.state"]
+    assert len(blocks) == EPISODES   # v2.1: a file an episode
+    assert _findings(damaged) == fast
