@@ -128,8 +128,8 @@ for _group in (train.app, evaluate.app, export.app, download.app):
             _info.cls = PlainCommand
 
 
-def _name(command) -> str:
-    return command.__name__.replace("_", "-")   # Typer's name for a command's function
+# each entry's command name: a group's own, else the one Typer gives the function
+NAMES = tuple(group or typer.main.get_command_name(command.__name__) for _, command, group in COMMANDS)
 
 
 def make_app(only: str | None = None) -> typer.Typer:
@@ -142,8 +142,8 @@ def make_app(only: str | None = None) -> typer.Typer:
                       help="Prepare, convert, repair and train on LeRobot datasets (v2.0, v2.1, v3.0).",
                       epilog="Exit codes: 0 ok, 1 findings, 2 usage, 3 bad input, 4 verification failed, "
                              "5 hub unreachable or refused, 70 a bug in lerodoc, 130 interrupted.")
-    for panel, command, group in COMMANDS:
-        if only is not None and only != (group or _name(command)):
+    for (panel, command, group), name in zip(COMMANDS, NAMES):
+        if only is not None and only != name:
             continue
         if group is None:
             cli.command(rich_help_panel=panel, cls=PlainCommand)(command)
@@ -157,8 +157,7 @@ def command_app(args: list[str]) -> typer.Typer:
     """The app a command line runs on: its command's alone where its first word names one (`make_app`), else the
     whole app (`lerodoc --help`, a mistyped command, shell completion)."""
     first = next((arg for arg in args if not arg.startswith("-")), None)
-    named = {group or _name(command) for _, command, group in COMMANDS}
-    return make_app(first if first in named else None)
+    return make_app(first if first in NAMES else None)
 
 
 def _version(value: bool) -> None:

@@ -8,9 +8,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from lerodoc.cli import COMMANDS, _name, app, command_app
-
-NAMES = [group or _name(command) for _, command, group in COMMANDS]
+from lerodoc.cli import NAMES, app, command_app
 WHOLE = typer.main.get_command(app)
 
 

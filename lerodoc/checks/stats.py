@@ -1295,24 +1295,25 @@ def _agreeing(ds: Dataset, group: Group, data: DataStats, moments: tuple[str, ..
         chosen = np.flatnonzero(held)
         near = 2 * spread / QUANTILE_BINS + QUANTILE_SHARE * spread + tol.value_eps * magnitude + 1e-9 * (1 + spread)
         taken = block[chosen]
-        # each bracket block's share of the chosen episodes: (block, which of them or None for all, their rows in it)
-        shares = [(b, None if len(chosen) == (taken == b).sum() else taken == b, row[chosen][taken == b])
-                  for b in distinct(taken).tolist()]
+        shares = []   # each bracket block's share of the chosen episodes, once a feature: (block, which, their rows)
+        for b in distinct(taken).tolist():
+            mine = taken == b
+            shares.append((b, mine, row[chosen][mine]))
         for name in quantiles if len(chosen) else ():
             have = stated[name][rows[chosen]]
             if have.shape[1] != blocks[taken[0]].bounds.shape[2]:
                 good[chosen] = False
                 continue
-            if shares[0][1] is None:   # one block holds them all (a file's episodes): gathered, not placed
-                b, _, at = shares[0]
+            found = []   # each share's (which, low brackets, high brackets) of this quantile
+            for b, mine, at in shares:
                 k, j = len(blocks[b].keys), blocks[b].keys.index(name)
-                low, high = blocks[b].bounds[at, j], blocks[b].bounds[at, k + j]
+                found.append((mine, blocks[b].bounds[at, j], blocks[b].bounds[at, k + j]))
+            if len(found) == 1:   # one block holds them all (a file's episodes): as gathered, not placed
+                _, low, high = found[0]
             else:
                 low, high = np.empty_like(have), np.empty_like(have)
-                for b, mine, at in shares:
-                    k, j = len(blocks[b].keys), blocks[b].keys.index(name)
-                    low[mine] = blocks[b].bounds[at, j]
-                    high[mine] = blocks[b].bounds[at, k + j]
+                for mine, lo, hi in found:
+                    low[mine], high[mine] = lo, hi
             gap = np.maximum(low - have, have - high)
             good[chosen] &= (gap <= AGREE_MARGIN * near[chosen]).all(axis=1)
     ok[rows] = good
